@@ -1,0 +1,29 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Both create the virtual environment (.venv) on first use.
+VENV ?= .venv
+PYTHON ?= python3
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tandem demo
+
+test: $(STAMP)
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

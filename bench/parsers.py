@@ -1,0 +1,145 @@
+"""Reasoning-parser throughput: ``python -m bench.parsers [--quick]``.
+
+For each format family (think tags, measured with ``qwen3``; Harmony, with ``gpt-oss``) it builds
+about 1 MB of realistic output: a long reasoning section with prose, code and stray ``<``
+characters, then an answer (Harmony adds a preamble and a tool call). It prints, one per line:
+
+* ``parser_<family>_<feed>_mb_per_s``: throughput when the output is fed in one chunk
+  (``whole``) and in chunks of 1, 4 and 16 characters (``chunk1``, ``chunk4``, ``chunk16``);
+* ``parser_<family>_chunk4_cost_ratio``: time with 4-character chunks / time with one chunk;
+* ``parser_<family>_chunk4_floor_ratio``: time with 4-character chunks / time of the same loop
+  calling a method that only returns a constant, i.e. how the parser compares with the cost
+  any per-chunk Python call has.
+
+Chunks are cut before the clock starts; each figure is the best of several runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from reasoner.parsing import ReasoningDelta, ReasoningSplit, get_reasoning_parser
+from reasoner.parsing.base import EMPTY_DELTA
+
+FAMILIES = {"think_tags": "qwen3", "harmony": "gpt-oss"}
+"""Family name in the figures → the parser that stands for it."""
+
+CHUNK_SIZES = (1, 4, 16)
+
+_REASONING_PARAGRAPH = (
+    "Let me work through this step by step. The user wants the total cost, so first I need the\n"
+    "unit price and the quantity. If qty < 10 there is no discount; otherwise the rate drops by\n"
+    "5%. In code that would be `price * qty if qty < 10 else price * qty * 0.95`, and for the\n"
+    "edge case a<b<c I should check the bounds again. Wait, the table header says <b>Total</b>,\n"
+    "which is HTML, not a tag I need to care about. So the answer is 42 units at 3.50 each.\n\n"
+)
+_CONTENT_PARAGRAPH = (
+    "## Result\n\nThe total is **139.65** (42 × 3.50 with the 5% discount).\n\n```python\n"
+    "def total(price: float, qty: int) -> float:\n    return price * qty * (0.95 if qty >= 10 else 1)\n"
+    "```\n\nFor quantities < 10 no discount applies.\n\n"
+)
+
+
+def _repeat(paragraph: str, size: int) -> str:
+    return paragraph * max(1, size // len(paragraph))
+
+
+def think_tags_output(size: int = 1_000_000) -> str:
+    """About ``size`` characters of a Qwen3-style reply: 70% reasoning, then the answer."""
+    reasoning = _repeat(_REASONING_PARAGRAPH, size * 7 // 10)
+    content = _repeat(_CONTENT_PARAGRAPH, size * 3 // 10)
+    return f"<think>\n{reasoning}</think>\n\n{content}"
+
+
+def harmony_output(size: int = 1_000_000) -> str:
+    """About ``size`` characters of a gpt-oss reply: analysis, a tool call, analysis, a final answer."""
+    reasoning = _repeat(_REASONING_PARAGRAPH, size * 35 // 100)
+    content = _repeat(_CONTENT_PARAGRAPH, size * 3 // 10)
+    return (
+        f"<|channel|>analysis<|message|>{reasoning}<|end|>"
+        "<|start|>assistant<|channel|>commentary<|message|>Let me look up the price.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.lookup_price <|constrain|>json"
+        '<|message|>{"item": "widget", "currency": "EUR"}<|call|>'
+        f"<|start|>assistant<|channel|>analysis<|message|>{reasoning}<|end|>"
+        f"<|start|>assistant<|channel|>final<|message|>{content}<|return|>"
+    )
+
+
+def _feed_seconds(parser_name: str, chunks: list[str], repeats: int) -> float:
+    parser = get_reasoning_parser(parser_name)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        stream = parser.stream()
+        feed = stream.feed
+        for chunk in chunks:
+            feed(chunk)
+        stream.finish()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+class _NullStream:
+    """The cheapest possible stream: what calling ``feed`` once per chunk costs by itself."""
+
+    def feed(self, chunk: str) -> ReasoningDelta:
+        return EMPTY_DELTA
+
+
+def _floor_seconds(chunks: list[str], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        feed = _NullStream().feed
+        for chunk in chunks:
+            feed(chunk)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _check(parser_name: str, text: str, chunks: list[str]) -> None:
+    """Refuse to report figures for a parser whose streamed result differs from ``parse``."""
+    parser = get_reasoning_parser(parser_name)
+    stream = parser.stream()
+    deltas = [stream.feed(chunk) for chunk in chunks] + [stream.finish()]
+    streamed = ReasoningSplit(
+        "".join(d.reasoning for d in deltas),
+        "".join(d.content for d in deltas),
+        [call for d in deltas for call in d.tool_calls],
+    )
+    if streamed != parser.parse(text):
+        raise AssertionError(f"{parser_name}: streaming in {len(chunks[0])}-character chunks differs from parse")
+
+
+def run(quick: bool = False) -> dict[str, float]:
+    """Measure every figure and print one ``name: value`` line per figure; return them by name.
+
+    ``quick`` uses a quarter of the output and fewer repeats (for smoke runs and CI).
+    """
+    size = 250_000 if quick else 1_000_000
+    repeats = 2 if quick else 5
+    builders: dict[str, Callable[[int], str]] = {"think_tags": think_tags_output, "harmony": harmony_output}
+    figures: dict[str, float] = {}
+    for family, parser_name in FAMILIES.items():
+        text = builders[family](size)
+        megabytes = len(text.encode()) / 1e6
+        whole = _feed_seconds(parser_name, [text], repeats)
+        figures[f"parser_{family}_whole_mb_per_s"] = megabytes / whole
+        timings: dict[int, float] = {}
+        for width in CHUNK_SIZES:
+            chunks = [text[i : i + width] for i in range(0, len(text), width)]
+            _check(parser_name, text, chunks)
+            timings[width] = _feed_seconds(parser_name, chunks, repeats)
+            figures[f"parser_{family}_chunk{width}_mb_per_s"] = megabytes / timings[width]
+        chunks4 = [text[i : i + 4] for i in range(0, len(text), 4)]
+        figures[f"parser_{family}_chunk4_cost_ratio"] = timings[4] / whole
+        figures[f"parser_{family}_chunk4_floor_ratio"] = timings[4] / _floor_seconds(chunks4, repeats)
+    for name, value in figures.items():
+        print(f"{name}: {value:.2f}")
+    return figures
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv[1:])

@@ -1,0 +1,95 @@
+"""The in-process driver shared by the dual and mono reasoners."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from reasoner import steps
+from reasoner.errors import ReasonerError
+from reasoner.hooks import NO_HOOKS, ReasonerHooks
+from reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
+from reasoner.messages import ModelMessage
+from reasoner.model_service import ModelService
+from reasoner.task import ReasonerOutcome, Task
+from reasoner.tool_runner import ToolRunner
+from toolkit.tool import Tool
+
+if TYPE_CHECKING:
+    from toolkit.action import Action
+
+
+class LoopReasoner:
+    """Runs the round loop of ``reasoner.steps`` in this process.
+
+    Subclasses say who speaks: ``DualModelReasoner`` (Thinker then Actor each round) or
+    ``MonoModelReasoner`` (one model). ``run`` never raises for a model or tool failure: the
+    outcome says ``failed`` and keeps the messages so far.
+    """
+
+    mode: steps.Mode = "dual"
+    thinker: ModelService | None = None
+
+    def __init__(
+        self,
+        actor: ModelService,
+        *,
+        runner: ToolRunner | None = None,
+        hooks: ReasonerHooks | None = None,
+    ) -> None:
+        self.actor = actor
+        self.runner = runner or ToolRunner()
+        self.hooks = hooks or NO_HOOKS
+
+    def run(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
+        """Reason about ``task`` until a deliverable, the round budget, or a failure."""
+        memory = memory if memory is not None else InMemoryReasonerMemory()
+        tools, actions = task.recommend()
+        try:
+            status = self._loop(task, memory, tools, actions)
+            outcome = steps.make_outcome(memory, status)
+        except ReasonerError as exc:
+            outcome = steps.make_outcome(memory, "failed", error=f"{type(exc).__name__}: {exc}")
+        self.hooks.finished(outcome)
+        return outcome
+
+    def _loop(
+        self, task: Task, memory: ReasonerMemory, tools: list[Tool], actions: list[Action]
+    ) -> Literal["completed", "truncated"]:
+        for round_no in range(task.max_rounds):
+            self.hooks.round_started(round_no, task.max_rounds)
+            if self.mode == "dual":
+                assert self.thinker is not None
+                steps.thinker_step(self.thinker, task, memory, round_no, tools, hooks=self.hooks)
+            reply = steps.actor_step(
+                self.actor, task, memory, round_no, tools, actions, mode=self.mode, hooks=self.hooks
+            )
+            nxt = steps.plan_next(task, reply, round_no)
+            if nxt.kind == "deliver":
+                return "completed"
+            if nxt.kind == "truncated":
+                return "truncated"
+            if nxt.kind == "tools":
+                for index, call in enumerate(nxt.calls, start=1):
+                    self.hooks.tool_called(round_no, index, call)
+                results = self.runner.run_calls(tools, nxt.calls, steps.tool_context(task, round_no))
+                for result in results:
+                    self.hooks.tool_returned(round_no, result)
+                steps.apply_tool_results(memory, round_no, results)
+        return "truncated"
+
+    def infer(self, task: Task) -> str:
+        """Run ``task`` and return ``conclude`` of its memory (use ``run`` to see the status)."""
+        memory = InMemoryReasonerMemory()
+        outcome = self.run(task, memory)
+        if outcome.status == "failed":
+            raise ReasonerError(outcome.error or "the run failed")
+        return self.conclude(memory)
+
+    def conclude(self, memory: ReasonerMemory) -> str:
+        """The deliverable of the last Actor reply (or its visible text when it wrote none)."""
+        return steps.conclude(memory)
+
+    @staticmethod
+    def stopped(message: ModelMessage) -> bool:
+        """True when ``message`` holds a ``<deliverable>``: the loop ends."""
+        return steps.stopped(message)

@@ -1,0 +1,27 @@
+"""``DualModelReasoner``: a Thinker plans and instructs, an Actor acts, calls tools and delivers."""
+
+from __future__ import annotations
+
+from reasoner.base import LoopReasoner
+from reasoner.hooks import ReasonerHooks
+from reasoner.model_service import ModelService
+from reasoner.tool_runner import ToolRunner
+
+
+class DualModelReasoner(LoopReasoner):
+    """Two models per round: the Thinker (deep thinking, ``<instruction>``/``<input>``, never
+    tools) and then the Actor (brief thinking, ``<action>`` with tool calls, ``<deliverable>``
+    once the Thinker says TASK_DONE). They may be different models on different hosts."""
+
+    mode = "dual"
+
+    def __init__(
+        self,
+        thinker: ModelService,
+        actor: ModelService,
+        *,
+        runner: ToolRunner | None = None,
+        hooks: ReasonerHooks | None = None,
+    ) -> None:
+        super().__init__(actor, runner=runner, hooks=hooks)
+        self.thinker = thinker

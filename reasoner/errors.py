@@ -1,0 +1,58 @@
+"""Errors raised by the reasoning core.
+
+The tree::
+
+    ReasonerError                 root of everything raised by ``reasoner``
+    ├── ConfigurationError        a developer's mistake: bad settings, unknown parser, bad tool
+    ├── ModelCallError            a model host failed; ``model`` and ``api_base`` name it
+    │   └── TransientModelError   the failure may pass (429, 5xx, timeout); retried before it escapes
+    └── ToolArgumentsError        arguments a model sent do not fit a tool's schema
+
+Tool failures at run time are not exceptions for the caller: they become FAILED
+``FunctionCallResult`` entries that the model reads and acts on.
+"""
+
+from __future__ import annotations
+
+
+class ReasonerError(Exception):
+    """Root of every error raised by ``reasoner``."""
+
+
+class ConfigurationError(ReasonerError):
+    """A setting, argument or definition given by the developer is wrong."""
+
+
+class ModelCallError(ReasonerError):
+    """A call to a model host failed and will not be retried."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str = "",
+        api_base: str | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.api_base = api_base
+        self.status_code = status_code
+
+
+class TransientModelError(ModelCallError):
+    """A model call failed in a way that may pass: rate limit, server error, timeout, connection."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.retry_after = retry_after
+
+
+class ToolArgumentsError(ReasonerError):
+    """Arguments do not fit a tool's parameters; ``field`` and ``reason`` say where and why."""
+
+    def __init__(self, tool: str, field: str, reason: str) -> None:
+        super().__init__(f"invalid arguments for tool {tool!r}: field {field!r}: {reason}")
+        self.tool = tool
+        self.field = field
+        self.reason = reason

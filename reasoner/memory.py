@@ -1,0 +1,111 @@
+"""Where a job's conversation lives: in the process, or in Redis between Celery tasks.
+
+Writes are idempotent: a message is identified by ``(round, role)`` and the first write of a
+key wins, so a step that runs twice (a redelivered task) stores one message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from reasoner.messages import ModelMessage, Role
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+_ROLE_ORDER: dict[str, int] = {"thinker": 0, "actor": 1, "tool": 2}
+
+
+def _order(message: ModelMessage) -> tuple[int, int]:
+    return message.round, _ROLE_ORDER[message.role]
+
+
+@runtime_checkable
+class ReasonerMemory(Protocol):
+    """The messages of one job, in round order (thinker, actor, tool within a round)."""
+
+    def add_message(self, message: ModelMessage) -> bool:
+        """Store ``message`` unless its key is already stored; ``True`` if it was stored."""
+        ...
+
+    def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
+        """The message stored for ``(round_no, role)``, if any."""
+        ...
+
+    def get_messages(self) -> list[ModelMessage]:
+        """All messages in order."""
+        ...
+
+    def clear(self) -> None:
+        """Forget every message."""
+        ...
+
+    def expire(self, seconds: int) -> None:
+        """Keep the messages for ``seconds`` more, then drop them (called when the job ends)."""
+        ...
+
+
+class InMemoryReasonerMemory:
+    """A job's messages in a dict, for in-process runs and tests."""
+
+    def __init__(self, messages: list[ModelMessage] | None = None) -> None:
+        self._messages: dict[str, ModelMessage] = {}
+        for message in messages or []:
+            self.add_message(message)
+
+    def add_message(self, message: ModelMessage) -> bool:
+        """Store ``message`` unless its key is already stored; ``True`` if it was stored."""
+        if message.key in self._messages:
+            return False
+        self._messages[message.key] = message
+        return True
+
+    def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
+        """The message stored for ``(round_no, role)``, if any."""
+        return self._messages.get(f"{round_no}:{role}")
+
+    def get_messages(self) -> list[ModelMessage]:
+        """All messages in order."""
+        return sorted(self._messages.values(), key=_order)
+
+    def clear(self) -> None:
+        """Forget every message."""
+        self._messages.clear()
+
+    def expire(self, seconds: int) -> None:
+        """Nothing to expire in process memory; kept for the protocol."""
+
+
+class RedisReasonerMemory:
+    """A job's messages in one Redis hash, ``{prefix}:job:{job_id}:memory``, as JSON.
+
+    Field names are the message keys; ``HSETNX`` makes writes idempotent. The hash has no TTL
+    while the job runs; ``expire`` sets one when the job ends.
+    """
+
+    def __init__(self, redis: Redis, job_id: str, *, prefix: str = "tandem") -> None:
+        self.redis = redis
+        self.job_id = job_id
+        self.key = f"{prefix}:job:{job_id}:memory"
+
+    def add_message(self, message: ModelMessage) -> bool:
+        """Store ``message`` unless its key is already stored; ``True`` if it was stored."""
+        return bool(self.redis.hsetnx(self.key, message.key, message.model_dump_json()))
+
+    def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
+        """The message stored for ``(round_no, role)``, if any."""
+        raw = self.redis.hget(self.key, f"{round_no}:{role}")
+        return None if raw is None else ModelMessage.model_validate_json(raw)
+
+    def get_messages(self) -> list[ModelMessage]:
+        """All messages in order."""
+        raw = self.redis.hvals(self.key)
+        return sorted((ModelMessage.model_validate_json(v) for v in raw), key=_order)
+
+    def clear(self) -> None:
+        """Forget every message."""
+        self.redis.delete(self.key)
+
+    def expire(self, seconds: int) -> None:
+        """Drop the messages ``seconds`` from now."""
+        self.redis.expire(self.key, seconds)

