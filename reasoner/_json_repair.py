@@ -42,6 +42,13 @@ _LITERALS: dict[str, Any] = {
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
+def _quote_hint(text: str, pos: int, value: Any) -> str:
+    """A hint for the usual cause of text right after a string: a quote inside it left unescaped."""
+    if isinstance(value, str) and text[pos : pos + 1] not in ('"', "{", "[", ""):
+        return ' (a " inside a string must be written \\", or use a payload wrapper)'
+    return ""
+
+
 class JsonReadError(Exception):
     """The text at ``pos`` is not JSON this reader accepts; ``reason`` says what to write instead."""
 
@@ -169,12 +176,14 @@ class JsonReader:
             pos = self.skip_space(pos)
             if not text.startswith(":", pos):
                 raise JsonReadError(pos, f"expected ':' after the property name \"{key[:30]}\"")
-            result[key], pos = self.read_value(pos + 1, depth)
+            value, pos = self.read_value(pos + 1, depth)
+            result[key] = value
             pos = self.skip_space(pos)
             if text.startswith("}", pos):
                 return result, pos + 1
             if not text.startswith(",", pos):
-                self._raise_unfinished(pos, f"expected ',' or '}}' after the value of \"{key[:30]}\"")
+                reason = f"expected ',' or '}}' after the value of \"{key[:30]}\""
+                self._raise_unfinished(pos, reason + _quote_hint(text, pos, value))
             pos = self.skip_space(pos + 1)
             if text.startswith("}", pos):  # trailing comma, repaired
                 return result, pos + 1
@@ -206,7 +215,9 @@ class JsonReader:
             if text.startswith("]", pos):
                 return result, pos + 1
             if not text.startswith(",", pos):
-                self._raise_unfinished(pos, "expected ',' or ']' after an array item")
+                self._raise_unfinished(
+                    pos, "expected ',' or ']' after an array item" + _quote_hint(text, pos, item)
+                )
             pos = self.skip_space(pos + 1)
             if text.startswith("]", pos):  # trailing comma, repaired
                 return result, pos + 1
@@ -218,7 +229,7 @@ class JsonReader:
 
     def _ended(self) -> str:
         if self.end < len(self.text):
-            return "the JSON stops before it is complete: a value or a closing '}' or ']' is missing"
+            return "the JSON stops before it is complete: a closing '}' or ']' (or a value) is missing"
         return "the text ends before the JSON is complete (was the reply cut off?)"
 
     def _read_number(self, pos: int) -> tuple[int | float, int]:

@@ -18,18 +18,27 @@ How a reply is read, in one forward pass:
   closing tag, or to the end of the text when unclosed; blocks inside them are not calls.
 - A ``<function_call>`` block is read as JSON *first* and its closing tag looked for *after* the value,
   so a string or payload may hold any text, ``</function_call>`` and thinking tags included. Tags are
-  found anywhere on a line. One ```` ```json ```` fence around the object is unwrapped.
+  found anywhere on a line. One ```` ```json ```` fence around the object is unwrapped, and an
+  opening tag written twice in a row counts once.
 - The JSON may be lenient in ways that never change a string's content: trailing commas,
   ``True``/``False``/``None``, ``//`` and ``/* */`` comments outside strings; raw newlines and tabs
-  inside strings. Payload wrappers, bare or in quotes, hold verbatim text (``reasoner._json_repair``
-  documents the one line break trimmed at each marker).
-- When a block's JSON is broken, the block ends at the next ``</function_call>`` after the fault, or
-  just before the next ``<function_call>`` or thinking tag when that comes first (then it is also
-  reported as unclosed), so one bad block never swallows the good ones after it.
+  inside strings; an unknown escape such as ``\\d`` keeps its backslash.
+- A payload wrapper, bare or in double quotes, stands for a string holding the text between the
+  markers verbatim, except that a marker alone on its line adds nothing: when only spaces or tabs
+  follow ``__PAYLOAD_START__`` on its line, they and that line break are dropped; when only spaces or
+  tabs precede ``__PAYLOAD_END__`` on its line, they and the one line break before them are dropped.
+  A payload ends at the first ``__PAYLOAD_END__``, so it cannot hold that marker.
+- When a block's JSON is broken its strings cannot be trusted, so the block ends at its first
+  ``</function_call>`` outside payload wrappers, or just before a ``<function_call>`` or thinking tag
+  met first (it is then also reported as unclosed): one bad block never swallows the good ones after
+  it. The message locates the fault by line and column counted from the opening tag's line.
 - A ``</function_call>`` with no opening tag is plain text. Line endings may be ``\\n`` or ``\\r\\n``;
-  payloads keep theirs.
+  payloads keep theirs. A thinking tag written in plain prose (not in a call) opens a thinking
+  section like any other.
 
-Cost is linear in the reply: every search moves forward and none is repeated over the same text.
+Cost is linear in the reply for what models write: searches move forward and remember their
+answers. A broken block is read twice (once freely, once up to its cut), and its first read may run
+past the cut while its strings look valid.
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ _BOUNDARY = re.compile(
 _FENCE = re.compile(r"```[A-Za-z0-9_.+-]*")
 _SHAPE = '{"name": "tool_name", "call_objective": "why you call it", "args": {"arg": "value"}}'
 _ARGS_ALIASES = ("arguments", "parameters", "params")
+_EMPTY = f"the block is empty: write one JSON object in it, such as {_SHAPE}"
 
 
 class ParsedFunctionCall(BaseModel):
@@ -172,18 +182,20 @@ def _read_json(reader: JsonReader, inner_start: int) -> tuple[Any, int]:
     """Read the JSON value of a block whose inner text starts at ``inner_start``; ``(value, end)``."""
     text = reader.text
     pos = reader.skip_space(inner_start)
-    while text.startswith(_OPEN, pos):  # the opening tag written twice: one block, not two
+    if text.startswith(_OPEN, pos):  # the opening tag written twice: one block, not two
         pos = reader.skip_space(pos + len(_OPEN))
     fence = _FENCE.match(text, pos)
     if fence is not None:
         pos = reader.skip_space(fence.end())
     if text.startswith(_CLOSE, pos):
-        raise JsonReadError(pos, f"the block is empty: write one JSON object in it, such as {_SHAPE}")
+        raise JsonReadError(pos, _EMPTY)
     return reader.read_value(pos)
 
 
 def _json_error(text: str, inner_start: int, inner_end: int, exc: JsonReadError) -> str:
     """The message for a block whose JSON could not be read."""
+    if exc.reason == _EMPTY:
+        return _EMPTY
     if text[exc.pos : exc.pos + 1].isalpha() and not text[inner_start : exc.pos].strip():
         # Prose right after the tag: most likely the tag was mentioned, not used.
         return (

@@ -277,6 +277,30 @@ class _ToolCallAccumulator:
         ]
 
 
+def _raw_message(body: str) -> tuple[str, str] | None:
+    """``(content, reasoning)`` exactly as an OpenAI-compatible host sent them; ``None`` if unsure.
+
+    LiteLLM moves a leading ``<think>…</think>`` of a non-streamed reply's content into
+    ``reasoning_content`` itself (it does not for streams, and not under the configured parser's
+    rules), so the host's own JSON, which LiteLLM hands to ``logger_fn`` as
+    ``original_response``, is read instead. Any other shape falls back to LiteLLM's fields.
+    """
+    try:
+        data = json.loads(body)
+        message = data["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(message, dict):
+        return None
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        return None
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    if not isinstance(reasoning, str):
+        return None
+    return content or "", reasoning
+
+
 class _PartialStreamError(Exception):
     """A stream failed after part of the reply reached the listener (not retryable here)."""
 
@@ -501,7 +525,14 @@ class LiteLlmModelService:
         return request
 
     def _complete(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
-        response = _import_litellm().completion(**request)
+        raw_bodies: list[str] = []
+
+        def keep_raw_body(details: Mapping[str, Any]) -> None:
+            body = details.get("original_response")
+            if isinstance(body, str) and not raw_bodies:
+                raw_bodies.append(body)
+
+        response = _import_litellm().completion(**request, logger_fn=keep_raw_body)
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ModelCallError(
@@ -510,8 +541,12 @@ class LiteLlmModelService:
                 api_base=self.api_base,
             )
         message = choices[0].message
-        content = getattr(message, "content", None) or ""
-        provider_reasoning = getattr(message, "reasoning_content", None) or ""
+        raw = _raw_message(raw_bodies[0]) if raw_bodies else None
+        if raw is not None:
+            content, provider_reasoning = raw
+        else:
+            content = getattr(message, "content", None) or ""
+            provider_reasoning = getattr(message, "reasoning_content", None) or ""
         if provider_reasoning:
             reasoning, parsed_calls = provider_reasoning, []
         else:

@@ -22,7 +22,7 @@ from reasoner.function_calling import (
 )
 from reasoner.hooks import NO_HOOKS, ReasonerHooks
 from reasoner.memory import ReasonerMemory
-from reasoner.messages import FunctionCallResult, ModelMessage, Usage
+from reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
 from reasoner.model_service import ChatMessage, DeltaListener, ModelService
 from reasoner.prompts import actor_prompt, mono_prompt, round_note, task_text, thinker_prompt
 from reasoner.task import ReasonerOutcome, Task
@@ -190,6 +190,35 @@ def plan_next(task: Task, message: ModelMessage, round_no: int) -> NextStep:
     if calls:
         return NextStep("tools", calls)
     return NextStep("continue")
+
+
+def native_to_call(call: NativeToolCall) -> ParsedFunctionCall:
+    """A native tool call as a ``ParsedFunctionCall`` (``error`` set when its arguments are not a
+    JSON object)."""
+    import json
+
+    try:
+        args = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return ParsedFunctionCall(
+            name=call.name, call_objective="", args={}, raw=call.arguments,
+            error=f"the arguments of {call.name!r} are not valid JSON ({exc.msg} at position {exc.pos}); "
+            "send a JSON object",
+        )
+    if not isinstance(args, dict):
+        return ParsedFunctionCall(
+            name=call.name, call_objective="", args={}, raw=call.arguments,
+            error=f"the arguments of {call.name!r} must be a JSON object, got {type(args).__name__}",
+        )
+    return ParsedFunctionCall(name=call.name, call_objective="", args=args, raw=call.arguments)
+
+
+def calls_of(message: ModelMessage) -> list[ParsedFunctionCall]:
+    """The tool calls a reply asks for: its native ``tool_calls`` if any, else its
+    ``<function_call>`` blocks. The ``run_tool`` tasks read their call from here."""
+    if message.tool_calls:
+        return [native_to_call(c) for c in message.tool_calls]
+    return parse_function_calls(message.content)
 
 
 def tool_context(task: Task, round_no: int) -> ToolCallContext:

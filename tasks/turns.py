@@ -22,9 +22,8 @@ from celery import chord
 from celery.canvas import Signature
 from celery.exceptions import Ignore
 
-from reasoner import steps
+from reasoner import react, steps
 from reasoner.errors import ReasonerError
-from reasoner.function_calling import parse_function_calls
 from reasoner.messages import FunctionCallResult, FunctionCallStatus
 from reasoner.task import Task
 from tasks.app import app
@@ -90,13 +89,19 @@ def finish(job_id: str, status: str, error: str | None = None) -> dict[str, Any]
     rt = get_runtime()
     memory = rt.store.memory(job_id)
     messages = memory.get_messages()
+    deliverable = steps.conclude(memory) if status == "completed" else ""
+    budget_error = "the round budget (max_rounds) ran out before the Actor wrote a <deliverable>"
+    spec = rt.store.spec(job_id)
+    if spec is not None and spec.reasoner == "react":
+        # ReAct: the answer is the last reply or a return_direct output; truncated says "needs more steps".
+        deliverable = react.react_answer(memory) if status in ("completed", "truncated") else ""
+        budget_error = react.budget_error(spec.max_rounds)
     result = JobResult(
         job_id=job_id,
         status=status,  # type: ignore[arg-type]
-        deliverable=steps.conclude(memory) if status == "completed" else "",
+        deliverable=deliverable,
         rounds=max((m.round for m in messages), default=-1) + 1,
-        error=error if error or status != "truncated" else
-        "the round budget (max_rounds) ran out before the Actor wrote a <deliverable>",
+        error=error if error or status != "truncated" else budget_error,
         usage=steps.total_usage(messages),
     )
     return rt.store.finish(result, rt.settings.memory_ttl).model_dump(mode="json")
@@ -220,13 +225,19 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int) -> dict[s
         try:
             spec, task = _load(job_id)
             reply = rt.store.memory(job_id).get_message(round_no, "actor")
-            calls = parse_function_calls(reply.content if reply else "")
-            call = calls[index - 1]
+            if reply is None:
+                raise LookupError(f"the Actor's reply of round {round_no} is not in memory")
+            call = steps.calls_of(reply)[index - 1]
+            call_id = reply.tool_calls[index - 1].id if reply.tool_calls else None
             tools, _ = task.recommend()
             hooks = EventHooks(rt.store, job_id)
             hooks.tool_called(round_no, index, call)
             ctx = steps.tool_context(task, round_no).model_copy(update={"call_index": index})
-            result = rt.runner.run_call({t.name: t for t in tools}, call, index, ctx)
+            by_name = {t.name: t for t in tools}
+            if spec.reasoner == "react":  # injected values dropped, native argument errors in native words
+                result = react.run_call(rt.runner, by_name, call, index, ctx, call_id=call_id)
+            else:
+                result = rt.runner.run_call(by_name, call, index, ctx, call_id=call_id)
         except Ignore:
             raise
         except Exception as exc:  # the chord must always hear back, or the job would hang
@@ -252,7 +263,14 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, count: int) -> A
         missing = [i for i, r in enumerate(results, start=1) if r is None]
         if missing:
             return finish(job_id, "failed", f"tool results of round {round_no} are missing for calls {missing}")
-        steps.apply_tool_results(rt.store.memory(job_id), round_no, [r for r in results if r is not None])
+        found = [r for r in results if r is not None]
+        stored = steps.apply_tool_results(rt.store.memory(job_id), round_no, found)
+        if spec.reasoner == "react":  # a return_direct result ends the job; the budget counts steps
+            nxt = react.react_after_tools(task, stored.function_results, round_no)
+            if nxt.kind in ("deliver", "truncated"):
+                status = "completed" if nxt.kind == "deliver" else "truncated"
+                return _advance(self, job_id, step_id, "finalize", finalize.si(job_id, status))
+            return _advance(self, job_id, step_id, "next round", first_step(spec, job_id, round_no + 1))
         if round_no + 1 >= task.max_rounds:
             return _advance(self, job_id, step_id, "finalize", finalize.si(job_id, "truncated"))
         return _advance(self, job_id, step_id, "next round", first_step(spec, job_id, round_no + 1))

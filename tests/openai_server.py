@@ -99,7 +99,8 @@ class Reply:
     concatenation is the text sent). ``chunk_delay`` waits between chunks.
 
     ``disconnect=True`` closes the connection without answering (a connection error for the
-    client). ``break_after=N`` (streams only) closes it after ``N`` chunks, mid-stream. ``delay`` waits that many seconds before answering.
+    client); ``break_after=N`` (streams only) closes it after ``N`` chunks, mid-stream.
+    ``delay`` waits that many seconds before answering.
     """
 
     content: str | None = ""
@@ -213,6 +214,7 @@ class OpenAIServer:
         self._script_index = 0
         self._script: Script = ""
         self._httpd: ThreadingHTTPServer | None = None
+        self._bound_port: int | None = None
         self._thread: threading.Thread | None = None
         self.set_script(script)
 
@@ -276,10 +278,10 @@ class OpenAIServer:
 
     @property
     def port(self) -> int:
-        """The port the server listens on (known once started)."""
-        if self._httpd is None:
-            raise RuntimeError("the server is not started")
-        return int(self._httpd.server_address[1])
+        """The port the server listens (or last listened) on; known once started."""
+        if self._bound_port is None:
+            raise RuntimeError("the server was never started: call start() or use it as a context manager")
+        return self._bound_port
 
     @property
     def url(self) -> str:
@@ -295,6 +297,7 @@ class OpenAIServer:
         httpd.daemon_threads = True
         httpd.block_on_close = False  # idle keep-alive connections must not hold up stop()
         self._httpd = httpd
+        self._bound_port = int(httpd.server_address[1])
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="openai-test-server", daemon=True
         )
@@ -356,7 +359,7 @@ class OpenAIServer:
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
             }
-        usage = {k: int(v) for k, v in dict(reply.usage).items()}  # type: ignore[arg-type]
+        usage = {k: int(v) for k, v in dict(reply.usage).items()}
         usage.setdefault("prompt_tokens", 0)
         usage.setdefault("completion_tokens", 0)
         usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])

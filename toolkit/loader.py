@@ -8,6 +8,8 @@ The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``::
     groups:
       - name: files
         mcp: {transport: stdio, command: python, args: ["-m", "mypkg.mcp_server"], timeout: 30}
+      - name: web                          # tool names get the prefix: web.fetch, ...
+        mcp: {transport: streamable-http, url: "http://mcp:8000/mcp", headers: {X-Key: k}, prefix: web.}
     actions:
       - name: compute
         description: Do the arithmetic the task needs
@@ -15,6 +17,10 @@ The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``::
         next: [{action: report, score: 0.8}]
       - name: report
         description: Write the answer
+
+``mcp`` takes ``transport`` (``stdio``, the default, or ``streamable-http``), ``command``,
+``args``, ``env``, ``cwd`` (stdio), ``url``, ``headers`` (HTTP), ``timeout`` (seconds, default
+30) and ``prefix`` (put before each of the server's tool names, to keep names distinct).
 
 Contract: scores default to 1.0 and lie in [0, 1]; each action row stands alone (only ``next``
 makes edges between actions); a tool named by several actions is one vertex; ``{group: g}``
@@ -183,8 +189,11 @@ class _Loader:
     def _claim(self, where: str, name: str) -> None:
         for kind, names in (("tool", self.tools), ("group", self.groups), ("action", self.actions)):
             if name in names:
-                self.fail(where, f"the name {name!r} is already used by {'an' if kind == 'action' else 'a'} "
-                          f"{kind}; tools, groups and actions need distinct names")
+                self.fail(
+                    where,
+                    f"the name {name!r} is already used by {'an' if kind == 'action' else 'a'} "
+                    f"{kind}; tools, groups and actions need distinct names",
+                )
 
     # -- items ----------------------------------------------------------------------------
 
@@ -244,6 +253,8 @@ class _Loader:
         for key, value in (("env", env), ("headers", headers)):
             if value is not None and not isinstance(value, dict):
                 self.fail(where, f"mcp {key!r} must be a mapping of strings, got {value!r}")
+        for key in ("transport", "command", "url", "cwd", "prefix"):
+            self._text(f"{where} mcp", mcp, key)
         try:
             group = McpToolGroup(
                 name,

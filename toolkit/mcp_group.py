@@ -109,6 +109,10 @@ class McpToolGroup(ToolGroup):
     runner's limit never fires first. A result with ``isError`` raises ``McpToolError``
     carrying the server's text; a server that cannot be started or reached raises
     ``McpCallError``; running out of time raises ``TimeoutError``.
+
+    Over stdio, ``env`` holds extra variables merged over the SDK's safe defaults (``PATH``,
+    ``HOME``, ...); the worker's other variables are not passed to the server. Over HTTP,
+    ``headers`` go with every request.
     """
 
     def __init__(

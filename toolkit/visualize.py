@@ -60,8 +60,15 @@ def draw_toolkit(graph: Toolkit, title: str, *, show: bool = False) -> Figure:
         nodes = [v for v, k in kinds.items() if k == kind]
         if nodes:
             nx.draw_networkx_nodes(
-                g, pos, nodelist=nodes, node_color=colour, node_shape=_SHAPES[kind],
-                node_size=1400, edgecolors="#444444", ax=ax, label=f"{kind}s",
+                g,
+                pos,
+                nodelist=nodes,
+                node_color=colour,
+                node_shape=_SHAPES[kind],
+                node_size=1400,
+                edgecolors="#444444",
+                ax=ax,
+                label=f"{kind}s",
             )
     labels = {vid: getattr(attrs["data"], "name", vid) for vid, attrs in g.nodes.items()}
     nx.draw_networkx_labels(g, pos, labels=labels, font_size=8, ax=ax)
@@ -69,8 +76,14 @@ def draw_toolkit(graph: Toolkit, title: str, *, show: bool = False) -> Figure:
         edges = [(u, v) for u, v, d in g.edges(data=True) if d["kind"] == kind]
         if edges:
             nx.draw_networkx_edges(
-                g, pos, edgelist=edges, style=style, arrows=True, arrowsize=14,
-                node_size=1400, ax=ax,
+                g,
+                pos,
+                edgelist=edges,
+                style=style,
+                arrows=True,
+                arrowsize=14,
+                node_size=1400,
+                ax=ax,
             )
     scores = {(u, v): f"{d['score']:g}" for u, v, d in g.edges(data=True) if d["kind"] != "has"}
     if scores:

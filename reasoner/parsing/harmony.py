@@ -39,8 +39,6 @@ from reasoner.parsing.base import (
     ReasoningDelta,
     ReasoningParser,
     ReasoningStream,
-    content_delta,
-    reasoning_delta,
 )
 
 START = "<|start|>"
@@ -53,6 +51,8 @@ CALL = "<|call|>"
 TOKENS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL)
 """Every Harmony token this parser acts on; they all begin with ``<|``."""
 _TERMINATORS = frozenset((END, RETURN, CALL))
+_TOKEN_SET = frozenset(TOKENS)
+_TOKEN_PREFIXES = frozenset(token[:n] for token in TOKENS for n in range(1, len(token)))
 _LONGEST = max(len(token) for token in TOKENS)
 
 HEADER_LIMIT = 256
@@ -66,6 +66,9 @@ _FINISHED = 3
 _REASONING = 0
 _CONTENT = 1
 _TOOL = 2
+_SLOW = -1
+
+_new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
 
 _CHANNEL_RE = re.compile(r"<\|channel\|>\s*([^\s<]*)")
 _RECIPIENT_RE = re.compile(r"(?:^|[\s>])to=([^\s<]+)")
@@ -92,6 +95,7 @@ class HarmonyParser(ReasoningParser):
 class _HarmonyStream(ReasoningStream):
     __slots__ = (
         "_analysis_kind",
+        "_fast",
         "_held",
         "_kind",
         "_outside_chars",
@@ -115,16 +119,21 @@ class _HarmonyStream(ReasoningStream):
         self._outside_inked = False
         self._outside_newline = False
         self._outside_chars = 0
+        self._fast = _SLOW
+        """The body kind when inside a body with nothing held back, else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
-        if self._state == _BODY and not self._held and "<" not in chunk:
-            kind = self._kind
-            if kind == _REASONING:
-                return reasoning_delta(chunk)
-            if kind == _CONTENT:
-                return content_delta(chunk)
-            self._parts.append(chunk)
-            return EMPTY_DELTA
+        # Inside a body with nothing held back, a chunk without "<" holds no token: route it
+        # directly (inline, no helper calls: this runs once per streamed token).
+        if "<" not in chunk:
+            fast = self._fast
+            if fast == _REASONING:
+                return _new_tuple(ReasoningDelta, (chunk, "", ()))
+            if fast == _CONTENT:
+                return _new_tuple(ReasoningDelta, ("", chunk, ()))
+            if fast == _TOOL:
+                self._parts.append(chunk)
+                return EMPTY_DELTA
         return self._feed_slow(chunk)
 
     def finish(self) -> ReasoningDelta:
@@ -141,6 +150,7 @@ class _HarmonyStream(ReasoningStream):
         elif self._state == _BODY:
             self._close_body(calls)
         self._state = _FINISHED
+        self._fast = _SLOW
         self._parts = []
         return _delta(reasoning, content, calls)
 
@@ -156,24 +166,26 @@ class _HarmonyStream(ReasoningStream):
         pos = 0
         i = find("<|")
         while i >= 0:
-            token = next((t for t in TOKENS if text.startswith(t, i)), None)
-            if token is None:
-                tail = text[i:]
-                if len(tail) < _LONGEST and any(t.startswith(tail) for t in TOKENS):
-                    self._take(text[pos:i], reasoning, content)
-                    self._held = tail
-                    return _delta(reasoning, content, calls)
-                i = find("<|", i + 1)  # not a token: ordinary text
-                continue
-            self._take(text[pos:i], reasoning, content)
-            self._on_token(token, content, calls)
-            pos = i + len(token)
-            i = find("<|", pos)
-        end = len(text)
-        if end > pos and text[-1] == "<":
-            self._held = "<"
-            end -= 1
-        self._take(text[pos:end], reasoning, content)
+            close = find("|>", i + 2, i + _LONGEST)
+            token = text[i : close + 2] if close >= 0 else ""
+            if token in _TOKEN_SET:
+                self._take(text[pos:i], reasoning, content)
+                self._on_token(token, content, calls)
+                pos = i + len(token)
+                i = find("<|", pos)
+            elif close < 0 and text[i:] in _TOKEN_PREFIXES:  # a token cut by the chunk's end
+                self._take(text[pos:i], reasoning, content)
+                self._held = text[i:]
+                break
+            else:  # "<|" that begins no token: ordinary text
+                i = find("<|", i + 1)
+        else:
+            end = len(text)
+            if end > pos and text[-1] == "<":
+                self._held = "<"
+                end -= 1
+            self._take(text[pos:end], reasoning, content)
+        self._fast = self._kind if self._state == _BODY and not self._held else _SLOW
         return _delta(reasoning, content, calls)
 
     def _take(self, text: str, reasoning: list[str], content: list[str]) -> None:

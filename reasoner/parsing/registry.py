@@ -56,6 +56,4 @@ def get_reasoning_parser(name: str) -> ReasoningParser:
         return _PARSERS[name]
     except (KeyError, TypeError):
         valid = ", ".join(REASONING_PARSERS)
-        raise ConfigurationError(
-            f"unknown reasoning parser {name!r}: use one of {valid}"
-        ) from None
+        raise ConfigurationError(f"unknown reasoning parser {name!r}: use one of {valid}") from None

@@ -20,6 +20,7 @@ unchanged as content, tags included, so nothing the model wrote is lost or re-la
 
 from __future__ import annotations
 
+from reasoner.errors import ConfigurationError
 from reasoner.parsing.base import (
     EMPTY_DELTA,
     ReasoningDelta,
@@ -28,6 +29,8 @@ from reasoner.parsing.base import (
     content_delta,
     reasoning_delta,
 )
+
+_new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
 
 _OPENING = 0
 _REASONING = 1
@@ -56,15 +59,19 @@ class ThinkTagParser(ReasoningParser):
     ) -> None:
         tags = (start_tag, end_tag, *interrupt_tags)
         if not all(tags) or len({tag[0] for tag in tags}) != 1:
-            raise ValueError(f"tags must be non-empty and share their first character: {tags!r}")
+            raise ConfigurationError(
+                f"reasoning parser {name!r}: tags must be non-empty and share their first character,"
+                f" got {tags!r}"
+            )
         self.name = name
         self.start_tag = start_tag
         self.end_tag = end_tag
         self.interrupt_tags = interrupt_tags
         self.reasoning_by_default = reasoning_by_default
         self._mark = start_tag[0]
-        self._closing_tags = (end_tag, *interrupt_tags)
-        self._longest_closing = max(len(tag) for tag in self._closing_tags)
+        closing_tags = (end_tag, *interrupt_tags)
+        self._longest_closing = max(len(tag) for tag in closing_tags)
+        self._closing_prefixes = frozenset(tag[:n] for tag in closing_tags for n in range(1, len(tag)))
 
     def stream(self, thinking: bool | None = None) -> ReasoningStream:
         """Start one reply. ``thinking=True`` may start inside reasoning; ``False`` never reasons."""
@@ -77,7 +84,7 @@ class ThinkTagParser(ReasoningParser):
 class _ThinkTagStream(ReasoningStream):
     """The state machine described in the module docstring, for one reply."""
 
-    __slots__ = ("_fmt", "_held", "_implicit", "_mark", "_state", "_whitespace")
+    __slots__ = ("_fast", "_fmt", "_held", "_implicit", "_mark", "_state", "_whitespace")
 
     def __init__(self, fmt: ThinkTagParser, state: int, *, implicit_reasoning: bool) -> None:
         self._fmt = fmt
@@ -88,14 +95,17 @@ class _ThinkTagStream(ReasoningStream):
         """Text that may still turn out to be (the start of) a tag."""
         self._whitespace: list[str] = []
         """Leading whitespace seen in the opening state (dropped if the start tag follows)."""
+        self._fast = state
+        """The state when it is ``_REASONING`` or ``_CONTENT`` and nothing is held back, else
+        ``_OPENING``: one load tells ``feed`` whether a chunk may skip the slow path."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
-        # The common cases first, at the cost of one comparison and one ``in``.
-        state = self._state
-        if state == _CONTENT:
-            return content_delta(chunk)
-        if state == _REASONING and not self._held and self._mark not in chunk:
-            return reasoning_delta(chunk)
+        # The common cases inline (no helper calls): this runs once per streamed token.
+        fast = self._fast
+        if fast == _CONTENT:
+            return _new_tuple(ReasoningDelta, ("", chunk, ()))
+        if fast == _REASONING and self._mark not in chunk:
+            return _new_tuple(ReasoningDelta, (chunk, "", ()))
         return self._feed_slow(chunk)
 
     def finish(self) -> ReasoningDelta:
@@ -103,6 +113,7 @@ class _ThinkTagStream(ReasoningStream):
         if state == _FINISHED:
             raise ValueError("this reasoning stream has already finished")
         self._state = _FINISHED
+        self._fast = _OPENING
         held, self._held = self._held, ""
         if state == _OPENING:
             # Only whitespace and part of a start tag came: they are ordinary text.
@@ -115,9 +126,10 @@ class _ThinkTagStream(ReasoningStream):
         return EMPTY_DELTA
 
     def _feed_slow(self, chunk: str) -> ReasoningDelta:
-        if self._state == _FINISHED:
+        state = self._state
+        if state == _FINISHED:
             raise ValueError("cannot feed a reasoning stream after finish()")
-        if self._state == _OPENING:
+        if state == _OPENING:
             text = self._open(chunk)
             if text is None:
                 return EMPTY_DELTA
@@ -127,6 +139,7 @@ class _ThinkTagStream(ReasoningStream):
         reasoning = ""
         if self._state == _REASONING:
             reasoning, text = self._scan_reasoning(text)
+        self._fast = _OPENING if self._held else self._state
         if self._state == _CONTENT:
             return ReasoningDelta(reasoning, text)
         return reasoning_delta(reasoning)
@@ -157,24 +170,29 @@ class _ThinkTagStream(ReasoningStream):
         return text
 
     def _scan_reasoning(self, text: str) -> tuple[str, str]:
-        """Split ``text`` at the first closing tag: ``(reasoning, content)``; may hold a tail."""
+        """Split ``text`` at the first closing tag: ``(reasoning, content)``; may hold a tail.
+
+        Each closing tag is searched for with ``str.find`` (C speed, however many stray ``<``
+        the reasoning holds); only the last few characters are examined for a partial tag.
+        """
         fmt = self._fmt
         end_tag = fmt.end_tag
-        find = text.find
-        mark = self._mark
-        i = find(mark)
-        while i >= 0:
-            if text.startswith(end_tag, i):
+        cut = text.find(end_tag)
+        limit = len(text) if cut < 0 else cut
+        for tag in fmt.interrupt_tags:
+            found = text.find(tag, 0, limit)
+            if found >= 0:
                 self._state = _CONTENT
-                return text[:i], text[i + len(end_tag) :]
-            for tag in fmt.interrupt_tags:
-                if text.startswith(tag, i):
-                    self._state = _CONTENT
-                    return text[:i], text[i:]
-            if len(text) - i < fmt._longest_closing:
-                tail = text[i:]
-                if any(tag.startswith(tail) for tag in fmt._closing_tags):
-                    self._held = tail
-                    return text[:i], ""
-            i = find(mark, i + 1)
+                return text[:found], text[found:]
+        if cut >= 0:
+            self._state = _CONTENT
+            return text[:cut], text[cut + len(end_tag) :]
+        # No whole tag: hold back the longest tail that could still grow into one.
+        mark = self._mark
+        i = text.find(mark, max(0, len(text) - fmt._longest_closing + 1))
+        while i >= 0:
+            if text[i:] in fmt._closing_prefixes:
+                self._held = text[i:]
+                return text[:i], ""
+            i = text.find(mark, i + 1)
         return text, ""

@@ -135,8 +135,7 @@ CASES = [
         id="payload-empty",
     ),
     pytest.param(
-        f'<function_call>{{"name": "e", "args": {{"v": {S}\nno end</function_call>'
-        + call("next", {"i": 1}),
+        f'<function_call>{{"name": "e", "args": {{"v": {S}\nno end</function_call>' + call("next", {"i": 1}),
         [Bad("has no __PAYLOAD_END__"), Ok("next", {"i": 1}, "go")],
         id="payload-without-end-marker",
     ),
@@ -362,7 +361,9 @@ def test_raw_of_an_unclosed_block_stops_before_the_next_block() -> None:
 
 
 def test_error_names_the_place_and_quotes_the_text() -> None:
-    [parsed] = parse_function_calls('<function_call>\n{"name": "t",\n "args": {"a": 1 "b": 2}}\n</function_call>')
+    [parsed] = parse_function_calls(
+        '<function_call>\n{"name": "t",\n "args": {"a": 1 "b": 2}}\n</function_call>'
+    )
     assert parsed.error is not None
     assert "line 3, column 18" in parsed.error
     assert "'\"b\": 2}}'" in parsed.error
@@ -399,8 +400,18 @@ def test_parsed_call_is_frozen_and_round_trips_as_json() -> None:
 
 def test_guide_covers_the_protocol_and_its_examples_parse() -> None:
     guide = FUNCTION_CALLING_GUIDE
-    for needle in ("<action>", '"name"', '"call_objective"', '"args"', "double quotes", "trailing commas",
-                   PAYLOAD_START, PAYLOAD_END, "several", "<function_call_result>"):
+    for needle in (
+        "<action>",
+        '"name"',
+        '"call_objective"',
+        '"args"',
+        "double quotes",
+        "trailing commas",
+        PAYLOAD_START,
+        PAYLOAD_END,
+        "several",
+        "<function_call_result>",
+    ):
         assert needle in guide, needle
     examples = [c for c in parse_function_calls(guide) if c.ok]
     assert [c.name for c in examples] == ["search_docs", "run_python"]
@@ -415,12 +426,18 @@ def test_guide_covers_the_protocol_and_its_examples_parse() -> None:
     [
         pytest.param("plain", "plain", id="nothing-to-strip"),
         pytest.param("a<think>x</think>b", "ab", id="think"),
-        pytest.param("<deep_thinking>\nx\n</deep_thinking>\nA<shallow_thinking>y</shallow_thinking>B", "\nAB",
-                     id="deep-and-shallow"),
+        pytest.param(
+            "<deep_thinking>\nx\n</deep_thinking>\nA<shallow_thinking>y</shallow_thinking>B",
+            "\nAB",
+            id="deep-and-shallow",
+        ),
         pytest.param("keep<think>never closed <action>", "keep", id="unclosed-removed-to-end"),
         pytest.param("a</think>b", "a</think>b", id="stray-closing-tag-kept"),
-        pytest.param(call("w", {"t": "<think>x</think>"}) + "<think>y</think>z",
-                     call("w", {"t": "<think>x</think>"}) + "z", id="thinking-tag-inside-a-call-kept"),
+        pytest.param(
+            call("w", {"t": "<think>x</think>"}) + "<think>y</think>z",
+            call("w", {"t": "<think>x</think>"}) + "z",
+            id="thinking-tag-inside-a-call-kept",
+        ),
         pytest.param("a\r\n<think>x\r\n</think>\r\nb", "a\r\n\r\nb", id="crlf"),
     ],
 )
@@ -431,22 +448,48 @@ def test_strip_thinking(text: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("text", "tag", "expected"),
     [
-        pytest.param("x <deliverable>\n done \n</deliverable> y", "deliverable", "done", id="found-and-stripped"),
+        pytest.param(
+            "x <deliverable>\n done \n</deliverable> y", "deliverable", "done", id="found-and-stripped"
+        ),
         pytest.param("nothing here", "deliverable", None, id="absent"),
         pytest.param("<deliverable>cut off", "deliverable", None, id="unclosed"),
-        pytest.param("<think><deliverable>draft</deliverable></think>", "deliverable", None, id="only-in-thinking"),
-        pytest.param("<think><input>a</input></think><input>b</input>", "input", "b", id="first-outside-thinking"),
-        pytest.param("<instruction>one</instruction><instruction>two</instruction>", "instruction", "one",
-                     id="first-of-several"),
-        pytest.param("<action>a<think></action></think>b</action>", "action", "a<think></action></think>b",
-                     id="closing-tag-inside-thinking-skipped"),
-        pytest.param(f'<action>{call("w", {"t": "</action>"})}</action>', "action", call("w", {"t": "</action>"}),
-                     id="closing-tag-inside-a-call-skipped"),
-        pytest.param(call("w", {"t": "<deliverable>no</deliverable>"}), "deliverable", None,
-                     id="tag-inside-a-call-ignored"),
+        pytest.param(
+            "<think><deliverable>draft</deliverable></think>", "deliverable", None, id="only-in-thinking"
+        ),
+        pytest.param(
+            "<think><input>a</input></think><input>b</input>", "input", "b", id="first-outside-thinking"
+        ),
+        pytest.param(
+            "<instruction>one</instruction><instruction>two</instruction>",
+            "instruction",
+            "one",
+            id="first-of-several",
+        ),
+        pytest.param(
+            "<action>a<think></action></think>b</action>",
+            "action",
+            "a<think></action></think>b",
+            id="closing-tag-inside-thinking-skipped",
+        ),
+        pytest.param(
+            f"<action>{call('w', {'t': '</action>'})}</action>",
+            "action",
+            call("w", {"t": "</action>"}),
+            id="closing-tag-inside-a-call-skipped",
+        ),
+        pytest.param(
+            call("w", {"t": "<deliverable>no</deliverable>"}),
+            "deliverable",
+            None,
+            id="tag-inside-a-call-ignored",
+        ),
         pytest.param("<think>t</think>", "think", "t", id="thinking-tag-itself"),
-        pytest.param("a" + call("f") + "b", "function_call", '{"name": "f", "call_objective": "go", "args": {}}',
-                     id="function-call-tag"),
+        pytest.param(
+            "a" + call("f") + "b",
+            "function_call",
+            '{"name": "f", "call_objective": "go", "args": {}}',
+            id="function-call-tag",
+        ),
         pytest.param("<input>\r\nü\r\n</input>", "input", "ü", id="crlf-unicode"),
     ],
 )
@@ -460,16 +503,22 @@ MEGABYTE = 1_000_000
 
 
 def _big_inputs() -> list[Any]:
-    prose = "Some prose with <b>tags</b>, {braces}, \"quotes\" and // slashes.\n"
-    payload_block = call("", body='{"name": "p", "args": {"c": ' + S + "\n" + 'x = "y" </function_call>\n' * 40 + E + "}}")
+    prose = 'Some prose with <b>tags</b>, {braces}, "quotes" and // slashes.\n'
+    payload_block = call(
+        "", body='{"name": "p", "args": {"c": ' + S + "\n" + 'x = "y" </function_call>\n' * 40 + E + "}}"
+    )
     many = (prose + call("n", {"i": 1}) + payload_block) * (MEGABYTE // 1200)
     return [
         pytest.param(many, id="many-calls-and-prose"),
-        pytest.param(call("", body='{"name": "big", "args": {"c": ' + S + "\n" + "a" * MEGABYTE + "\n" + E + "}}"),
-                     id="one-huge-payload"),
+        pytest.param(
+            call("", body='{"name": "big", "args": {"c": ' + S + "\n" + "a" * MEGABYTE + "\n" + E + "}}"),
+            id="one-huge-payload",
+        ),
         pytest.param("<function_call>" * (MEGABYTE // 15), id="only-opening-tags"),
-        pytest.param(('<function_call>{"name": "x", "args": {"s": "unclosed ' + "\n") * (MEGABYTE // 40),
-                     id="unclosed-strings-everywhere"),
+        pytest.param(
+            ('<function_call>{"name": "x", "args": {"s": "unclosed ' + "\n") * (MEGABYTE // 40),
+            id="unclosed-strings-everywhere",
+        ),
         pytest.param(("<function_call>{" + S + " ") * (MEGABYTE // 40), id="payloads-without-end"),
         pytest.param("<function_call>" + "[" * MEGABYTE, id="deep-brackets"),
         pytest.param("<think>" + call("x") * (MEGABYTE // 60), id="huge-unclosed-thinking"),
@@ -481,8 +530,11 @@ def _big_inputs() -> list[Any]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("text", _big_inputs())
 def test_megabyte_inputs_complete(text: str) -> None:
+    assert len(text) >= MEGABYTE * 0.9
     calls = parse_function_calls(text)
     assert has_function_calls(text) == bool(calls)
+    if text.startswith("Some prose"):
+        assert len(calls) == 2 * (MEGABYTE // 1200) and all(c.ok for c in calls)
     strip_thinking(text)
     extract_tag(text, "action")
 
@@ -495,9 +547,37 @@ def test_megabyte_input_finds_every_call() -> None:
 
 
 _fragments = st.sampled_from(
-    ["<function_call>", "</function_call>", "<think>", "</think>", "<deep_thinking>", "</deep_thinking>",
-     S, E, '"', "\\", "{", "}", "[", "]", ",", ":", "```json", "\n", "\r\n", '"name"', '"args"', "True",
-     "//", "/*", "*/", "x", " ", "1", "é"]
+    [
+        "<function_call>",
+        "</function_call>",
+        "<think>",
+        "</think>",
+        "<deep_thinking>",
+        "</deep_thinking>",
+        S,
+        E,
+        '"',
+        "\\",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "```json",
+        "\n",
+        "\r\n",
+        '"name"',
+        '"args"',
+        "True",
+        "//",
+        "/*",
+        "*/",
+        "x",
+        " ",
+        "1",
+        "é",
+    ]
 )
 
 

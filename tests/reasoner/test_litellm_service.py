@@ -54,7 +54,7 @@ def mul(x: int, y: int) -> int:
 
 
 TOOLS = [Tool.from_function(add), Tool.from_function(mul)]
-TOOL_CALLS = [
+TOOL_CALLS: list[dict[str, Any]] = [
     {"id": "call_add", "name": "add", "arguments": '{"a": 2, "b": 2}'},
     {"id": "call_mul", "name": "mul", "arguments": '{"x": 3, "y": 7}'},
 ]
@@ -370,7 +370,7 @@ def test_calls_in_reasoning_are_appended_to_content(stream: bool) -> None:
 
 def test_function_call_blocks_skip_payloads_and_keep_unclosed() -> None:
     text = (
-        "a <function_call>{\"name\": \"x\", \"args\": {\"code\": __PAYLOAD_START__\n"
+        'a <function_call>{"name": "x", "args": {"code": __PAYLOAD_START__\n'
         "print('</function_call>')\n__PAYLOAD_END__}}</function_call> b <function_call>{\"name\""
     )
     blocks = function_call_blocks(text)
@@ -409,7 +409,7 @@ def test_usage_missing_from_the_host_counts_zero(stream: bool) -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_native_tool_calls_are_returned(stream: bool) -> None:
-    calls = [*TOOL_CALLS, {"name": "add", "arguments": {"a": 10, "b": 20}}]
+    calls: list[dict[str, Any]] = [*TOOL_CALLS, {"name": "add", "arguments": {"a": 10, "b": 20}}]
     with OpenAIServer(Reply(None, tool_calls=calls), chunk_size=4) as server:
         service, _ = make(server, stream=stream)
         message = service.generate("sys", USER, tools=TOOLS)
@@ -427,7 +427,8 @@ def test_native_tool_calls_are_returned(stream: bool) -> None:
 def test_harmony_tool_calls_become_native_calls() -> None:
     text = (
         "<|channel|>analysis<|message|>I should add.<|end|>"
-        '<|start|>assistant<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}<|call|>'
+        "<|start|>assistant<|channel|>commentary to=functions.add <|constrain|>json"
+        '<|message|>{"a": 1, "b": 2}<|call|>'
     )
     with OpenAIServer(text) as server:
         service, _ = make(server, reasoning_parser="gpt-oss")
@@ -494,3 +495,23 @@ def test_bad_settings_are_configuration_errors() -> None:
         LiteLlmModelService(MODEL, timeout=0)
     with pytest.raises(ConfigurationError):
         LiteLlmModelService(MODEL, max_retries=-1)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize(
+    ("parser", "text", "expected"),
+    [
+        pytest.param("none", "<think>x</think>y", ("", "<think>x</think>y"), id="none-keeps-tags"),
+        pytest.param("think", "<thinking>x</thinking>y", ("", "<thinking>x</thinking>y"), id="other-tag"),
+        pytest.param("qwen3", "<think>x</think>y", ("x", "y"), id="qwen3"),
+    ],
+)
+def test_litellm_own_think_split_does_not_override_the_parser(
+    stream: bool, parser: str, text: str, expected: tuple[str, str]
+) -> None:
+    # LiteLLM moves a leading <think>/<thinking> block of a non-streamed reply into
+    # reasoning_content by itself; the service reads the host's body so the parser decides.
+    with OpenAIServer(Reply(text), chunk_size=4) as server:
+        service, _ = make(server, stream=stream, reasoning_parser=parser)
+        message = service.generate("", USER)
+    assert (message.reasoning, message.content) == expected

@@ -89,14 +89,14 @@ def test_calls_from_many_threads_and_from_inside_a_loop(group: McpToolGroup) -> 
     assert results == ["1", "2", "3"]
 
     async def inside_a_running_loop() -> str:
-        return add.invoke({"a": 5, "b": 5})  # type: ignore[no-any-return]
+        return add.invoke({"a": 5, "b": 5})
 
     assert asyncio.run(inside_a_running_loop()) == "10"
 
 
 def test_unreachable_server_names_the_group() -> None:
     broken = McpToolGroup("ghost", command="/nonexistent/tandem-mcp-server", timeout=5.0)
-    with pytest.raises(McpCallError, match="'ghost'.*nonexistent"):
+    with pytest.raises(McpCallError, match=r"'ghost'.*nonexistent"):
         broken.tools()
     dying = McpToolGroup("dying", command=sys.executable, args=["-c", "import sys; sys.exit(3)"], timeout=5)
     with pytest.raises(McpCallError, match="'dying'"):

@@ -98,3 +98,19 @@ def test_groups_are_not_recommended_but_their_tools_are(actions: dict[str, Actio
     tools, acts = svc.recommend_tools_actions(["A1"])
     assert ids(tools) == ["x", "y"] and ids(acts) == ["A1"]
     assert "g" not in svc.recommend_subgraph(["A1"])
+
+
+def test_recommendation_on_a_large_graph_is_fast() -> None:
+    import statistics
+    import time
+
+    from bench.toolkit import build
+
+    svc = ToolkitService(build())
+    timings = []
+    for start in ("a1", "a42", "a4242", "a9999", "a7"):
+        t0 = time.perf_counter()
+        sub = svc.recommend_subgraph([start], threshold=0.5, hops=3)
+        timings.append(time.perf_counter() - t0)
+        assert start in sub
+    assert statistics.median(timings) < 0.05

@@ -23,10 +23,21 @@ def call(name: str, arguments: str) -> ParsedToolCall:
 
 CASES = [
     pytest.param(None, ANALYSIS + FINAL, "Think.", "Answer.", [], id="analysis-then-final"),
-    pytest.param(None, "<|start|>assistant" + ANALYSIS + FINAL, "Think.", "Answer.", [], id="leading-start-token"),
+    pytest.param(
+        None, "<|start|>assistant" + ANALYSIS + FINAL, "Think.", "Answer.", [], id="leading-start-token"
+    ),
     pytest.param(None, "assistant" + ANALYSIS, "Think.", "", [], id="role-before-channel-without-start"),
-    pytest.param(None, "<|channel|>analysis<|message|>still thinking", "still thinking", "", [], id="truncated-analysis"),
-    pytest.param(None, "<|channel|>analysis<|message|>abc<|en", "abc<|en", "", [], id="truncated-inside-end-token"),
+    pytest.param(
+        None,
+        "<|channel|>analysis<|message|>still thinking",
+        "still thinking",
+        "",
+        [],
+        id="truncated-analysis",
+    ),
+    pytest.param(
+        None, "<|channel|>analysis<|message|>abc<|en", "abc<|en", "", [], id="truncated-inside-end-token"
+    ),
     pytest.param(None, ANALYSIS + WEATHER_CALL, "Think.", "", [WEATHER], id="tool-call-on-commentary"),
     pytest.param(
         None,
@@ -62,7 +73,9 @@ CASES = [
     ),
     pytest.param(
         None,
-        ANALYSIS + WEATHER_CALL + "<|start|>assistant<|channel|>commentary to=functions.g<|message|>[]<|call|>",
+        ANALYSIS
+        + WEATHER_CALL
+        + "<|start|>assistant<|channel|>commentary to=functions.g<|message|>[]<|call|>",
         "Think.",
         "",
         [WEATHER, call("g", "[]")],
@@ -77,14 +90,24 @@ CASES = [
         id="non-function-recipient-keeps-full-name",
     ),
     pytest.param(None, "Hello world", "", "Hello world", [], id="plain-text-is-content"),
-    pytest.param(None, "Line 1\nLine 2 <b>", "", "Line 1\nLine 2 <b>", [], id="plain-multiline-text-is-content"),
-    pytest.param(None, "x" * (HEADER_LIMIT + 5), "", "x" * (HEADER_LIMIT + 5), [], id="long-plain-line-is-content"),
+    pytest.param(
+        None, "Line 1\nLine 2 <b>", "", "Line 1\nLine 2 <b>", [], id="plain-multiline-text-is-content"
+    ),
+    pytest.param(
+        None, "x" * (HEADER_LIMIT + 5), "", "x" * (HEADER_LIMIT + 5), [], id="long-plain-line-is-content"
+    ),
     pytest.param(None, "<think>a</think>b", "", "<think>a</think>b", [], id="think-tags-are-plain-text"),
-    pytest.param(False, ANALYSIS + FINAL, "", "Think.Answer.", [], id="thinking-false-analysis-becomes-content"),
-    pytest.param(False, ANALYSIS + WEATHER_CALL, "", "Think.", [WEATHER], id="thinking-false-keeps-tool-calls"),
+    pytest.param(
+        False, ANALYSIS + FINAL, "", "Think.Answer.", [], id="thinking-false-analysis-becomes-content"
+    ),
+    pytest.param(
+        False, ANALYSIS + WEATHER_CALL, "", "Think.", [WEATHER], id="thinking-false-keeps-tool-calls"
+    ),
     pytest.param(True, ANALYSIS + FINAL, "Think.", "Answer.", [], id="thinking-true-same-as-default"),
     pytest.param(None, "<|channel|>final<|message|>Hi<|return|>", "", "Hi", [], id="final-only"),
-    pytest.param(None, "<|start|>assistant<|message|>Hi<|end|>", "", "Hi", [], id="missing-channel-is-content"),
+    pytest.param(
+        None, "<|start|>assistant<|message|>Hi<|end|>", "", "Hi", [], id="missing-channel-is-content"
+    ),
     pytest.param(None, "<|channel|>notes<|message|>x<|end|>", "", "x", [], id="unknown-channel-is-content"),
     pytest.param(None, "<|message|>hi<|end|>", "", "hi", [], id="message-token-without-header"),
     pytest.param(
@@ -112,7 +135,12 @@ CASES = [
         id="stray-text-before-start-is-content",
     ),
     pytest.param(
-        None, "Hi <|start|>assistant<|channel|>final<|message|>b", "", "Hi b", [], id="short-stray-text-before-start"
+        None,
+        "Hi <|start|>assistant<|channel|>final<|message|>b",
+        "",
+        "Hi b",
+        [],
+        id="short-stray-text-before-start",
     ),
     pytest.param(
         None, ANALYSIS + "<|start|>assistant<|channel|>fin", "Think.", "", [], id="unfinished-header-dropped"
@@ -183,11 +211,17 @@ def test_stream_in_any_chunking(
     ("header", "channel", "recipient"),
     [
         pytest.param("assistant<|channel|>analysis", "analysis", None, id="role-and-channel"),
-        pytest.param("<|channel|>commentary to=functions.f <|constrain|>json", "commentary", "functions.f", id="after"),
-        pytest.param("assistant to=functions.f<|channel|>commentary json", "commentary", "functions.f", id="before"),
+        pytest.param(
+            "<|channel|>commentary to=functions.f <|constrain|>json", "commentary", "functions.f", id="after"
+        ),
+        pytest.param(
+            "assistant to=functions.f<|channel|>commentary json", "commentary", "functions.f", id="before"
+        ),
         pytest.param("to=functions.f", "", "functions.f", id="recipient-only"),
         pytest.param("assistant", "", None, id="role-only"),
-        pytest.param("<|channel|>final auto=functions.x", "final", None, id="to-inside-a-word-is-no-recipient"),
+        pytest.param(
+            "<|channel|>final auto=functions.x", "final", None, id="to-inside-a-word-is-no-recipient"
+        ),
     ],
 )
 def test_read_header(header: str, channel: str, recipient: str | None) -> None:
@@ -214,3 +248,19 @@ def test_feed_after_finish_is_refused() -> None:
     stream.finish()
     with pytest.raises(ValueError, match="after finish"):
         stream.feed("x")
+
+
+def test_plain_text_streams_once_it_cannot_be_a_header() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed("Hello") == ("", "", ())  # could still be a role before <|channel|>
+    assert stream.feed(" there\n") == ("", "Hello there\n", ())
+    assert stream.feed("more") == ("", "more", ())
+
+
+def test_holdback_in_a_body_never_exceeds_a_token() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    stream.feed("<|channel|>final<|message|>")
+    released = 0
+    for fed, char in enumerate("<|en<|star<|<|constrai<<|x|>" * 50, start=1):
+        released += len(stream.feed(char).content)
+        assert fed - released < len("<|constrain|>")

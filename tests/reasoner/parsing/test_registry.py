@@ -8,7 +8,17 @@ import reasoner.parsing
 from reasoner.errors import ConfigurationError
 from reasoner.parsing import REASONING_PARSERS, ReasoningParser, get_reasoning_parser
 
-CONTRACT_NAMES = ("deepseek-r1", "deepseek-v3", "qwen3", "glm45", "kimi", "kimi-k2", "gpt-oss", "none", "think")
+CONTRACT_NAMES = (
+    "deepseek-r1",
+    "deepseek-v3",
+    "qwen3",
+    "glm45",
+    "kimi",
+    "kimi-k2",
+    "gpt-oss",
+    "none",
+    "think",
+)
 
 
 @pytest.mark.parametrize("name", CONTRACT_NAMES)

@@ -22,7 +22,9 @@ FRAGMENTS = [
 texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=3)), max_size=25).map("".join)
 
 
-@pytest.mark.parametrize("thinking", [None, True, False], ids=["thinking-none", "thinking-true", "thinking-false"])
+@pytest.mark.parametrize(
+    "thinking", [None, True, False], ids=["thinking-none", "thinking-true", "thinking-false"]
+)
 @pytest.mark.parametrize("name", REASONING_PARSERS)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())

@@ -1,0 +1,129 @@
+"""Integration fixtures: a real Redis, real ``celery worker`` processes, local model hosts.
+
+The tests skip when no Redis answers at ``TANDEM_TEST_REDIS_URL`` (default
+``redis://127.0.0.1:6379``), except in CI (``CI=true``), where a missing Redis is a failure.
+Each cluster uses its own Redis database and stops its workers by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from broker_config import Settings
+from tasks.app import create_app
+from tasks.client import JobHandle, submit
+from tasks.store import JobStore
+from tests.integration import plan_model
+from tests.openai_server import OpenAIServer, RecordedRequest, Reply
+from workers.embedded import WorkerGroup, redis_answers
+
+BASE_URL = os.environ.get("TANDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+_next_db = iter(range(10, 16))
+
+
+@pytest.fixture(scope="session")
+def redis_base() -> str:
+    """The test Redis server's URL (without a database)."""
+    if not redis_answers(f"{BASE_URL}/0"):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Redis answers at {BASE_URL}: CI needs one (see .ci/run)")
+        pytest.skip(f"no Redis answers at {BASE_URL}")
+    return BASE_URL
+
+
+def actor_host(request: RecordedRequest) -> Reply:
+    """The Actor role's host: the actor script, or the mono script for mono jobs."""
+    if "on your own" in str(request["messages"][0]["content"]):
+        return plan_model.mono(request)
+    return plan_model.actor(request)
+
+
+class Cluster:
+    """Workers on one Redis database plus the thinker and actor model hosts."""
+
+    def __init__(self, url: str, env: dict[str, str]) -> None:
+        self.url = url
+        self.env = env
+        self.settings = Settings.from_env(env)
+        self.app = create_app(self.settings)
+        self.redis = Redis.from_url(url)
+        self.store = JobStore(self.redis, self.settings.prefix)
+        self.groups: list[WorkerGroup] = []
+
+    def start(self, *roles: str, **extra_env: str) -> WorkerGroup:
+        """Start one worker per role (each consumes its queue and the intake queue)."""
+        group = WorkerGroup(roles, env={**self.env, **extra_env}, loglevel="INFO")
+        group.start()
+        self.groups.append(group)
+        group.wait_ready(self.app, timeout=90)
+        return group
+
+    def submit(self, **spec: Any) -> JobHandle:
+        """Submit a job through ``tasks.submit``."""
+        return submit(spec, app=self.app, store=self.store)
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """What the test tools recorded, in order."""
+        return [json.loads(x) for x in self.redis.lrange("test:calls", 0, -1)]
+
+    def kill(self, group: WorkerGroup, role: str) -> None:
+        """SIGKILL a worker process."""
+        proc = group.processes[role]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop(self) -> None:
+        """Stop every worker started here."""
+        for group in self.groups:
+            group.stop()
+        self.app.close()
+
+
+def _make_cluster(redis_base: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
+    db = next(_next_db)
+    url = f"{redis_base}/{db}"
+    Redis.from_url(url).flushdb()
+    with OpenAIServer(plan_model.thinker) as thinker, OpenAIServer(actor_host) as actor:
+        base_env = {
+            "TANDEM_BROKER_URL": url,
+            "TANDEM_RESULT_BACKEND": url,
+            "TANDEM_REDIS_URL": url,
+            "TANDEM_TOOLKIT": "tests.integration.tools:toolkit",
+            "TANDEM_THINKER_MODEL": "openai/thinker-model",
+            "TANDEM_THINKER_API_BASE": thinker.url,
+            "TANDEM_THINKER_API_KEY": "test-key",
+            "TANDEM_ACTOR_MODEL": "openai/actor-model",
+            "TANDEM_ACTOR_API_BASE": actor.url,
+            "TANDEM_ACTOR_API_KEY": "test-key",
+            "TANDEM_TOOL_TIMEOUT": "2",
+            **env,
+        }
+        cluster = Cluster(url, base_env)
+        try:
+            yield cluster, thinker, actor
+        finally:
+            cluster.stop()
+            Redis.from_url(url).flushdb()
+
+
+@pytest.fixture(scope="module")
+def dual_cluster(redis_base: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
+    """Thinker, actor and tools workers, one each, shared by a module's tests."""
+    gen = _make_cluster(redis_base)
+    cluster, thinker, actor = next(gen)
+    cluster.start("thinker", "actor", "tools")
+    yield cluster, thinker, actor
+    gen.close()
+
+
+@pytest.fixture
+def fresh_cluster(redis_base: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
+    """A cluster with no workers yet, for tests that start and kill their own."""
+    yield from _make_cluster(redis_base, TANDEM_LEASE_SECONDS="2")

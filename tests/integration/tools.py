@@ -1,0 +1,70 @@
+"""Tools and a toolkit for integration tests, loaded by workers as ``TANDEM_TOOLKIT=tests.integration.tools:toolkit``.
+
+Every call records itself in Redis (``TANDEM_REDIS_URL``) so tests can count runs and see when
+each ran: ``{prefix}:test:calls`` (a list of JSON entries).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from redis import Redis
+
+from toolkit import Action, Tool, ToolCallContext, ToolkitService
+
+_redis: Redis | None = None
+
+
+def _record(ctx: ToolCallContext | None, name: str, started: float, **extra: object) -> None:
+    global _redis
+    if _redis is None:
+        _redis = Redis.from_url(os.environ["TANDEM_REDIS_URL"])
+    entry = {"name": name, "job": ctx.job_id if ctx else "", "round": ctx.round if ctx else -1,
+             "index": ctx.call_index if ctx else -1, "start": started, "end": time.time(), "pid": os.getpid(), **extra}
+    _redis.rpush("test:calls", json.dumps(entry))
+
+
+def sleep_tool(seconds: float, ctx: ToolCallContext) -> str:
+    """Sleep, then say how long.
+
+    Args:
+        seconds: how long to sleep.
+    """
+    started = time.time()
+    time.sleep(seconds)
+    _record(ctx, "sleep_tool", started)
+    return f"slept {seconds} s"
+
+
+def add(a: int, b: int, ctx: ToolCallContext) -> int:
+    """Add two integers."""
+    started = time.time()
+    _record(ctx, "add", started)
+    return a + b
+
+
+def boom(ctx: ToolCallContext) -> str:
+    """Always fails."""
+    _record(ctx, "boom", time.time())
+    raise RuntimeError("boom went the tool")
+
+
+def hang(ctx: ToolCallContext) -> str:
+    """Never returns in time."""
+    _record(ctx, "hang", time.time())
+    time.sleep(60)
+    return "late"
+
+
+def _build() -> ToolkitService:
+    service = ToolkitService()
+    work = Action("work", "work", "Do the work the task needs")
+    service.add_action(work, [], [])
+    for fn in (sleep_tool, add, boom, hang):
+        service.add_tool(Tool.from_function(fn), [(work, 1.0)])
+    return service
+
+
+toolkit = _build().get_toolkit()

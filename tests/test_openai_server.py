@@ -1,0 +1,180 @@
+"""The scripted OpenAI-compatible test server itself: wire format, scripting, concurrency, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.openai_server import OpenAIServer, RecordedRequest, Reply, load_script_file
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAT = {"model": "whatever/any-name", "messages": [{"role": "user", "content": "two plus two"}]}
+
+
+def post(server_url: str, body: dict, **kwargs: object) -> httpx.Response:
+    return httpx.post(f"{server_url}/chat/completions", json=body, timeout=10, **kwargs)  # type: ignore[arg-type]
+
+
+def sse_events(response: httpx.Response) -> list[str]:
+    return [line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")]
+
+
+def test_plain_completion_echoes_the_model_and_counts_usage() -> None:
+    with OpenAIServer(Reply("four", reasoning_content="add")) as server:
+        body = post(server.url, CHAT).json()
+        assert server.url.startswith("http://127.0.0.1:") and server.url.endswith("/v1")
+    assert body["object"] == "chat.completion" and body["model"] == "whatever/any-name"
+    message = body["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("four", "add")
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def test_stream_is_sse_ending_with_done_and_usage_on_request() -> None:
+    reply = Reply("abcdefgh", tool_calls=[{"name": "f", "arguments": {"x": 1}}], usage={"prompt_tokens": 2})
+    with OpenAIServer(reply, chunk_size=3) as server:
+        response = post(server.url, {**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+        no_usage = post(server.url, {**CHAT, "stream": True})
+    assert response.headers["content-type"] == "text/event-stream"
+    events = sse_events(response)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert content == "abcdefgh"
+    calls = [d for c in chunks if c["choices"] for d in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert calls[0]["function"]["name"] == "f" and calls[0]["type"] == "function"
+    assert "".join(d["function"]["arguments"] for d in calls) == '{"x": 1}'
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 2
+    assert not any("usage" in json.loads(e) for e in sse_events(no_usage)[:-1])
+
+
+def test_error_status_has_openai_error_body_and_headers() -> None:
+    with OpenAIServer(Reply(status=429, headers={"Retry-After": "2"})) as server:
+        response = post(server.url, CHAT)
+    assert response.status_code == 429 and response.headers["retry-after"] == "2"
+    assert response.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_reply_list_repeats_the_last_by_default() -> None:
+    with OpenAIServer(["one", "two"]) as server:
+        got = [post(server.url, CHAT).json()["choices"][0]["message"]["content"] for _ in range(3)]
+        assert [r.number for r in server.requests] == [1, 2, 3]
+    assert got == ["one", "two", "two"]
+
+
+def test_exhausted_script_can_be_an_error() -> None:
+    with OpenAIServer(["one"], when_exhausted="error") as server:
+        post(server.url, CHAT)
+        response = post(server.url, CHAT)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("test server script exhausted")
+
+
+def test_callable_script_sees_the_recorded_request() -> None:
+    def echo(request: RecordedRequest) -> str:
+        return f"#{request.number}: {request['messages'][-1]['content']}"
+
+    with OpenAIServer(echo) as server:
+        body = post(server.url, CHAT).json()
+    assert body["choices"][0]["message"]["content"] == "#1: two plus two"
+
+
+def test_delay_does_not_block_other_requests() -> None:
+    with OpenAIServer(Reply("slow", delay=0.6)) as server:
+        started = time.monotonic()
+        threads = [threading.Thread(target=post, args=(server.url, CHAT)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+        assert server.request_count == 4
+    assert elapsed < 1.5
+
+
+def test_stop_is_prompt_even_with_a_pending_delay() -> None:
+    server = OpenAIServer(Reply("never", delay=30)).start()
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(post(server.url, CHAT))
+        except httpx.HTTPError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    while server.request_count == 0:
+        time.sleep(0.01)
+    started = time.monotonic()
+    server.stop()
+    thread.join(5)
+    assert time.monotonic() - started < 3
+    assert len(outcome) == 1 and isinstance(outcome[0], httpx.HTTPError)
+
+
+def test_models_route_and_api_key_check() -> None:
+    with OpenAIServer("ok", models=["a", "b"], api_key="secret") as server:
+        models = httpx.get(f"{server.url}/models", timeout=5).json()
+        refused = post(server.url, CHAT)
+        accepted = post(server.url, CHAT, headers={"Authorization": "Bearer secret"})
+    assert [m["id"] for m in models["data"]] == ["a", "b"]
+    assert refused.status_code == 401 and accepted.status_code == 200
+
+
+def test_script_file_by_prompt(tmp_path: Path) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(
+        json.dumps({"by_prompt": [{"match": "plus", "reply": {"content": "4"}}], "default": "no idea"})
+    )
+    script = load_script_file(path)
+    with OpenAIServer(script) as server:
+        hit = post(server.url, CHAT).json()["choices"][0]["message"]["content"]
+        miss = post(server.url, {**CHAT, "messages": [{"role": "user", "content": "hello"}]}).json()
+    assert (hit, miss["choices"][0]["message"]["content"]) == ("4", "no idea")
+
+
+def test_script_file_rejects_unknown_fields(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"contnet": "typo"}]))
+    with pytest.raises(ValueError, match="contnet"):
+        load_script_file(path)
+
+
+def test_standalone_process() -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.openai_server",
+            "--port",
+            "0",
+            "--latency",
+            "0.1",
+            "--reply",
+            "hi there",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        url = line.removeprefix("listening on ")
+        started = time.monotonic()
+        body = post(url, CHAT).json()
+        assert time.monotonic() - started >= 0.1
+        assert body["choices"][0]["message"]["content"] == "hi there"
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert process.returncode == 0
