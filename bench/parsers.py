@@ -13,6 +13,11 @@ characters, then an answer (Harmony adds a preamble and a tool call). It prints,
   on top of the per-chunk cost of the streaming interface itself.
 
 Chunks are cut before the clock starts; each figure is the best of several runs.
+
+The cost ratio has a floor that no parser behind this interface can go under in CPython: one
+chunk costs a few C-level ``str.find`` calls (about a millisecond per MB), while 4-character
+chunks cost 250,000 Python calls per MB, each returning a fresh delta (0.1 to 0.2 µs apiece even
+for ``none``). The ``vs_none`` ratio isolates what the parser itself adds to that.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ ROLE_NAMES = ("thinker", "actor")
 RoleName = Literal["thinker", "actor"]
 
 
-def _number(env: Mapping[str, str], name: str, default: float | None, *, minimum: float = 0.0) -> float | None:
+def _number(
+    env: Mapping[str, str], name: str, default: float | None, *, minimum: float = 0.0
+) -> float | None:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -47,7 +49,9 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     raw = env.get(name, "").strip() or default
     if not raw.startswith(tuple(f"{s}://" for s in schemes)):
         allowed = ", ".join(f"{s}://" for s in schemes)
-        raise ConfigurationError(f"{name}={raw!r} is not a supported URL: it must start with one of {allowed}")
+        raise ConfigurationError(
+            f"{name}={raw!r} is not a supported URL: it must start with one of {allowed}"
+        )
     return raw
 
 
@@ -130,7 +134,9 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and check the ``TANDEM_*`` variables; errors name the variable and the value."""
         env = os.environ if env is None else env
-        broker = _url(env, "TANDEM_BROKER_URL", DEFAULT_URL, ("redis", "rediss", "redis+socket", "amqp", "pyamqp"))
+        broker = _url(
+            env, "TANDEM_BROKER_URL", DEFAULT_URL, ("redis", "rediss", "redis+socket", "amqp", "pyamqp")
+        )
         redis_default = broker if broker.startswith(("redis", "rediss")) else DEFAULT_URL
         redis_url = _url(env, "TANDEM_REDIS_URL", redis_default, ("redis", "rediss", "unix"))
         backend = _url(env, "TANDEM_RESULT_BACKEND", redis_url, ("redis", "rediss", "redis+socket"))

@@ -7,14 +7,16 @@ whatever a string or a payload holds can never end a block early.
 What it accepts beyond strict JSON (the repairs never touch the inside of a string):
 
 - payload wrappers: ``__PAYLOAD_START__`` ... ``__PAYLOAD_END__`` in place of a value, bare or wrapped
-  in double quotes, hold raw text taken verbatim (see ``read_payload`` for the trimmed newlines);
+  in double quotes, hold raw text taken verbatim (see ``read_payload`` for the trimmed newlines); a
+  quoted start marker with no end marker after it is an ordinary string;
 - raw control characters (newlines, tabs) inside strings, read as if escaped;
 - an unknown escape such as ``\\d`` inside a string, kept as written (backslash included);
 - outside strings: trailing commas before ``}`` or ``]``, Python's ``True``/``False``/``None``,
   ``//`` and ``/* */`` comments, and ``\\r``, no-break space and BOM as white space.
 
 Everything else raises ``JsonReadError`` with the index of the fault and a reason written for the model.
-Every search runs forward through ``Finder``, so reading stays linear in the text even for hostile input.
+Searches run forward through a shared ``Finder`` that remembers its answers, so many reads over one
+text (one per block) do not each rescan the rest of it.
 """
 
 from __future__ import annotations
@@ -249,11 +251,16 @@ class JsonReader:
     def read_string(self, start: int, *, payload_allowed: bool) -> tuple[str, int]:
         """Read the double-quoted string at ``start``; return its value and the index after it.
 
-        With ``payload_allowed``, a string that opens with ``__PAYLOAD_START__`` is a quoted payload:
-        it ends at ``__PAYLOAD_END__``, and one ``"`` right after that marker is consumed.
+        With ``payload_allowed``, a string that opens with ``__PAYLOAD_START__`` is a quoted payload
+        when a ``__PAYLOAD_END__`` follows: it ends at that marker, and one ``"`` right after the
+        marker is consumed. Without an end marker it is an ordinary string.
         """
         text = self.text
-        if payload_allowed and text.startswith(PAYLOAD_START, start + 1):
+        if (
+            payload_allowed
+            and text.startswith(PAYLOAD_START, start + 1)
+            and self._find(PAYLOAD_END, start + 1 + len(PAYLOAD_START)) >= 0
+        ):
             value, end = self.read_payload(start + 1, start + 1 + len(PAYLOAD_START))
             if text.startswith('"', end):
                 end += 1

@@ -19,8 +19,7 @@ from reasoner.testing import ScriptedModelService
 from toolkit.tool import Tool
 
 DEMO_GOAL = (
-    "How many words are in 'tandem runs reasoning jobs on celery workers', "
-    "and what is that number times 12?"
+    "How many words are in 'tandem runs reasoning jobs on celery workers', and what is that number times 12?"
 )
 DEMO_MODEL_NAME = "tandem-demo (offline)"
 
@@ -46,9 +45,9 @@ def _evaluate(node: ast.AST) -> float | int:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise ValueError("exponents above 64 are not allowed")
-        return _OPS[type(node.op)](left, right)  # type: ignore[no-any-return]
+        return _OPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_evaluate(node.operand))  # type: ignore[no-any-return]
+        return _OPS[type(node.op)](_evaluate(node.operand))
     raise ValueError(f"unsupported element {ast.dump(node)[:40]!r}: use numbers and + - * / // % **")
 
 
@@ -82,7 +81,8 @@ _QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _FOLLOW_OP = re.compile(r"\b(times|multiplied by|plus|minus|divided by)\s+(-?\d+(?:\.\d+)?)", re.I)
 _EXPRESSION = re.compile(r"[\(\d][\d\s.+\-*/()%]*[\d)]")
 _RESULT = re.compile(
-    r"<function_call_result>\s*call \d+: (\w+)\((.*?)\)\s*status: (\w+).*?output:\n(.*?)\n</function_call_result>",
+    r"<function_call_result>\s*call \d+: (\w+)\((.*?)\)\s*status: (\w+)"
+    r".*?output:\n(.*?)\n</function_call_result>",
     re.S,
 )
 _SYMBOL = {"times": "*", "multiplied by": "*", "plus": "+", "minus": "-", "divided by": "/"}
@@ -164,7 +164,8 @@ def _actor_reply(sys_prompt: str, messages: list[ChatMessage]) -> str:
     data = json.loads(given.group(1)) if given else {}
     if "TASK_DONE" in last:
         facts = data.get("facts") or _plan(_goal(messages), _results(messages))[1]
-        return f"<shallow_thinking>The Thinker says we are done.</shallow_thinking>\n{_deliverable(_goal(messages), facts)}"
+        done = "<shallow_thinking>The Thinker says we are done.</shallow_thinking>"
+        return f"{done}\n{_deliverable(_goal(messages), facts)}"
     if "tool" in data:
         return f"<shallow_thinking>I will call {data['tool']}.</shallow_thinking>\n{_call_block(data)}"
     return "<shallow_thinking>No tool is needed.</shallow_thinking>\n<action>Nothing to do.</action>"

@@ -76,6 +76,7 @@ _BOUNDARY = re.compile(
     r"</function_call>|<(?:function_call|think|deep_thinking|shallow_thinking)>|" + re.escape(PAYLOAD_START)
 )
 _FENCE = re.compile(r"```[A-Za-z0-9_.+-]*")
+_WHITE = re.compile(r"\s*")
 _SHAPE = '{"name": "tool_name", "call_objective": "why you call it", "args": {"arg": "value"}}'
 _ARGS_ALIASES = ("arguments", "parameters", "params")
 _EMPTY = f"the block is empty: write one JSON object in it, such as {_SHAPE}"
@@ -161,9 +162,10 @@ def _read_block(text: str, open_at: int, reader: JsonReader) -> _Segment:
             message += f"; the block is also not closed with {_CLOSE}"
         return _failed(open_at, inner_start, inner_end, end, closed, message, text)
 
-    pos = reader.skip_space(pos)
+    # Only white space may follow the value (no comments: one could hide the closing tag).
+    pos = _skip_white(text, pos)
     if text.startswith("```", pos):
-        pos = reader.skip_space(pos + 3)
+        pos = _skip_white(text, pos + 3)
     if text.startswith(_CLOSE, pos):
         call = _to_call(value, text[inner_start:pos])
         return _Segment("call", open_at, pos + len(_CLOSE), inner_start, pos, True, call=call)
@@ -175,7 +177,15 @@ def _read_block(text: str, open_at: int, reader: JsonReader) -> _Segment:
         )
     else:
         message = f"the block is not closed: write {_CLOSE} right after the JSON object"
-    return _failed(open_at, inner_start, inner_end, end, closed, message, text)
+    read = _to_call(value, "")
+    return _failed(
+        open_at, inner_start, inner_end, end, closed, message, text, read.name, read.call_objective
+    )
+
+
+def _skip_white(text: str, pos: int) -> int:
+    match = _WHITE.match(text, pos)
+    return match.end() if match else pos
 
 
 def _read_json(reader: JsonReader, inner_start: int) -> tuple[Any, int]:
@@ -225,9 +235,18 @@ def _cut(text: str, origin: int, finder: Finder) -> tuple[int, int, bool]:
 
 
 def _failed(
-    open_at: int, inner_start: int, inner_end: int, end: int, closed: bool, message: str, text: str
+    open_at: int,
+    inner_start: int,
+    inner_end: int,
+    end: int,
+    closed: bool,
+    message: str,
+    text: str,
+    name: str = "",
+    objective: str = "",
 ) -> _Segment:
-    call = ParsedFunctionCall(name="", error=message, raw=text[inner_start:inner_end])
+    raw = text[inner_start:inner_end]
+    call = ParsedFunctionCall(name=name, call_objective=objective, error=message, raw=raw)
     return _Segment("call", open_at, end, inner_start, inner_end, closed, call=call)
 
 

@@ -15,11 +15,13 @@ Contracts:
   Other failures (400, 401, 403, 404, 422, context window exceeded) raise ``ModelCallError``
   at once. Messages name the model, the host, the HTTP status, the provider's words and what to
   do; they never hold the API key.
-* **Reasoning.** A reasoning field returned by the host (``reasoning_content``; LiteLLM maps
-  vLLM's newer ``reasoning`` field onto it) is the reasoning and the content is kept as sent.
-  Otherwise the configured parser (default ``"think"``) splits the content. ``thinking`` is
-  passed to the host as ``chat_template_kwargs`` (``enable_thinking`` and ``thinking``) and to
-  the parser.
+* **Reasoning.** A reasoning field returned by the host (``reasoning_content``, or vLLM's newer
+  ``reasoning``) is the reasoning and the content is kept as sent. Otherwise the configured
+  parser (default ``"think"``) splits the content. ``thinking`` is passed to the host as
+  ``chat_template_kwargs`` (``enable_thinking`` and ``thinking``) and to the parser. LiteLLM
+  splits a leading ``<think>`` block off a non-streamed reply by itself; the host's raw body is
+  read instead, so the parser alone decides (``"none"`` keeps the tags). In a stream, reasoning
+  deltas from the host switch the content to pass-through only if they come before any content.
 * **Streaming** (``stream=True``) gives the same ``ModelMessage`` as a plain call; ``on_delta``
   receives ``(reasoning, content)`` pieces whose concatenation is the final ``reasoning`` and
   ``content``. With ``stream=False`` it is called once with the whole reply. A stream that
@@ -39,9 +41,11 @@ LiteLLM is imported on first use, not with this module: workers and the CLI impo
 
 from __future__ import annotations
 
+import ast
 import email.utils
 import json
 import logging
+import os
 import random
 import re
 import threading
@@ -53,9 +57,9 @@ from typing import TYPE_CHECKING, Any
 
 from reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
-from reasoner.model_service import ChatMessage, DeltaListener
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
+    from reasoner.model_service import ChatMessage, DeltaListener
     from reasoner.parsing.base import ReasoningParser
     from reasoner.tool_runner import ToolRunner
     from toolkit.context import ToolCallContext
@@ -75,6 +79,9 @@ def _import_litellm() -> ModuleType:
     if _litellm is None:
         with _litellm_lock:
             if _litellm is None:
+                # LiteLLM fetches its model price list from the internet on import (with retries
+                # and sleeps) unless told to use the copy it ships; a worker must not wait on that.
+                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
                 import litellm
 
                 litellm.suppress_debug_info = True
@@ -84,7 +91,10 @@ def _import_litellm() -> ModuleType:
 
 # -- errors ------------------------------------------------------------------------------
 
-_PROVIDER_PREFIX = re.compile(r"^\s*(?:litellm\.\w+:\s*|\w+Error:\s*|[\w.\-]+Exception\s*-\s*)")
+_PROVIDER_PREFIX = re.compile(
+    r"^\s*(?:litellm\.\w+:\s*|\w+(?: Error)?:\s*|\w+Error\s+-\s*|[\w.\-]+Exception\s*-\s*)"
+)
+_ERROR_CODE = re.compile(r"Error code: \d+ - (.*)$", re.DOTALL)
 _TRANSIENT_STATUSES = frozenset({408, 429})
 
 
@@ -167,16 +177,24 @@ def _provider_message(exc: BaseException) -> str:
     if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
         return str(body["message"])
     text = str(getattr(exc, "message", "") or exc)
-    for _ in range(4):
+    if "Error_str: " in text:  # LiteLLM's time-out wording repeats the SDK's message after this
+        text = text.split("Error_str: ", 1)[1]
+    for _ in range(5):
         stripped = _PROVIDER_PREFIX.sub("", text, count=1)
         if stripped == text:
             break
         text = stripped
     text = text.strip()
+    coded = _ERROR_CODE.search(text)  # the OpenAI SDK's "Error code: 408 - {...}" (a Python repr)
+    candidate = coded.group(1) if coded else text
+    data: Any = None
     try:
-        data = json.loads(text)
+        data = json.loads(candidate)
     except ValueError:
-        return text
+        try:
+            data = ast.literal_eval(candidate) if candidate.startswith("{") else None
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            data = None
     if isinstance(data, dict):
         error = data.get("error", data)
         if isinstance(error, dict) and error.get("message"):
@@ -712,15 +730,15 @@ class LiteLlmModelService:
 
     def _advice(self, kind: str, status: int | None, exc: BaseException) -> str:
         setting = f"TANDEM_{self.role.upper()}" if self.role else "TANDEM_<ROLE>"
-        if kind == "timeout":
+        if kind == "timeout" or status == 408:
             return (
                 f"no answer within {self.timeout:g}s: raise {setting}_TIMEOUT (timeout=) "
                 "or check how loaded the host is"
             )
         if kind == "connection":
             return (
-                f"could not reach the host: check that it is running and that {setting}_API_BASE "
-                "(api_base=) is right"
+                "the connection failed or broke: check that the host is running and reachable and "
+                f"that {setting}_API_BASE (api_base=) is right"
             )
         if type(exc).__name__ == "ContextWindowExceededError":
             return (
@@ -733,8 +751,8 @@ class LiteLlmModelService:
             return f"the API key may not use this model: check the key's permissions and {setting}_MODEL"
         if status == 404:
             return (
-                f"check the model name ({setting}_MODEL, without a wrong provider prefix) and "
-                f"{setting}_API_BASE; GET <api_base>/models lists what the host serves"
+                f"check the model name ({setting}_MODEL: after the provider prefix comes a model the "
+                f"host serves) and {setting}_API_BASE; GET <api_base>/models lists the host's models"
             )
         if status == 429:
             return (
@@ -744,6 +762,10 @@ class LiteLlmModelService:
             return (
                 "the host refused the request: check the parameters this model accepts "
                 f"({setting}_TEMPERATURE, {setting}_MAX_TOKENS, tools, extra_body)"
+            )
+        if status == 504:
+            return (
+                "a gateway in front of the model timed out: check the host's load and the gateway's timeout"
             )
         if status is not None and status >= 500:
             return "the host failed: check its logs and health"
@@ -770,7 +792,7 @@ class LiteLlmModelService:
             "timeout": "timed out",
             "connection": "connection failed",
         }.get(kind, f"HTTP {status}" if status is not None else type(exc).__name__)
-        said = _provider_message(exc)
+        said = _provider_message(exc).rstrip(". ")
         if len(said) > 600:
             said = said[:600] + "…"
         message = f"model {self.model!r} at {self.host}: {what}: {said or '(no message)'}"

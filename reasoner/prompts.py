@@ -97,9 +97,7 @@ def thinker_prompt(tools: Sequence[Tool]) -> str:
     return THINKER_PROMPT.format(task_done=TASK_DONE, tools=_tool_list(tools))
 
 
-def actor_prompt(
-    tools: Sequence[Tool], actions: Sequence[Action] = (), graph: object | None = None
-) -> str:
+def actor_prompt(tools: Sequence[Tool], actions: Sequence[Action] = (), graph: object | None = None) -> str:
     """The Actor's system prompt, with the recommended tools and actions."""
     return ACTOR_PROMPT.format(
         task_done=TASK_DONE,
@@ -109,9 +107,7 @@ def actor_prompt(
     )
 
 
-def mono_prompt(
-    tools: Sequence[Tool], actions: Sequence[Action] = (), graph: object | None = None
-) -> str:
+def mono_prompt(tools: Sequence[Tool], actions: Sequence[Action] = (), graph: object | None = None) -> str:
     """The single model's system prompt (mono reasoner)."""
     return MONO_PROMPT.format(
         task_done=TASK_DONE,
@@ -132,7 +128,9 @@ def task_text(goal: str, context: str) -> str:
 def round_note(round_no: int, max_rounds: int, role: str) -> str:
     """What every turn tells a model about the budget; the last round asks for the deliverable."""
     left = max_rounds - round_no - 1
-    note = f"[Round {round_no + 1} of {max_rounds}; {left} round{'s' if left != 1 else ''} left after this one.]"
+    note = (
+        f"[Round {round_no + 1} of {max_rounds}; {left} round{'s' if left != 1 else ''} left after this one.]"
+    )
     if left == 0:
         if role == "thinker":
             note += f" This is the last round: write {TASK_DONE} and tell the Actor what to deliver."

@@ -80,16 +80,16 @@ def thinker_view(task: Task, history: Sequence[ModelMessage], round_no: int) -> 
         if m.role == "thinker":
             chat.append({"role": "assistant", "content": m.content})
         elif m.role == "actor":
-            chat.append({"role": "user", "content": f"The Actor replied:\n{strip_thinking(m.content).strip()}"})
+            chat.append(
+                {"role": "user", "content": f"The Actor replied:\n{strip_thinking(m.content).strip()}"}
+            )
         else:
             chat.append({"role": "user", "content": m.content})
     chat.append({"role": "user", "content": round_note(round_no, task.max_rounds, "thinker")})
     return _merge(chat)
 
 
-def actor_view(
-    task: Task, history: Sequence[ModelMessage], round_no: int, mode: Mode
-) -> list[ChatMessage]:
+def actor_view(task: Task, history: Sequence[ModelMessage], round_no: int, mode: Mode) -> list[ChatMessage]:
     """The conversation as the Actor (or the mono model) sees it before its turn in ``round_no``."""
     chat: list[ChatMessage] = [{"role": "user", "content": task_text(task.goal, task.context)}]
     for m in history:
@@ -201,13 +201,19 @@ def native_to_call(call: NativeToolCall) -> ParsedFunctionCall:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         return ParsedFunctionCall(
-            name=call.name, call_objective="", args={}, raw=call.arguments,
+            name=call.name,
+            call_objective="",
+            args={},
+            raw=call.arguments,
             error=f"the arguments of {call.name!r} are not valid JSON ({exc.msg} at position {exc.pos}); "
             "send a JSON object",
         )
     if not isinstance(args, dict):
         return ParsedFunctionCall(
-            name=call.name, call_objective="", args={}, raw=call.arguments,
+            name=call.name,
+            call_objective="",
+            args={},
+            raw=call.arguments,
             error=f"the arguments of {call.name!r} must be a JSON object, got {type(args).__name__}",
         )
     return ParsedFunctionCall(name=call.name, call_objective="", args=args, raw=call.arguments)

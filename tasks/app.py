@@ -18,5 +18,5 @@ def create_app(settings: Settings) -> Celery:
 settings = Settings.from_env()
 app = create_app(settings)
 
-import tasks.turns  # noqa: E402,F401  (registers the tasks on ``app``)
+import tasks.turns  # noqa: E402  (registers the tasks on ``app``)
 import tasks.worker_signals  # noqa: E402,F401  (starts the lease watchdog in workers)

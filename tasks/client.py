@@ -40,10 +40,16 @@ class JobHandle:
             if found is not None:
                 return found
             celery_result = self._app.AsyncResult(self.id)
-            if celery_result.ready() and isinstance(celery_result.result, dict) and "status" in celery_result.result:
+            if (
+                celery_result.ready()
+                and isinstance(celery_result.result, dict)
+                and "status" in celery_result.result
+            ):
                 return JobResult.model_validate(celery_result.result)
             if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(f"job {self.id} has not ended after {timeout:g} s (state: {self.status().state})")
+                raise JobTimeout(
+                    f"job {self.id} has not ended after {timeout:g} s (state: {self.status().state})"
+                )
             time.sleep(poll)
 
     def events(self, *, timeout: float | None = None) -> Iterator[dict[str, Any]]:
@@ -68,7 +74,9 @@ class JobHandle:
             self._app.backend.store_result(self.id, result, "SUCCESS")
 
 
-def submit(spec: JobSpec | dict[str, Any], *, app: Celery | None = None, store: JobStore | None = None) -> JobHandle:
+def submit(
+    spec: JobSpec | dict[str, Any], *, app: Celery | None = None, store: JobStore | None = None
+) -> JobHandle:
     """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``ConfigurationError``
     naming the field, and nothing is enqueued."""
     job_spec = validate_spec(spec)

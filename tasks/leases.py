@@ -108,8 +108,14 @@ class StepLease:
             try:
                 expiry = server_time(self.redis) + self.seconds
                 held = self.redis.eval(
-                    _RENEW, 2, self.keys.lease(self.step_id), self.keys.leases,
-                    self.token, int(self.seconds * 1000), self.step_id, expiry,
+                    _RENEW,
+                    2,
+                    self.keys.lease(self.step_id),
+                    self.keys.leases,
+                    self.token,
+                    int(self.seconds * 1000),
+                    self.step_id,
+                    expiry,
                 )
                 if not held:
                     log.warning("lease on %s was lost; another worker may take the step over", self.step_id)
@@ -123,8 +129,14 @@ class StepLease:
         if self._thread is not None:
             self._thread.join(timeout=2)
         self.redis.eval(
-            _RELEASE, 4, self.keys.lease(self.step_id), self.keys.leases, self.keys.dispatch,
-            self.keys.takeovers, self.token, self.step_id,
+            _RELEASE,
+            4,
+            self.keys.lease(self.step_id),
+            self.keys.leases,
+            self.keys.dispatch,
+            self.keys.takeovers,
+            self.token,
+            self.step_id,
         )
 
     def __enter__(self) -> StepLease:
@@ -167,9 +179,11 @@ class Watchdog:
         for raw in self.redis.zrangebyscore(self.keys.leases, "-inf", now):
             step_id = raw.decode() if isinstance(raw, bytes) else str(raw)
             # Hold the entry for two lease periods so the re-sent step can start before it expires.
-            attempt = int(self.redis.eval(
-                _CLAIM, 2, self.keys.leases, self.keys.takeovers, step_id, now, now + 2 * self.seconds
-            ))
+            attempt = int(
+                self.redis.eval(
+                    _CLAIM, 2, self.keys.leases, self.keys.takeovers, step_id, now, now + 2 * self.seconds
+                )
+            )
             if not attempt:
                 continue
             raw_dispatch = self.redis.hget(self.keys.dispatch, step_id)
@@ -182,7 +196,9 @@ class Watchdog:
                 self.redis.zrem(self.keys.leases, step_id)
                 self.give_up(step_id, dispatch)
                 continue
-            log.warning("lease on step %s ran out (worker gone?): sending it again (takeover %d)", step_id, attempt)
+            log.warning(
+                "lease on step %s ran out (worker gone?): sending it again (takeover %d)", step_id, attempt
+            )
             self.send(dispatch)
             sent += 1
         return sent

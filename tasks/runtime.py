@@ -72,7 +72,8 @@ class Runtime:
 
             log.warning(
                 "no model configured for the %s role (TANDEM_%s_MODEL): using the offline demo model",
-                role, role.upper(),
+                role,
+                role.upper(),
             )
             return demo_model(role if mode == "dual" else "mono")
         from reasoner.litellm_service import LiteLlmModelService
@@ -86,6 +87,7 @@ class Runtime:
             temperature=conf.temperature,
             max_tokens=conf.max_tokens,
             timeout=conf.timeout,
+            role=role,
         )
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:

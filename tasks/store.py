@@ -128,7 +128,11 @@ class JobStore:
         """Append an event to the job's stream (capped near 10,000 entries)."""
         self.redis.xadd(
             self.key(job_id, "events"),
-            {"type": kind, "data": json.dumps(data, ensure_ascii=False, default=str), "at": f"{time.time():.3f}"},
+            {
+                "type": kind,
+                "data": json.dumps(data, ensure_ascii=False, default=str),
+                "at": f"{time.time():.3f}",
+            },
             maxlen=10000,
             approximate=True,
         )
@@ -148,7 +152,9 @@ class JobStore:
                 for entry_id, fields in entries:
                     last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
                     decoded = {
-                        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                        (k.decode() if isinstance(k, bytes) else k): (
+                            v.decode() if isinstance(v, bytes) else v
+                        )
                         for k, v in fields.items()
                     }
                     event = {
@@ -162,6 +168,9 @@ class JobStore:
                         return
             if not batch:
                 status = self.status(job_id)
-                if status is None or (status.state in FINAL_STATES and self.result(job_id) is not None
-                                      and not self.redis.exists(key)):
+                if status is None or (
+                    status.state in FINAL_STATES
+                    and self.result(job_id) is not None
+                    and not self.redis.exists(key)
+                ):
                     return

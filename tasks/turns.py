@@ -47,7 +47,11 @@ def _dispatch(task: CeleryTask, args: tuple[Any, ...]) -> dict[str, Any]:
         "parent_id": req.parent_id,
         "replaced_task_nesting": req.get("replaced_task_nesting", 0),
     }
-    return {"name": task.name, "args": list(args), "options": {k: v for k, v in options.items() if v is not None}}
+    return {
+        "name": task.name,
+        "args": list(args),
+        "options": {k: v for k, v in options.items() if v is not None},
+    }
 
 
 @contextmanager
@@ -57,7 +61,9 @@ def _step(task: CeleryTask, job_id: str, step_id: str, args: tuple[Any, ...]) ->
     rt = get_runtime()
     if rt.store.result(job_id) is not None or rt.store.done(job_id, step_id) is not None:
         raise Ignore()
-    lease = StepLease(rt.redis, rt.lease_keys, f"{job_id}:{step_id}", rt.settings.lease_seconds, _dispatch(task, args))
+    lease = StepLease(
+        rt.redis, rt.lease_keys, f"{job_id}:{step_id}", rt.settings.lease_seconds, _dispatch(task, args)
+    )
     if not lease.acquire():
         raise Ignore()
     with lease:
@@ -145,7 +151,7 @@ def thinker_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
     step_id = f"{round_no}:thinker"
     with _step(self, job_id, step_id, (job_id, round_no)):
         rt = get_runtime()
-        spec, task = _load(job_id)
+        _, task = _load(job_id)
         if rt.store.cancel_requested(job_id):
             return finish(job_id, "cancelled")
         hooks = EventHooks(rt.store, job_id)
@@ -217,7 +223,11 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int) -> dict[s
         return _cancelled_call(index)
     step_id = f"{round_no}:tool:{index}"
     lease = StepLease(
-        rt.redis, rt.lease_keys, f"{job_id}:{step_id}", rt.settings.lease_seconds, _dispatch(self, (job_id, round_no, index))
+        rt.redis,
+        rt.lease_keys,
+        f"{job_id}:{step_id}",
+        rt.settings.lease_seconds,
+        _dispatch(self, (job_id, round_no, index)),
     )
     if not lease.acquire():
         raise Ignore()  # a live worker runs this call and will report it to the chord
@@ -262,7 +272,9 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, count: int) -> A
         results = rt.store.tool_results(job_id, round_no, count)
         missing = [i for i, r in enumerate(results, start=1) if r is None]
         if missing:
-            return finish(job_id, "failed", f"tool results of round {round_no} are missing for calls {missing}")
+            return finish(
+                job_id, "failed", f"tool results of round {round_no} are missing for calls {missing}"
+            )
         found = [r for r in results if r is not None]
         stored = steps.apply_tool_results(rt.store.memory(job_id), round_no, found)
         if spec.reasoner == "react":  # a return_direct result ends the job; the budget counts steps

@@ -19,11 +19,13 @@ import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
-import mcp_types
-from mcp import Client, StdioServerParameters
+
+if TYPE_CHECKING:  # the SDK takes ~0.7 s to import: loaded on first use, not by every worker
+    import mcp_types
+    from mcp import Client
 
 from toolkit.errors import McpCallError, McpToolError, ToolkitError
 from toolkit.group import ToolGroup
@@ -80,6 +82,8 @@ def result_text(result: mcp_types.CallToolResult) -> str:
     Embedded text resources count as text; images, audio and binary resources are named in a
     placeholder, since the model reading the result gets text only.
     """
+    import mcp_types
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, mcp_types.TextContent):
@@ -166,6 +170,8 @@ class McpToolGroup(ToolGroup):
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Client]:
         """An open ``mcp.Client`` to the server, closed (and a stdio server stopped) on exit."""
+        from mcp import Client, StdioServerParameters
+
         if self.transport == "stdio":
             assert self.command is not None
             params = StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd)

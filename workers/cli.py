@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -20,8 +19,13 @@ def _parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="start a worker for a role's queue")
     w.add_argument("role", choices=ROLES)
     w.add_argument("--concurrency", "-c", type=int, default=None, help="threads or processes (default 4)")
-    w.add_argument("--pool", "-P", choices=("threads", "prefork", "solo"), default="threads",
-                   help="threads (default: model and tool calls wait on I/O) or prefork")
+    w.add_argument(
+        "--pool",
+        "-P",
+        choices=("threads", "prefork", "solo"),
+        default="threads",
+        help="threads (default: model and tool calls wait on I/O) or prefork",
+    )
     w.add_argument("--no-intake", action="store_true", help="do not consume the intake queue (tandem.infer)")
     w.add_argument("--loglevel", "-l", default="INFO")
     w.add_argument("--hostname", "-n", default=None)
@@ -29,8 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="submit a job and show it live")
     r.add_argument("goal")
     _job_options(r)
-    r.add_argument("--embedded", action="store_true",
-                   help="start Redis (if none answers) and one worker per role for this run")
+    r.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start Redis (if none answers) and one worker per role for this run",
+    )
 
     d = sub.add_parser("demo", help="run the offline demo job through the whole distributed pipeline")
     d.add_argument("goal", nargs="?", default=None)
@@ -61,7 +68,10 @@ def _job_options(p: argparse.ArgumentParser) -> None:
 
 def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
     spec: dict[str, object] = {
-        "goal": goal, "context": args.context, "reasoner": args.reasoner, "max_rounds": args.max_rounds,
+        "goal": goal,
+        "context": args.context,
+        "reasoner": args.reasoner,
+        "max_rounds": args.max_rounds,
         "actions": [a for a in args.actions.split(",") if a],
     }
     if args.tools is not None:
@@ -76,9 +86,20 @@ def _worker(args: argparse.Namespace) -> int:
     if not args.no_intake:
         queues.append(settings.intake_queue)
     argv = [
-        "worker", "--queues", ",".join(queues), "--pool", args.pool,
-        "--concurrency", str(args.concurrency or 4), "--loglevel", args.loglevel, "--task-events",
-        "--hostname", args.hostname or f"{args.role}@%h",
+        "worker",
+        "--queues",
+        ",".join(queues),
+        "--pool",
+        args.pool,
+        "--concurrency",
+        str(args.concurrency or 4),
+        "--loglevel",
+        args.loglevel,
+        "--task-events",
+        "--without-mingle",
+        "--without-gossip",
+        "--hostname",
+        args.hostname or f"{args.role}@%h",
     ]
     if args.pool == "solo":
         argv.remove("--concurrency")
@@ -105,7 +126,11 @@ def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
 
     requested = os.environ.get("TANDEM_BROKER_URL")
     with EmbeddedRuntime(requested) as runtime:
-        where = "the Redis at TANDEM_BROKER_URL" if runtime.redis is None else f"an embedded Redis ({runtime.url})"
+        where = (
+            "the Redis at TANDEM_BROKER_URL"
+            if runtime.redis is None
+            else f"an embedded Redis ({runtime.url})"
+        )
         print(f"tandem: using {where}; starting one worker per role (thinker, actor, tools)…", flush=True)
         for var in ("TANDEM_BROKER_URL", "TANDEM_RESULT_BACKEND", "TANDEM_REDIS_URL"):
             os.environ[var] = runtime.url
@@ -113,8 +138,11 @@ def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
 
         for role in ("thinker", "actor"):
             if settings.role(role).is_demo:
-                print(f"tandem: no model configured for the {role} (TANDEM_{role.upper()}_MODEL): "
-                      "using the built-in offline demo model", flush=True)
+                print(
+                    f"tandem: no model configured for the {role} (TANDEM_{role.upper()}_MODEL): "
+                    "using the built-in offline demo model",
+                    flush=True,
+                )
         assert runtime.workers is not None
         took = runtime.workers.wait_ready(app)
         print(f"tandem: workers ready in {took:.1f} s", flush=True)
@@ -150,8 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"job {args.job_id}: cancellation requested")
             return 0
         if args.command == "flower":
-            cmd = [sys.executable, "-m", "celery", "-A", "tasks.app", "flower",
-                   f"--port={args.port}", f"--address={args.address}"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tasks.app",
+                "flower",
+                f"--port={args.port}",
+                f"--address={args.address}",
+            ]
             if args.basic_auth:
                 cmd.append(f"--basic-auth={args.basic_auth}")
             os.execv(sys.executable, cmd)

@@ -41,7 +41,14 @@ def render_event(event: dict[str, Any]) -> str:
             action = extract_tag(content, "action")
             deliverable = extract_tag(content, "deliverable")
             if action:
-                lines.append(_indent("action: " + _short(re.sub(r"<function_call>.*?</function_call>", "[tool call]", action, flags=re.S))))
+                lines.append(
+                    _indent(
+                        "action: "
+                        + _short(
+                            re.sub(r"<function_call>.*?</function_call>", "[tool call]", action, flags=re.S)
+                        )
+                    )
+                )
             if deliverable is not None:
                 lines.append(_indent("(deliverable written)"))
             if not action and deliverable is None:

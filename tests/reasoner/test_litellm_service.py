@@ -515,3 +515,17 @@ def test_litellm_own_think_split_does_not_override_the_parser(
         service, _ = make(server, stream=stream, reasoning_parser=parser)
         message = service.generate("", USER)
     assert (message.reasoning, message.content) == expected
+
+
+def test_hosted_vllm_prefix_retries_and_reads_reasoning() -> None:
+    script = [
+        Reply(status=429, headers={"Retry-After": "2"}),
+        Reply("Four.", reasoning_content="2 + 2", reasoning_field="reasoning"),
+    ]
+    with OpenAIServer(script) as server:
+        service, sleeps = make(server, model="hosted_vllm/Qwen3-32B", thinking=False)
+        message = service.generate("", USER)
+        assert server.requests[-1]["model"] == "Qwen3-32B"
+        assert server.requests[-1]["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False}
+    assert sleeps == [2.0]
+    assert (message.reasoning, message.content, message.model) == ("2 + 2", "Four.", "hosted_vllm/Qwen3-32B")
