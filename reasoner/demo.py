@@ -173,9 +173,16 @@ def _actor_reply(sys_prompt: str, messages: list[ChatMessage]) -> str:
 
 def _mono_reply(sys_prompt: str, messages: list[ChatMessage]) -> str:
     goal = _goal(messages)
-    step, facts = _plan(goal, _results(messages))
+    results = _results(messages)
+    step, facts = _plan(goal, results)
     if step is not None:
         return f"<deep_thinking>I still need {step['tool']}.</deep_thinking>\n{_call_block(step)}"
+    if not facts and not any(r[1] == "failed" for r in results):
+        # Mono jobs use the Actor role's model settings: that is the variable to set.
+        facts.append(
+            "the offline demo model can only count words in quoted text and do arithmetic; "
+            "configure a real model with TANDEM_ACTOR_MODEL"
+        )
     return f"<deep_thinking>I know enough.</deep_thinking>\nTASK_DONE\n{_deliverable(goal, facts)}"
 
 

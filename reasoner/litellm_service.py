@@ -41,13 +41,10 @@ LiteLLM is imported on first use, not with this module: workers and the CLI impo
 
 from __future__ import annotations
 
-import ast
-import email.utils
 import json
 import logging
 import os
 import random
-import re
 import threading
 import time
 import uuid
@@ -56,6 +53,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
+from reasoner.litellm_errors import (
+    TRANSIENT_STATUSES,
+    failure_kind,
+    parse_retry_after,
+    provider_message,
+    response_headers,
+)
 from reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
 
 if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
@@ -65,7 +69,7 @@ if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and t
     from toolkit.context import ToolCallContext
     from toolkit.tool import Tool
 
-__all__ = ["LiteLlmModelService"]
+__all__ = ["LiteLlmModelService", "parse_retry_after"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,159 +91,6 @@ def _import_litellm() -> ModuleType:
                 litellm.suppress_debug_info = True
                 _litellm = litellm
     return _litellm
-
-
-# -- errors ------------------------------------------------------------------------------
-
-_PROVIDER_PREFIX = re.compile(
-    r"^\s*(?:litellm\.\w+:\s*|\w+(?: Error)?:\s*|\w+Error\s+-\s*|[\w.\-]+Exception\s*-\s*)"
-)
-_ERROR_CODE = re.compile(r"Error code: \d+ - (.*)$", re.DOTALL)
-_TRANSIENT_STATUSES = frozenset({408, 429})
-
-
-def _cause_chain(exc: BaseException) -> Iterable[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _failure_kind(exc: BaseException) -> str:
-    """``"timeout"``, ``"connection"`` or ``"http"``: what really happened under LiteLLM's class.
-
-    LiteLLM reports a refused connection as ``InternalServerError`` (status 500) and a client
-    time-out as ``Timeout`` (status 408); the exception chain still holds the ``httpx`` cause.
-    """
-    import httpx
-
-    for link in _cause_chain(exc):
-        if isinstance(link, httpx.TimeoutException | TimeoutError):
-            return "timeout"
-        if isinstance(link, httpx.TransportError | ConnectionError):
-            return "connection"
-        name = type(link).__name__
-        if name == "APITimeoutError" and getattr(link, "status_code", None) in (None, 408):
-            return "timeout"
-        if name == "APIConnectionError" and type(link).__module__.startswith("openai"):
-            return "connection"
-    return "http"
-
-
-def _response_headers(exc: BaseException) -> Mapping[str, str]:
-    """The HTTP headers of the failed response, lower-cased.
-
-    LiteLLM copies them to ``exc.litellm_response_headers`` (an ``httpx.Headers`` for
-    ``openai/`` models, a ``dict`` for ``hosted_vllm/``); ``exc.response.headers`` is often an
-    empty stand-in, so it is only the fallback.
-    """
-    for source in (
-        getattr(exc, "litellm_response_headers", None),
-        getattr(getattr(exc, "response", None), "headers", None),
-    ):
-        if source:
-            try:
-                return {str(k).lower(): str(v) for k, v in dict(source).items()}
-            except (TypeError, ValueError):
-                continue
-    return {}
-
-
-def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _provider_message(exc: BaseException) -> str:
-    """The provider's own words, without LiteLLM's class-name prefixes or a JSON wrapper."""
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
-        return str(body["message"])
-    text = str(getattr(exc, "message", "") or exc)
-    if "Error_str: " in text:  # LiteLLM's time-out wording repeats the SDK's message after this
-        text = text.split("Error_str: ", 1)[1]
-    for _ in range(5):
-        stripped = _PROVIDER_PREFIX.sub("", text, count=1)
-        if stripped == text:
-            break
-        text = stripped
-    text = text.strip()
-    coded = _ERROR_CODE.search(text)  # the OpenAI SDK's "Error code: 408 - {...}" (a Python repr)
-    candidate = coded.group(1) if coded else text
-    data: Any = None
-    try:
-        data = json.loads(candidate)
-    except ValueError:
-        try:
-            data = ast.literal_eval(candidate) if candidate.startswith("{") else None
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            data = None
-    if isinstance(data, dict):
-        error = data.get("error", data)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-    return text
-
-
-# -- <function_call> blocks in reasoning --------------------------------------------------
-
-_CALL_OPEN = "<function_call>"
-_CALL_CLOSE = "</function_call>"
-_PAYLOAD_START = "__PAYLOAD_START__"
-_PAYLOAD_END = "__PAYLOAD_END__"
-
-
-def function_call_blocks(text: str) -> list[str]:
-    """The ``<function_call>…</function_call>`` blocks of ``text``, in order, tags included.
-
-    A payload (``__PAYLOAD_START__ … __PAYLOAD_END__``) is skipped while looking for the
-    closing tag, as the prompt-mode parser does. An unclosed block runs to the end of the text
-    (the prompt-mode parser then reports it to the model).
-    """
-    blocks: list[str] = []
-    pos = 0
-    while (start := text.find(_CALL_OPEN, pos)) != -1:
-        cursor = start + len(_CALL_OPEN)
-        while True:
-            close = text.find(_CALL_CLOSE, cursor)
-            payload = text.find(_PAYLOAD_START, cursor)
-            if payload != -1 and (close == -1 or payload < close):
-                end = text.find(_PAYLOAD_END, payload + len(_PAYLOAD_START))
-                if end == -1:
-                    close = -1
-                    break
-                cursor = end + len(_PAYLOAD_END)
-                continue
-            break
-        if close == -1:
-            blocks.append(text[start:])
-            break
-        pos = close + len(_CALL_CLOSE)
-        blocks.append(text[start:pos])
-    return blocks
 
 
 # -- the service --------------------------------------------------------------------------
@@ -504,7 +355,7 @@ class LiteLlmModelService:
                     self.host,
                     attempt + 1,
                     self.max_retries + 1,
-                    error.status_code or _failure_kind(exc),
+                    error.status_code or failure_kind(exc),
                     wait,
                 )
                 self.sleep(wait)
@@ -668,9 +519,13 @@ class LiteLlmModelService:
 
     def _calls_from_reasoning(self, reasoning: str, content: str) -> str:
         """The text to append to ``content``: reasoning's ``<function_call>`` blocks, if enabled."""
-        if not self.tool_calls_in_reasoning or _CALL_OPEN not in reasoning:
+        if not self.tool_calls_in_reasoning or "<function_call>" not in reasoning:
             return ""
-        blocks = function_call_blocks(reasoning)
+        from reasoner.function_calling import parse_function_calls
+
+        # Only blocks that read cleanly: reasoning holds drafts, and a draft's broken block is
+        # not a request the model made.
+        blocks = [f"<function_call>{c.raw}</function_call>" for c in parse_function_calls(reasoning) if c.ok]
         if not blocks:
             return ""
         separator = "\n" if content and not content.endswith("\n") else ""
@@ -775,12 +630,10 @@ class LiteLlmModelService:
         """The ``ModelCallError`` (or ``TransientModelError``) describing ``exc``."""
         if isinstance(exc, ModelCallError):
             return exc
-        kind = _failure_kind(exc)
+        kind = failure_kind(exc)
         raw_status = getattr(exc, "status_code", None)
         status = raw_status if kind == "http" and isinstance(raw_status, int) else None
-        transient = kind != "http" or (
-            status is not None and (status in _TRANSIENT_STATUSES or status >= 500)
-        )
+        transient = kind != "http" or (status is not None and (status in TRANSIENT_STATUSES or status >= 500))
         if kind == "http" and status is None:
             # no status at all: a LiteLLM-internal failure class; connection-like ones may pass
             transient = type(exc).__name__ in (
@@ -792,7 +645,7 @@ class LiteLlmModelService:
             "timeout": "timed out",
             "connection": "connection failed",
         }.get(kind, f"HTTP {status}" if status is not None else type(exc).__name__)
-        said = _provider_message(exc).rstrip(". ")
+        said = provider_message(exc).rstrip(". ")
         if len(said) > 600:
             said = said[:600] + "…"
         message = f"model {self.model!r} at {self.host}: {what}: {said or '(no message)'}"
@@ -803,7 +656,7 @@ class LiteLlmModelService:
         if self._api_key and len(self._api_key) >= 4:
             message = message.replace(self._api_key, "***")
         if transient:
-            headers = _response_headers(exc)
+            headers = response_headers(exc)
             return TransientModelError(
                 message,
                 retry_after=parse_retry_after(headers) if headers else None,

@@ -30,7 +30,8 @@ from celery import Celery
 app = Celery(broker=sys.argv[1], backend=sys.argv[1])
 result = app.send_task("tandem.infer", kwargs={"spec": json.loads(sys.argv[2])})
 outcome = result.get(timeout=60)
-ours = sorted({m.split(".")[0] for m in sys.modules} & {"reasoner", "toolkit", "tasks", "workers", "broker_config"})
+tandem = {"reasoner", "toolkit", "tasks", "workers", "broker_config"}
+ours = sorted({m.split(".")[0] for m in sys.modules} & tandem)
 print(json.dumps({"id": result.id, "result": outcome, "imported": ours}))
 """
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from reasoner.litellm_service import LiteLlmModelService, function_call_blocks, parse_retry_after
+from reasoner.litellm_service import LiteLlmModelService, parse_retry_after
 from reasoner.model_service import ModelService
 from tests.openai_server import OpenAIServer, Reply
 from toolkit.tool import Tool
@@ -366,17 +366,6 @@ def test_calls_in_reasoning_are_appended_to_content(stream: bool) -> None:
     assert block in message.reasoning
     assert "".join(c for _, c in deltas) == message.content
     assert untouched.content == "<action>adding</action>"
-
-
-def test_function_call_blocks_skip_payloads_and_keep_unclosed() -> None:
-    text = (
-        'a <function_call>{"name": "x", "args": {"code": __PAYLOAD_START__\n'
-        "print('</function_call>')\n__PAYLOAD_END__}}</function_call> b <function_call>{\"name\""
-    )
-    blocks = function_call_blocks(text)
-    assert len(blocks) == 2
-    assert blocks[0].endswith("__PAYLOAD_END__}}</function_call>")
-    assert blocks[1] == '<function_call>{"name"'
 
 
 # -- usage -----------------------------------------------------------------------------------
