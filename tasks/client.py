@@ -67,11 +67,13 @@ class JobHandle:
         self._store.request_cancel(self.id)
         status = self.status()
         if status.state == "queued":
+            # No worker has started the job: it ends here, and its intake message is revoked.
             self._app.control.revoke(self.id)
-            from tasks.turns import finish
-
-            result = finish(self.id, "cancelled")
-            self._app.backend.store_result(self.id, result, "SUCCESS")
+            result = self._store.finish(
+                JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
+                ttl=int(self._app.conf.result_expires or 86400),
+            )
+            self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS")
 
 
 def submit(
