@@ -231,7 +231,9 @@ class Cluster:
         out = []
         for _id, fields in self.redis.xrange(self.store.key(job_id, "events")):
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
-            out.append({"type": decoded["type"], "data": json.loads(decoded["data"]), "at": float(decoded["at"])})
+            out.append(
+                {"type": decoded["type"], "data": json.loads(decoded["data"]), "at": float(decoded["at"])}
+            )
         return out
 
     def stop(self) -> None:
@@ -246,34 +248,44 @@ class Cluster:
 
 
 class RawWorker:
-    """``celery -A bench.rawapp worker --pool threads -c 1`` on the benchmark database."""
+    """``celery -A bench.rawapp worker --pool threads -c 1`` for one configuration of the raw app
+    (``plain`` or ``tandem``, see ``bench.rawapp``) on the benchmark database."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: str) -> None:
+        from bench.rawapp import make_app
+
+        self.config = config
         self.url = redis_url()
+        self.app = make_app(config, self.url)
         self.process: subprocess.Popen[bytes] | None = None
-        self.log = Path(tempfile.mkdtemp(prefix="tandem-bench-raw-")) / "raw.log"
+        self.log = Path(tempfile.mkdtemp(prefix="tandem-bench-raw-")) / f"{config}.log"
+        self.name = f"raw-{config}-{os.getpid()}"
 
-    def start(self, timeout: float = 60.0) -> RawWorker:
-        """Start the worker and wait until it answers a ping."""
-        os.environ["BENCH_RAW_BROKER_URL"] = self.url  # read by bench.rawapp, here and in the worker
-        from bench.rawapp import app
+    def start(self) -> RawWorker:
+        """Start the worker (see ``wait_ready``)."""
+        from bench.rawapp import queue
 
         cmd = [
             sys.executable, "-m", "celery", "-A", "bench.rawapp", "worker",
             "--pool", "threads", "-c", "1", "--without-mingle", "--without-gossip",
-            "-Q", "bench_raw", "-n", f"raw-{os.getpid()}@%h", "--loglevel", "WARNING",
+            "-Q", queue(self.config), "-n", f"{self.name}@%h", "--loglevel", "WARNING",
         ]  # fmt: skip
+        env = {**os.environ, "BENCH_RAW_CONFIG": self.config, "BENCH_RAW_BROKER_URL": self.url}
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(cmd, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> RawWorker:
+        """Wait until the worker answers a ping."""
+        assert self.process is not None
         started = time.monotonic()
-        want = f"raw-{os.getpid()}"
         while time.monotonic() - started < timeout:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the raw Celery worker exited: {self.log.read_text()[-2000:]}")
-            for reply in app.control.ping(timeout=0.2, limit=1) or []:
-                if any(name.split("@", 1)[0] == want for name in reply):
+            for reply in self.app.control.ping(timeout=0.2) or []:
+                if any(name.split("@", 1)[0] == self.name for name in reply):
                     return self
-        raise RuntimeError(f"the raw Celery worker was not ready after {timeout:g} s")
+        raise RuntimeError(f"the raw Celery worker was not ready after {timeout:g} s; log: {self.log}")
 
     def stop(self) -> None:
         """Stop the worker by pid."""
@@ -285,6 +297,7 @@ class RawWorker:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        self.app.close()
 
 
 def flush_db(db: int = REDIS_DB) -> None:

@@ -5,6 +5,7 @@ Nothing else in tandem calls ``os.getenv``: the rest receives these values.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,8 @@ def _number(
         value = float(raw)
     except ValueError:
         raise ConfigurationError(f"{name}={raw!r} is not a number: set it to a number such as 30") from None
+    if not math.isfinite(value):  # float() accepts "nan" and "inf"; no setting means either
+        raise ConfigurationError(f"{name}={raw!r} is not a finite number: set it to a number such as 30")
     if value < minimum:
         raise ConfigurationError(f"{name}={raw!r} must be at least {minimum:g}")
     return value
@@ -39,10 +42,23 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigurationError(f"{name}={raw!r} is not a whole number: set it to e.g. {default}") from None
+        raise ConfigurationError(
+            f"{name}={raw!r} is not a whole number: set it to e.g. {max(default, minimum)}"
+        ) from None
     if value < minimum:
         raise ConfigurationError(f"{name}={raw!r} must be at least {minimum}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name}={raw!r} is not a yes/no value: use true or false, or leave it unset")
 
 
 def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...]) -> str:
@@ -67,11 +83,12 @@ class RoleSettings:
     temperature: float | None = None
     max_tokens: int | None = None
     timeout: float = 120.0
+    thinking: bool | None = None
 
     @classmethod
     def from_env(cls, role: RoleName, env: Mapping[str, str]) -> RoleSettings:
         """Read ``TANDEM_<ROLE>_MODEL``, ``_API_BASE``, ``_API_KEY``, ``_REASONING_PARSER``,
-        ``_TEMPERATURE``, ``_MAX_TOKENS`` and ``_TIMEOUT``."""
+        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT`` and ``_THINKING``."""
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
@@ -84,7 +101,8 @@ class RoleSettings:
                 )
         temperature = _number(env, f"{p}TEMPERATURE", None)
         if temperature is not None and temperature > 2:
-            raise ConfigurationError(f"{p}TEMPERATURE={temperature!r} must be between 0 and 2")
+            raw = env[f"{p}TEMPERATURE"].strip()
+            raise ConfigurationError(f"{p}TEMPERATURE={raw!r} must be between 0 and 2")
         max_tokens = env.get(f"{p}MAX_TOKENS", "").strip()
         api_base = env.get(f"{p}API_BASE", "").strip() or None
         if api_base and not api_base.startswith(("http://", "https://")):
@@ -98,6 +116,7 @@ class RoleSettings:
             temperature=temperature,
             max_tokens=_integer(env, f"{p}MAX_TOKENS", 0, minimum=1) if max_tokens else None,
             timeout=_number(env, f"{p}TIMEOUT", 120.0, minimum=1.0) or 120.0,
+            thinking=_flag(env, f"{p}THINKING"),
         )
 
     @property
@@ -137,9 +156,19 @@ class Settings:
         broker = _url(
             env, "TANDEM_BROKER_URL", DEFAULT_URL, ("redis", "rediss", "redis+socket", "amqp", "pyamqp")
         )
-        redis_default = broker if broker.startswith(("redis", "rediss")) else DEFAULT_URL
+        # A Unix socket is ``redis+socket://`` to Celery and ``unix://`` to redis-py: a default taken
+        # from the other variable is translated, never rejected under a variable nobody set.
+        if broker.startswith(("redis://", "rediss://")):
+            redis_default = broker
+        elif broker.startswith("redis+socket://"):
+            redis_default = "unix://" + broker.removeprefix("redis+socket://")
+        else:
+            redis_default = DEFAULT_URL
         redis_url = _url(env, "TANDEM_REDIS_URL", redis_default, ("redis", "rediss", "unix"))
-        backend = _url(env, "TANDEM_RESULT_BACKEND", redis_url, ("redis", "rediss", "redis+socket"))
+        backend_default = redis_url
+        if redis_url.startswith("unix://"):
+            backend_default = "redis+socket://" + redis_url.removeprefix("unix://")
+        backend = _url(env, "TANDEM_RESULT_BACKEND", backend_default, ("redis", "rediss", "redis+socket"))
         queue = env.get("TANDEM_INTAKE_QUEUE", "").strip() or "celery"
         if queue in ("thinker", "actor", "tools"):
             raise ConfigurationError(

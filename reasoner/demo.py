@@ -43,8 +43,8 @@ def _evaluate(node: ast.AST) -> float | int:
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 64:
-            raise ValueError("exponents above 64 are not allowed")
+        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 2**64):
+            raise ValueError("powers are limited to bases up to 2**64 and exponents up to 64")
         return _OPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
         return _OPS[type(node.op)](_evaluate(node.operand))

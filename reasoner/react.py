@@ -415,8 +415,9 @@ class ReActReasoner:
     docstring); it replaces ``Task.max_rounds``, which ``run`` does not read. ``function_calling``
     picks native tool calls or the ``<function_call>`` prompt protocol. ``runner`` executes the
     calls (a copy with ``on_injected="drop"`` is used: values the model sends for injected
-    parameters are dropped). ``run`` never raises for a model or tool failure: the outcome says
-    ``failed`` and keeps the messages so far.
+    parameters are dropped). ``hooks.round_started`` gets ``rounds_for(max_steps)`` as the round
+    count. ``run`` never raises for a model or tool failure: the outcome says ``failed`` and keeps
+    the messages so far.
     """
 
     def __init__(

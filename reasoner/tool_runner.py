@@ -126,7 +126,7 @@ class ToolRunner:
                 call_objective=call.call_objective,
                 args=dict(call.args),
                 status=FunctionCallStatus.FAILED,
-                output=output,
+                output=cut_output(output, self.max_output_chars),  # an error's text can be long too
                 call_id=call_id,
             )
 

@@ -34,8 +34,12 @@ end
 return 0
 """
 
+# Only the owner, or anyone once no one holds the lease, clears the step's entries: a worker whose
+# lease was taken over must not unprotect the worker that took the step over.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return 0 end
+if owner then redis.call('DEL', KEYS[1]) end
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
 redis.call('HDEL', KEYS[4], ARGV[2])

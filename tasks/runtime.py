@@ -87,6 +87,7 @@ class Runtime:
             temperature=conf.temperature,
             max_tokens=conf.max_tokens,
             timeout=conf.timeout,
+            thinking=conf.thinking,
             role=role,
         )
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 
 from reasoner.memory import RedisReasonerMemory
 from reasoner.messages import FunctionCallResult
@@ -51,13 +52,24 @@ class JobStore:
         return None if raw is None else JobStatus.model_validate_json(raw)
 
     def set_status(self, job_id: str, **fields: Any) -> JobStatus:
-        """Update some status fields; a final state is never replaced by another state."""
-        current = self.status(job_id) or JobStatus(job_id=job_id)
-        if current.state in FINAL_STATES and fields.get("state", current.state) != current.state:
-            return current
-        updated = current.model_copy(update={**fields, "updated_at": time.time()})
-        self.redis.set(self.key(job_id, "status"), updated.model_dump_json())
-        return updated
+        """Update some status fields; a final state is never replaced by another state.
+
+        The read and the write are one optimistic transaction (``WATCH``): a step writing
+        ``running`` cannot overwrite a final state that ``finish`` wrote in between.
+        """
+        key = self.key(job_id, "status")
+
+        def update(pipe: Pipeline) -> JobStatus:
+            raw: Any = pipe.get(key)  # watched, so executed at once: the stored value
+            current = JobStatus(job_id=job_id) if raw is None else JobStatus.model_validate_json(raw)
+            if current.state in FINAL_STATES and fields.get("state", current.state) != current.state:
+                return current
+            updated = current.model_copy(update={**fields, "updated_at": time.time()})
+            pipe.multi()
+            pipe.set(key, updated.model_dump_json())
+            return updated
+
+        return self.redis.transaction(update, key, value_from_callable=True)
 
     def result(self, job_id: str) -> JobResult | None:
         """The final result, once the job has ended."""
@@ -68,10 +80,11 @@ class JobStore:
         """Store the final result (the first one stored wins), set the status, expire the job's keys
         ``ttl`` seconds from now, and return the stored result."""
         job_id = result.job_id
-        self.redis.set(self.key(job_id, "result"), result.model_dump_json(), nx=True)
+        first = self.redis.set(self.key(job_id, "result"), result.model_dump_json(), nx=True)
         stored = self.result(job_id) or result
         self.set_status(job_id, state=stored.status, error=stored.error, step="finalize")
-        self.publish(job_id, "final", stored.model_dump(mode="json"))
+        if first:  # one ``final`` event per job, however often a duplicate step gets here
+            self.publish(job_id, "final", stored.model_dump(mode="json"))
         pipe = self.redis.pipeline()
         for part in _FIXED_KEYS:
             pipe.expire(self.key(job_id, part), ttl)
@@ -166,11 +179,7 @@ class JobStore:
                     yield event
                     if event["type"] == "final":
                         return
-            if not batch:
-                status = self.status(job_id)
-                if status is None or (
-                    status.state in FINAL_STATES
-                    and self.result(job_id) is not None
-                    and not self.redis.exists(key)
-                ):
-                    return
+            # Nothing new: stop for an unknown job, or for one that has ended (every event was
+            # read, even if its finisher died before publishing ``final``).
+            if not batch and (self.status(job_id) is None or self.result(job_id) is not None):
+                return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,3 +166,51 @@ def test_react_return_direct_tool_ends_the_job(
         timeout=60
     )
     assert (result.status, result.deliverable, result.rounds) == ("completed", "FINAL: 42", 1)
+
+
+def test_react_job_cancel_stops_it_at_its_next_step(
+    react_cluster: tuple[Cluster, OpenAIServer, WorkerGroup],
+) -> None:
+    cluster, _, _ = react_cluster
+    plan = [[{"name": "sleep_tool", "args": {"seconds": 1}}]] * 8
+    handle = cluster.submit(goal=goal_with_plan("react slow", plan), reasoner="react", max_rounds=30)
+    deadline = time.monotonic() + 30
+    while not [c for c in cluster.tool_calls() if c["job"] == handle.id] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handle.cancel()
+    result = handle.result(timeout=30)
+    assert result.status == "cancelled"
+    assert result.rounds <= 2
+    assert cluster.app.AsyncResult(handle.id).get(timeout=10)["status"] == "cancelled"
+
+
+def test_sigkill_of_the_actor_during_a_react_model_step_is_recovered(
+    fresh_cluster: tuple[Cluster, OpenAIServer, OpenAIServer],
+) -> None:
+    cluster, _, actor = fresh_cluster
+
+    def slow_second_step(request: RecordedRequest) -> Reply:
+        reply = react_host(request)
+        reply.delay = 4.0 if request.number == 2 else 0.0  # the model step of round 1
+        return reply
+
+    actor.set_script(slow_second_step)
+    workers = cluster.start("actor", "tools")
+    plan = [[{"name": "add", "args": {"a": 1, "b": 1}}], [{"name": "add", "args": {"a": 2, "b": 2}}]]
+    handle = cluster.submit(goal=goal_with_plan("react two rounds", plan), reasoner="react", max_rounds=9)
+
+    deadline = time.monotonic() + 30
+    while actor.request_count < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert actor.request_count == 2, "the model step of round 1 never started"
+    cluster.kill(workers, "actor")
+    cluster.start("actor")  # the replacement takes the step over when its lease runs out
+
+    result = handle.result(timeout=60)
+    assert result.status == "completed", result
+    assert result.deliverable == "done after 2 steps: 2 | 4"
+    runs = [c for c in cluster.tool_calls() if c["job"] == handle.id]
+    assert sorted((c["round"], c["index"]) for c in runs) == [(0, 1), (1, 1)], "a tool ran twice"
+    keys = [(m.round, m.role) for m in cluster.store.memory(handle.id).get_messages()]
+    assert keys == [(0, "actor"), (0, "tool"), (1, "actor"), (1, "tool"), (2, "actor")]
+    assert actor.request_count == 4  # round 1 was asked twice: once by the killed worker

@@ -13,7 +13,9 @@ CONFIGURE = "configure a real model"
 
 
 def run_dual(goal: str) -> ReasonerOutcome:
-    return DualModelReasoner(demo_model("thinker"), demo_model("actor")).run(Task(goal=goal, tools=demo_tools()))
+    return DualModelReasoner(demo_model("thinker"), demo_model("actor")).run(
+        Task(goal=goal, tools=demo_tools())
+    )
 
 
 def run_mono(goal: str) -> ReasonerOutcome:

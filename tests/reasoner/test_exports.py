@@ -41,7 +41,9 @@ def test_the_design_names_are_exported() -> None:
         "LiteLlmModelService",
         "Task",
     } <= set(reasoner.__all__)
-    assert {"Tool", "Action", "ToolGroup", "Toolkit", "ToolkitService", "load_toolkit"} <= set(toolkit.__all__)
+    assert {"Tool", "Action", "ToolGroup", "Toolkit", "ToolkitService", "load_toolkit"} <= set(
+        toolkit.__all__
+    )
 
 
 def test_dir_lists_the_exports_and_unknown_names_fail() -> None:

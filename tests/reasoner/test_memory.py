@@ -64,8 +64,16 @@ def test_a_message_round_trips_with_every_field(memory: ReasonerMemory) -> None:
 
 def test_messages_come_back_in_round_then_role_order(memory: ReasonerMemory) -> None:
     # Written out of order, and with round 10 to catch a string sort of the rounds.
-    for round_no, role in [(10, "actor"), (1, "tool"), (0, "actor"), (1, "thinker"), (0, "tool"),
-                           (2, "thinker"), (0, "thinker"), (1, "actor")]:
+    for round_no, role in [
+        (10, "actor"),
+        (1, "tool"),
+        (0, "actor"),
+        (1, "thinker"),
+        (0, "tool"),
+        (2, "thinker"),
+        (0, "thinker"),
+        (1, "actor"),
+    ]:
         memory.add_message(msg(round_no, role))  # type: ignore[arg-type]
 
     assert [(m.round, m.role) for m in memory.get_messages()] == [

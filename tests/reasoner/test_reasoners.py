@@ -72,7 +72,9 @@ def acting(*calls: str, thinking: str = "") -> str:
 
 def instruct(text: str, thinking: str = "") -> str:
     head = f"<think>{thinking}</think>" if thinking else ""
-    return f"{head}<deep_thinking>plan</deep_thinking>\n<instruction>{text}</instruction>\n<input>none</input>"
+    return (
+        f"{head}<deep_thinking>plan</deep_thinking>\n<instruction>{text}</instruction>\n<input>none</input>"
+    )
 
 
 MALFORMED = '<function_call>\n{"name": "add", "args": {"a": 1,, "b": 2}}\n</function_call>'
@@ -129,7 +131,9 @@ def mono_model() -> ScriptedModelService:
 
 def run_dual() -> tuple[ReasonerOutcome, list[ScriptedModelService]]:
     thinker, actor = dual_models()
-    outcome = DualModelReasoner(thinker, actor).run(Task(goal="Add seven and one", tools=TOOLS, job_id="job-1"))
+    outcome = DualModelReasoner(thinker, actor).run(
+        Task(goal="Add seven and one", tools=TOOLS, job_id="job-1")
+    )
     return outcome, [thinker, actor]
 
 
@@ -342,7 +346,9 @@ def test_conclude_and_stopped() -> None:
     memory = InMemoryReasonerMemory([ModelMessage(role="actor", content="<deliverable>42</deliverable>")])
     assert reasoner.conclude(memory) == "42"
     assert DualModelReasoner.stopped(ModelMessage(role="actor", content="x <deliverable>y</deliverable>"))
-    assert not LoopReasoner.stopped(ModelMessage(role="actor", content="<think><deliverable>y</deliverable></think>"))
+    assert not LoopReasoner.stopped(
+        ModelMessage(role="actor", content="<think><deliverable>y</deliverable></think>")
+    )
     assert not reasoner.stopped(ModelMessage(role="actor", content="no deliverable yet"))
 
 
@@ -396,7 +402,9 @@ class Recorder(ReasonerHooks):
 
 def test_hooks_see_every_step_in_order() -> None:
     hooks = Recorder()
-    model = ScriptedModelService([acting(fc("add", {"a": 1, "b": 2}), fc("nope", {})), "<deliverable>3</deliverable>"])
+    model = ScriptedModelService(
+        [acting(fc("add", {"a": 1, "b": 2}), fc("nope", {})), "<deliverable>3</deliverable>"]
+    )
     MonoModelReasoner(model, hooks=hooks).run(Task(goal="G", tools=TOOLS, max_rounds=4))
     assert hooks.events == [
         ("round", 0, 4),

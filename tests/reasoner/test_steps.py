@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from reasoner.hooks import ReasonerHooks
 from reasoner.memory import InMemoryReasonerMemory
-from reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall, Usage
+from reasoner.messages import (
+    FunctionCallResult,
+    FunctionCallStatus,
+    ModelMessage,
+    NativeToolCall,
+    Role,
+    Usage,
+)
 from reasoner.prompts import round_note
 from reasoner.steps import (
     actor_step,
@@ -28,7 +37,9 @@ from reasoner.testing import ScriptedModelService
 
 THINK_0 = "<deep_thinking>plan</deep_thinking><instruction>count</instruction><input>the text</input>"
 ACT_0 = "<shallow_thinking>easy</shallow_thinking><action>counting</action>"
-RESULT_0 = "<function_call_result>\ncall 1: word_count()\nstatus: succeeded\noutput:\n7\n</function_call_result>"
+RESULT_0 = (
+    "<function_call_result>\ncall 1: word_count()\nstatus: succeeded\noutput:\n7\n</function_call_result>"
+)
 
 
 def history() -> list[ModelMessage]:
@@ -36,7 +47,9 @@ def history() -> list[ModelMessage]:
         ModelMessage(role="thinker", round=0, content=THINK_0, reasoning="SECRET-T0"),
         ModelMessage(role="actor", round=0, content=ACT_0, reasoning="SECRET-A0"),
         ModelMessage(role="tool", round=0, content=RESULT_0),
-        ModelMessage(role="thinker", round=1, content="<instruction>multiply</instruction>", reasoning="SECRET-T1"),
+        ModelMessage(
+            role="thinker", round=1, content="<instruction>multiply</instruction>", reasoning="SECRET-T1"
+        ),
         ModelMessage(role="actor", round=1, content="<action>84</action>", reasoning="SECRET-A1"),
     ]
 
@@ -45,9 +58,9 @@ def text_of(chat: list[dict[str, object]]) -> str:
     return "\n".join(str(m["content"]) for m in chat)
 
 
-def result(index: int, output: str = "ok", status: FunctionCallStatus = FunctionCallStatus.SUCCEEDED) -> (
-    FunctionCallResult
-):
+def result(
+    index: int, output: str = "ok", status: FunctionCallStatus = FunctionCallStatus.SUCCEEDED
+) -> FunctionCallResult:
     return FunctionCallResult(index=index, name="t", status=status, output=output)
 
 
@@ -60,13 +73,17 @@ def result(index: int, output: str = "ok", status: FunctionCallStatus = Function
         pytest.param(0, 3, "actor", "[Round 1 of 3; 2 rounds left after this one.]", id="first"),
         pytest.param(1, 3, "thinker", "[Round 2 of 3; 1 round left after this one.]", id="singular"),
         pytest.param(
-            2, 3, "actor",
+            2,
+            3,
+            "actor",
             "[Round 3 of 3; 0 rounds left after this one.] This is the last round: write the "
             "<deliverable> now with what you have.",
             id="last-actor",
         ),
         pytest.param(
-            0, 1, "thinker",
+            0,
+            1,
+            "thinker",
             "[Round 1 of 1; 0 rounds left after this one.] This is the last round: write TASK_DONE and "
             "tell the Actor what to deliver.",
             id="last-thinker",
@@ -141,7 +158,7 @@ def test_views_alternate_roles() -> None:
         actor_view(task, history(), 2, "mono"),
     ):
         roles = [m["role"] for m in chat]
-        assert all(a != b for a, b in zip(roles, roles[1:], strict=False)), roles
+        assert all(a != b for a, b in pairwise(roles)), roles
 
 
 # -- steps ----------------------------------------------------------------------------------------
@@ -182,12 +199,12 @@ def test_a_concurrent_duplicate_returns_the_message_stored_first() -> None:
             super().__init__()
             self.looked = False
 
-        def get_message(self, round_no: int, role: str) -> ModelMessage | None:  # type: ignore[override]
+        def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
             if not self.looked:  # the step's first look finds nothing; then the other worker writes
                 self.looked = True
                 self.add_message(ModelMessage(role="actor", round=round_no, content="the winner"))
                 return None
-            return super().get_message(round_no, role)  # type: ignore[arg-type]
+            return super().get_message(round_no, role)
 
     memory = RacingMemory()
     hooks = Recorder()
@@ -261,7 +278,13 @@ def test_calls_of_reads_blocks_or_native_calls() -> None:
 def test_tool_context_carries_job_round_and_metadata() -> None:
     task = Task(goal="G", job_id="job-3", metadata={"tenant": "t"})
     ctx = tool_context(task, 4)
-    assert (ctx.job_id, ctx.round, ctx.role, ctx.call_index, ctx.metadata) == ("job-3", 4, "actor", 0, {"tenant": "t"})
+    assert (ctx.job_id, ctx.round, ctx.role, ctx.call_index, ctx.metadata) == (
+        "job-3",
+        4,
+        "actor",
+        0,
+        {"tenant": "t"},
+    )
     ctx.metadata["x"] = 1
     assert task.metadata == {"tenant": "t"}  # a copy: a tool cannot change the task
 
@@ -286,7 +309,11 @@ def test_conclude_takes_the_last_actor_reply() -> None:
     memory = InMemoryReasonerMemory(history())
     assert conclude(memory) == "<action>84</action>"  # no deliverable: the visible text
     memory.add_message(
-        ModelMessage(role="actor", round=2, content="<shallow_thinking>x</shallow_thinking><deliverable> 84 </deliverable>")
+        ModelMessage(
+            role="actor",
+            round=2,
+            content="<shallow_thinking>x</shallow_thinking><deliverable> 84 </deliverable>",
+        )
     )
     assert conclude(memory) == "84"
     assert conclude(InMemoryReasonerMemory()) == ""
@@ -301,7 +328,12 @@ def test_make_outcome_per_status() -> None:
     memory.add_message(ModelMessage(role="actor", round=2, content="<deliverable>84</deliverable>"))
 
     completed = make_outcome(memory, "completed")
-    assert (completed.status, completed.deliverable, completed.rounds, completed.error) == ("completed", "84", 3, None)
+    assert (completed.status, completed.deliverable, completed.rounds, completed.error) == (
+        "completed",
+        "84",
+        3,
+        None,
+    )
     assert completed.usage == Usage(prompt_tokens=10, completion_tokens=5, total_tokens=15, calls=5)
     assert completed.usage == total_usage(completed.messages)
     assert len(completed.messages) == 7

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from typing import Optional  # noqa: UP035  (Optional[...] is what is under test)
+from typing import Any, Optional
 
 import pytest
 
@@ -18,12 +18,14 @@ from toolkit.tool import Tool
 OK, FAILED = FunctionCallStatus.SUCCEEDED, FunctionCallStatus.FAILED
 
 
-def call(name: str, objective: str = "", **args: object) -> ParsedFunctionCall:
+def call(name: str, objective: str = "", **args: Any) -> ParsedFunctionCall:
     return ParsedFunctionCall(name=name, call_objective=objective, args=args)
 
 
 def block(name: str, args: str) -> str:
-    return f'<function_call>\n{{"name": "{name}", "call_objective": "test", "args": {args}}}\n</function_call>'
+    return (
+        f'<function_call>\n{{"name": "{name}", "call_objective": "test", "args": {args}}}\n</function_call>'
+    )
 
 
 def add(a: int, b: int) -> int:
@@ -84,7 +86,7 @@ def test_results_are_numbered_in_call_order(runner: ToolRunner) -> None:
     ],
 )
 def test_invalid_arguments_name_the_field_and_reason(
-    runner: ToolRunner, args: dict[str, object], field: str, reason: str
+    runner: ToolRunner, args: dict[str, Any], field: str, reason: str
 ) -> None:
     (result,) = runner.run_calls([ADD], [call("add", **args)])
     assert result.status is FAILED
@@ -125,8 +127,13 @@ def test_a_parse_error_comes_back_short_without_the_guide(runner: ToolRunner) ->
 
 
 def test_a_bad_block_does_not_stop_the_good_ones(runner: ToolRunner) -> None:
-    text = "\n".join([block("add", '{"a": 1, "b": 2}'), "<function_call>[1, 2]</function_call>",
-                      block("shout", '{"text": "hi"}')])
+    text = "\n".join(
+        [
+            block("add", '{"a": 1, "b": 2}'),
+            "<function_call>[1, 2]</function_call>",
+            block("shout", '{"text": "hi"}'),
+        ]
+    )
     results = runner.call_function([ADD, SHOUT], text)
     assert results is not None
     assert [(r.index, r.status) for r in results] == [(1, OK), (2, FAILED), (3, OK)]
@@ -154,6 +161,18 @@ def test_a_long_output_is_cut_and_says_so() -> None:
     assert result.output.startswith("x" * 100 + "\n")
     assert "x" * 101 not in result.output
     assert "[output cut: showing the first 100 of 1000 characters]" in result.output
+
+
+def test_a_long_error_is_cut_too() -> None:
+    def noisy() -> str:
+        """Fails with a huge message (a server's error page, say)."""
+        raise RuntimeError("E" * 5000)
+
+    runner = ToolRunner(max_output_chars=100)
+    (result,) = runner.run_calls([Tool.from_function(noisy)], [call("noisy")])
+    assert result.status is FAILED
+    assert result.output.startswith("'noisy' raised RuntimeError: EEE")
+    assert result.output.endswith("[output cut: showing the first 100 of 5029 characters]")
 
 
 def test_cut_output_leaves_short_text_alone() -> None:
@@ -193,7 +212,9 @@ def test_calls_of_one_reply_run_at_the_same_time() -> None:
         return f"{who} met"
 
     runner = ToolRunner(timeout=30, max_parallel=2)
-    results = runner.run_calls([Tool.from_function(meet)], [call("meet", who="left"), call("meet", who="right")])
+    results = runner.run_calls(
+        [Tool.from_function(meet)], [call("meet", who="left"), call("meet", who="right")]
+    )
     assert [(r.status, r.output) for r in results] == [(OK, "left met"), (OK, "right met")]
 
 
@@ -309,7 +330,9 @@ def test_the_drop_policy_ignores_the_forged_value() -> None:
 
     runner = ToolRunner(on_injected="drop")
     ctx = ToolCallContext(job_id="real")
-    (result,) = runner.run_calls([Tool.from_function(whoami)], [call("whoami", ctx={"job_id": "forged"})], ctx)
+    (result,) = runner.run_calls(
+        [Tool.from_function(whoami)], [call("whoami", ctx={"job_id": "forged"})], ctx
+    )
     assert (result.status, result.output) == (OK, "real")
 
 

@@ -1,0 +1,209 @@
+"""Latency figures: what a hop, a round and a model call cost, and a job through workers against
+the same job in process.
+
+* ``raw_hop_ms``: one hop of a bare Celery chain of no-op tasks (``bench.rawapp``, same broker);
+  ``raw_replace_hop_ms`` the same with ``Task.replace`` (tandem's kind of hop), and both again
+  under tandem's Celery configuration (``*_tandem_config_ms``: task events, track-started).
+* ``turn_overhead_ms``: one round of a dual job (Thinker, Actor with one tool call, the tool,
+  the chord callback) with an instant model and a no-op tool, minus the model's and the tool's
+  time (both zero here). Measured as the difference between a 12-round and a 2-round job divided
+  by 10, so submitting, starting and ending a job cancel out. ``turn_overhead_in_hops`` divides it
+  by ``raw_hop_ms``; ``round_phase_ms_*`` split a round by the job's event timestamps.
+* ``litellm_call_ms``: one ``LiteLlmModelService.generate`` against the instant test server, with
+  a 5-round conversation; ``http_call_ms`` one bare HTTP request of the same body;
+  ``litellm_call_overhead_ms`` their difference (the client's own cost, counted in the round).
+* ``distributed_vs_inprocess``: a 5-round dual job with 0.5 s model latency through the workers,
+  divided by the same job run by ``DualModelReasoner`` in this process.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+from celery import chain
+
+from bench.common import Cluster, ModelHosts, RawWorker, call, median, plan_goal
+
+CHAIN_HOPS = 50
+
+
+def _per_hop(run: Callable[[], Any], hops: int, repeats: int) -> float:
+    run()  # warm: connections, result subscriptions
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        timings.append((time.perf_counter() - started) / hops)
+    return median(timings) * 1000.0
+
+
+def raw_hops(workers: dict[str, RawWorker], quick: bool) -> dict[str, float]:
+    """Per-hop milliseconds of a chain and of a ``Task.replace`` loop, per raw app configuration."""
+    repeats = 3 if quick else 9
+    figures: dict[str, float] = {}
+    for config, worker in workers.items():
+        noop = worker.app.tasks["bench.noop"]
+        replace_hop = worker.app.tasks["bench.replace_hop"]
+        suffix = "" if config == "plain" else f"_{config}_config"
+
+        def run_chain(noop: Any = noop) -> Any:
+            return chain(*(noop.si() for _ in range(CHAIN_HOPS))).apply_async().get(timeout=60)
+
+        def run_replace(replace_hop: Any = replace_hop) -> Any:
+            # CHAIN_HOPS - 1 replacements: CHAIN_HOPS task executions, like the chain.
+            return replace_hop.si(CHAIN_HOPS - 1).apply_async().get(timeout=60)
+
+        figures[f"raw_hop{suffix}_ms"] = _per_hop(run_chain, CHAIN_HOPS, repeats)
+        figures[f"raw_replace_hop{suffix}_ms"] = _per_hop(run_replace, CHAIN_HOPS, repeats)
+    return figures
+
+
+def _noop_rounds(rounds: int) -> str:
+    return plan_goal([[call("noop")] for _ in range(rounds)])
+
+
+def _phases(events: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per round, the milliseconds between the events of a one-tool round."""
+    at: dict[tuple[str, int, str], float] = {}
+    for e in events:
+        data = e["data"]
+        key = (e["type"], int(data.get("round", -1)), str(data.get("role", "")))
+        at.setdefault(key, e["at"])
+    phases: dict[str, list[float]] = {
+        "thinker": [], "to_actor": [], "to_tool": [], "tool": [], "to_next_round": [],
+    }  # fmt: skip
+    r = 0
+    while ("round_started", r + 1, "") in at:
+        marks = [
+            at.get(("round_started", r, "")),
+            at.get(("model_reply", r, "thinker")),
+            at.get(("model_reply", r, "actor")),
+            at.get(("tool_call", r, "")),
+            at.get(("tool_result", r, "")),
+            at.get(("round_started", r + 1, "")),
+        ]
+        if all(m is not None for m in marks):
+            for name, a, b in zip(phases, marks, marks[1:], strict=False):
+                phases[name].append((b - a) * 1000.0)  # type: ignore[operator]
+        r += 1
+    return phases
+
+
+def turn_overhead(cluster: Cluster, hosts: ModelHosts, raw_hop_ms: float, quick: bool) -> dict[str, float]:
+    """Milliseconds per round that are not the model's or the tool's (instant model, no-op tool)."""
+    hosts.latency = 0.0
+    short, long = 2, 12
+    pairs = 3 if quick else 9
+    times: dict[int, list[float]] = {short: [], long: []}
+    last_long = ""
+    for _ in range(pairs):
+        for rounds in (short, long):
+            job_id, sent = cluster.submit(_noop_rounds(rounds), rounds + 2)
+            status = cluster.wait([job_id], timeout=120)[job_id]
+            result = cluster.result(job_id)
+            if result.status != "completed" or result.rounds != rounds + 1:
+                raise RuntimeError(f"turn-overhead job ended {result.status} after {result.rounds} rounds")
+            times[rounds].append(status.updated_at - sent)
+            last_long = job_id if rounds == long else last_long
+    per_round_ms = (median(times[long]) - median(times[short])) / (long - short) * 1000.0
+    model_ms = 2 * hosts.latency * 1000.0  # the Thinker's and the Actor's call; the no-op tool: 0
+    overhead = per_round_ms - model_ms
+    figures = {
+        "turn_overhead_ms": overhead,
+        "turn_overhead_in_hops": overhead / raw_hop_ms,
+    }
+    for name, values in _phases(cluster.events(last_long)).items():
+        figures[f"round_phase_ms_{name}"] = median(values)
+    return figures
+
+
+def _conversation(rounds: int = 5) -> list[dict[str, str]]:
+    chat: list[dict[str, str]] = [{"role": "user", "content": "<goal>benchmark job</goal>"}]
+    for r in range(rounds):
+        chat.append(
+            {"role": "user", "content": f"The Thinker's instruction:\n<instruction>step {r}</instruction>"}
+        )
+        chat.append(
+            {"role": "assistant", "content": '<action><function_call>{"name": "noop", "args": {}}'
+             "</function_call></action>"}
+        )  # fmt: skip
+        chat.append({"role": "user", "content": "<function_call_result>ok</function_call_result>"})
+    return chat
+
+
+def litellm_call(hosts: ModelHosts, quick: bool) -> dict[str, float]:
+    """Milliseconds of one model call through LiteLLM and of the same request as bare HTTP."""
+    from bench.tools import tools
+    from reasoner.litellm_service import LiteLlmModelService
+    from reasoner.prompts import actor_prompt
+
+    hosts.latency = 0.0
+    system = actor_prompt(tools(), [], None)
+    chat = _conversation()
+    calls = 30 if quick else 200
+    figures: dict[str, float] = {}
+    for provider in ("openai", "hosted_vllm"):
+        model = LiteLlmModelService(f"{provider}/actor-model", api_base=hosts.actor.url, api_key="bench-key")
+        for _ in range(3):
+            model.generate(system, chat)  # type: ignore[arg-type]
+        timings = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            model.generate(system, chat)  # type: ignore[arg-type]
+            timings.append(time.perf_counter() - started)
+        name = "litellm_call_ms" if provider == "openai" else f"litellm_call_ms_{provider}"
+        figures[name] = median(timings) * 1000.0
+    url = urlparse(hosts.actor.url)
+    body = json.dumps(
+        {"model": "actor-model", "messages": [{"role": "system", "content": system}, *chat]}
+    ).encode()
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port)
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench-key"}
+    timings = []
+    for i in range(calls + 3):
+        started = time.perf_counter()
+        conn.request("POST", f"{url.path}/chat/completions", body, headers)
+        conn.getresponse().read()
+        if i >= 3:
+            timings.append(time.perf_counter() - started)
+    conn.close()
+    figures["http_call_ms"] = median(timings) * 1000.0
+    figures["litellm_call_overhead_ms"] = figures["litellm_call_ms"] - figures["http_call_ms"]
+    return figures
+
+
+def distributed_vs_inprocess(cluster: Cluster, hosts: ModelHosts, quick: bool) -> dict[str, float]:
+    """A 5-round dual job with 0.5 s model latency: through the workers / in this process."""
+    from bench.tools import tools
+    from reasoner import DualModelReasoner, LiteLlmModelService, Task
+
+    hosts.latency = 0.5
+    goal = _noop_rounds(4)  # four rounds with a tool call, then the round that delivers: 5 rounds
+    max_rounds = 6
+    reasoner = DualModelReasoner(
+        thinker=LiteLlmModelService("openai/thinker-model", api_base=hosts.thinker.url, api_key="bench-key"),
+        actor=LiteLlmModelService("openai/actor-model", api_base=hosts.actor.url, api_key="bench-key"),
+    )
+    local: list[float] = []
+    distributed: list[float] = []
+    for _ in range(1 if quick else 3):
+        started = time.perf_counter()
+        outcome = reasoner.run(Task(goal=goal, tools=tools(), max_rounds=max_rounds))
+        local.append(time.perf_counter() - started)
+        if outcome.status != "completed" or outcome.rounds != 5:
+            raise RuntimeError(f"in-process job ended {outcome.status} after {outcome.rounds} rounds")
+        seconds, result = cluster.run(goal, max_rounds)
+        if result.rounds != 5:
+            raise RuntimeError(f"distributed job ended after {result.rounds} rounds, not 5")
+        distributed.append(seconds)
+    hosts.latency = 0.0
+    return {
+        "distributed_vs_inprocess": median(distributed) / median(local),
+        "distributed_job_s": median(distributed),
+        "inprocess_job_s": median(local),
+    }

@@ -1,0 +1,289 @@
+"""``Settings.from_env`` (every ``TANDEM_*`` variable, checked) and the Celery configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_config import ROLE_QUEUES, TASK_QUEUES, RoleSettings, Settings, celery_config
+from broker_config.settings import DEFAULT_URL
+from reasoner.errors import ConfigurationError
+from reasoner.parsing import REASONING_PARSERS
+
+# -- defaults -------------------------------------------------------------------------------------
+
+
+def test_defaults_with_an_empty_environment() -> None:
+    settings = Settings.from_env({})
+    assert settings == Settings()
+    assert (settings.broker_url, settings.result_backend, settings.redis_url) == (DEFAULT_URL,) * 3
+    assert settings.toolkit is None and settings.intake_queue == "celery" and settings.prefix == "tandem"
+    assert (settings.task_time_limit, settings.lease_seconds, settings.tool_timeout) == (900.0, 30.0, 60.0)
+    assert (settings.result_expires, settings.memory_ttl, settings.max_output_chars) == (86400, 86400, 8000)
+    for role in ("thinker", "actor"):
+        role_settings = settings.role(role)
+        assert role_settings == RoleSettings(role)
+        assert role_settings.is_demo and role_settings.timeout == 120.0
+
+
+def test_blank_values_count_as_unset() -> None:
+    env = {
+        "TANDEM_BROKER_URL": "  ",
+        "TANDEM_LEASE_SECONDS": "",
+        "TANDEM_ACTOR_MODEL": " ",
+        "TANDEM_PREFIX": "",
+    }
+    assert Settings.from_env(env) == Settings()
+
+
+def test_every_value_is_read() -> None:
+    env = {
+        "TANDEM_BROKER_URL": "redis://broker:6379/1",
+        "TANDEM_RESULT_BACKEND": "redis://backend:6379/2",
+        "TANDEM_REDIS_URL": "rediss://state:6380/3",
+        "TANDEM_TOOLKIT": "mypkg.tools:toolkit",
+        "TANDEM_INTAKE_QUEUE": "intake",
+        "TANDEM_TASK_TIME_LIMIT": "120",
+        "TANDEM_LEASE_SECONDS": "5.5",
+        "TANDEM_RESULT_EXPIRES": "3600",
+        "TANDEM_MEMORY_TTL": "7200",
+        "TANDEM_TOOL_TIMEOUT": "2.5",
+        "TANDEM_MAX_OUTPUT_CHARS": "500",
+        "TANDEM_PREFIX": "team-a",
+    }
+    settings = Settings.from_env(env)
+    assert settings.broker_url == "redis://broker:6379/1"
+    assert settings.result_backend == "redis://backend:6379/2"
+    assert settings.redis_url == "rediss://state:6380/3"
+    assert settings.toolkit == "mypkg.tools:toolkit"
+    assert settings.intake_queue == "intake"
+    assert (settings.task_time_limit, settings.lease_seconds, settings.tool_timeout) == (120.0, 5.5, 2.5)
+    assert (settings.result_expires, settings.memory_ttl, settings.max_output_chars) == (3600, 7200, 500)
+    assert settings.prefix == "team-a"
+
+
+def test_the_redis_url_and_backend_follow_a_redis_broker() -> None:
+    settings = Settings.from_env({"TANDEM_BROKER_URL": "redis://broker:6379/4"})
+    assert settings.redis_url == settings.result_backend == "redis://broker:6379/4"
+    amqp = Settings.from_env({"TANDEM_BROKER_URL": "amqp://guest@rabbit//"})
+    assert amqp.redis_url == amqp.result_backend == DEFAULT_URL  # Redis is still needed for state
+
+
+def test_with_urls_points_everything_at_one_redis() -> None:
+    moved = Settings.from_env({"TANDEM_PREFIX": "p"}).with_urls("redis://127.0.0.1:7777/0")
+    assert (moved.broker_url, moved.result_backend, moved.redis_url) == ("redis://127.0.0.1:7777/0",) * 3
+    assert moved.prefix == "p"
+
+
+def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TANDEM_PREFIX", "from-os-environ")
+    assert Settings.from_env().prefix == "from-os-environ"
+
+
+# -- bad values name the variable and the value ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        pytest.param("TANDEM_BROKER_URL", "http://broker:6379", id="broker-scheme"),
+        pytest.param("TANDEM_BROKER_URL", "localhost:6379", id="broker-no-scheme"),
+        pytest.param("TANDEM_RESULT_BACKEND", "amqp://rabbit//", id="backend-scheme"),
+        pytest.param("TANDEM_REDIS_URL", "postgres://db", id="redis-scheme"),
+        pytest.param("TANDEM_TASK_TIME_LIMIT", "fifteen", id="time-limit-text"),
+        pytest.param("TANDEM_TASK_TIME_LIMIT", "5", id="time-limit-low"),
+        pytest.param("TANDEM_TASK_TIME_LIMIT", "inf", id="time-limit-inf"),
+        pytest.param("TANDEM_LEASE_SECONDS", "0.5", id="lease-low"),
+        pytest.param("TANDEM_LEASE_SECONDS", "nan", id="lease-nan"),
+        pytest.param("TANDEM_LEASE_SECONDS", "30s", id="lease-unit"),
+        pytest.param("TANDEM_RESULT_EXPIRES", "1.5", id="expires-fraction"),
+        pytest.param("TANDEM_RESULT_EXPIRES", "10", id="expires-low"),
+        pytest.param("TANDEM_MEMORY_TTL", "day", id="ttl-text"),
+        pytest.param("TANDEM_MEMORY_TTL", "-1", id="ttl-negative"),
+        pytest.param("TANDEM_TOOL_TIMEOUT", "0", id="tool-timeout-zero"),
+        pytest.param("TANDEM_TOOL_TIMEOUT", "inf", id="tool-timeout-inf"),
+        pytest.param("TANDEM_MAX_OUTPUT_CHARS", "50", id="output-low"),
+        pytest.param("TANDEM_MAX_OUTPUT_CHARS", "8k", id="output-text"),
+        pytest.param("TANDEM_THINKER_TEMPERATURE", "hot", id="temperature-text"),
+        pytest.param("TANDEM_ACTOR_TEMPERATURE", "2.50", id="temperature-high"),
+        pytest.param("TANDEM_ACTOR_TEMPERATURE", "-0.1", id="temperature-negative"),
+        pytest.param("TANDEM_ACTOR_TEMPERATURE", "nan", id="temperature-nan"),
+        pytest.param("TANDEM_THINKER_MAX_TOKENS", "0", id="max-tokens-zero"),
+        pytest.param("TANDEM_ACTOR_MAX_TOKENS", "lots", id="max-tokens-text"),
+        pytest.param("TANDEM_THINKER_TIMEOUT", "0.5", id="model-timeout-low"),
+        pytest.param("TANDEM_ACTOR_TIMEOUT", "-inf", id="model-timeout-inf"),
+        pytest.param("TANDEM_ACTOR_API_BASE", "gpu-1:8000/v1", id="api-base-no-scheme"),
+        pytest.param("TANDEM_THINKER_API_BASE", "ftp://gpu-1/v1", id="api-base-scheme"),
+        pytest.param("TANDEM_THINKER_REASONING_PARSER", "deepseek", id="unknown-parser"),
+        pytest.param("TANDEM_INTAKE_QUEUE", "tools", id="intake-clash"),
+        pytest.param("TANDEM_ACTOR_THINKING", "maybe", id="thinking-not-a-flag"),
+    ],
+)
+def test_a_bad_value_names_the_variable_and_the_value(name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({name: value})
+    assert f"{name}={value!r}" in str(caught.value)
+
+
+@pytest.mark.parametrize("queue", ROLE_QUEUES)
+def test_the_intake_queue_may_not_be_a_role_queue(queue: str) -> None:
+    with pytest.raises(ConfigurationError, match="clashes with a role queue"):
+        Settings.from_env({"TANDEM_INTAKE_QUEUE": queue})
+
+
+def test_an_unknown_parser_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"TANDEM_ACTOR_REASONING_PARSER": "qwen"})
+    assert all(name in str(caught.value) for name in REASONING_PARSERS)
+
+
+def test_a_text_where_a_whole_number_goes_suggests_a_valid_one() -> None:
+    with pytest.raises(ConfigurationError, match=r"set it to e\.g\. 1\b"):
+        Settings.from_env({"TANDEM_ACTOR_MAX_TOKENS": "lots"})
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://h:1/0", "rediss://h:1/0", "redis+socket:///tmp/r.sock", "amqp://h//", "pyamqp://h//"],
+)
+def test_every_supported_broker_scheme(url: str) -> None:
+    assert Settings.from_env({"TANDEM_BROKER_URL": url}).broker_url == url
+
+
+def test_a_unix_socket_broker_gives_socket_defaults_in_each_clients_spelling() -> None:
+    settings = Settings.from_env({"TANDEM_BROKER_URL": "redis+socket:///tmp/r.sock"})
+    assert settings.redis_url == "unix:///tmp/r.sock"  # redis-py's spelling
+    assert settings.result_backend == "redis+socket:///tmp/r.sock"  # Celery's spelling
+
+
+def test_a_unix_socket_redis_url_gives_a_socket_backend() -> None:
+    settings = Settings.from_env({"TANDEM_REDIS_URL": "unix:///tmp/r.sock"})
+    assert settings.redis_url == "unix:///tmp/r.sock"
+    assert settings.result_backend == "redis+socket:///tmp/r.sock"
+    assert settings.broker_url == DEFAULT_URL
+
+
+# -- per role ----------------------------------------------------------------------------------------
+
+
+def test_each_role_reads_its_own_variables() -> None:
+    env = {
+        "TANDEM_THINKER_MODEL": "hosted_vllm/Qwen3-32B",
+        "TANDEM_THINKER_API_BASE": "http://gpu-1:8000/v1",
+        "TANDEM_THINKER_API_KEY": "thinker-key",
+        "TANDEM_THINKER_REASONING_PARSER": "qwen3",
+        "TANDEM_THINKER_TEMPERATURE": "0.6",
+        "TANDEM_THINKER_MAX_TOKENS": "4096",
+        "TANDEM_THINKER_TIMEOUT": "300",
+        "TANDEM_ACTOR_MODEL": "openai/gpt-4o-mini",
+        "TANDEM_ACTOR_TEMPERATURE": "0",
+    }
+    settings = Settings.from_env(env)
+    assert settings.thinker == RoleSettings(
+        role="thinker",
+        model="hosted_vllm/Qwen3-32B",
+        api_base="http://gpu-1:8000/v1",
+        api_key="thinker-key",
+        reasoning_parser="qwen3",
+        temperature=0.6,
+        max_tokens=4096,
+        timeout=300.0,
+    )
+    assert settings.actor == RoleSettings(role="actor", model="openai/gpt-4o-mini", temperature=0.0)
+    assert not settings.thinker.is_demo and not settings.actor.is_demo
+
+
+@pytest.mark.parametrize(
+    ("value", "thinking"),
+    [("true", True), ("1", True), ("ON", True), ("false", False), ("no", False), ("", None)],
+)
+def test_thinking_is_a_per_role_flag(value: str, thinking: bool | None) -> None:
+    settings = Settings.from_env({"TANDEM_THINKER_THINKING": value})
+    assert settings.thinker.thinking is thinking
+    assert settings.actor.thinking is None
+
+
+def test_one_role_configured_leaves_the_other_on_the_demo_model() -> None:
+    settings = Settings.from_env({"TANDEM_ACTOR_MODEL": "openai/gpt-4o-mini"})
+    assert settings.thinker.is_demo and not settings.actor.is_demo
+
+
+def test_the_api_key_is_not_shown_in_repr() -> None:
+    role = RoleSettings.from_env("actor", {"TANDEM_ACTOR_API_KEY": "sk-secret"})
+    assert role.api_key == "sk-secret" and "sk-secret" not in repr(role)
+
+
+def test_an_unknown_role_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="unknown role 'tools'"):
+        Settings().role("tools")
+
+
+@pytest.mark.parametrize("parser", REASONING_PARSERS)
+def test_every_known_parser_is_accepted(parser: str) -> None:
+    assert Settings.from_env({"TANDEM_ACTOR_REASONING_PARSER": parser}).actor.reasoning_parser == parser
+
+
+# -- Celery configuration ---------------------------------------------------------------------------
+
+
+def test_only_json_crosses_the_wire() -> None:
+    config = celery_config(Settings())
+    assert config["task_serializer"] == config["result_serializer"] == config["event_serializer"] == "json"
+    assert config["accept_content"] == config["result_accept_content"] == ["json"]
+
+
+def test_steps_are_acknowledged_late_one_at_a_time() -> None:
+    config = celery_config(Settings())
+    assert config["task_acks_late"] is True
+    assert config["task_reject_on_worker_lost"] is True
+    assert config["worker_prefetch_multiplier"] == 1
+
+
+def test_every_task_has_a_route() -> None:
+    from tasks.app import app  # builds the app from the environment; no worker, no connection
+
+    config = celery_config(Settings(intake_queue="jobs"))
+    routes = config["task_routes"]
+    registered = {name for name in app.tasks if name.startswith("tandem.")}
+    assert registered, "no tandem task is registered"
+    assert registered <= set(routes)
+    assert routes["tandem.infer"] == {"queue": "jobs"}
+    assert routes["tandem.thinker_turn"] == {"queue": "thinker"}
+    assert routes["tandem.actor_turn"] == {"queue": "actor"}
+    assert routes["tandem.run_tool"] == {"queue": "tools"}
+    for name, queue in TASK_QUEUES.items():
+        assert routes[name] == {"queue": queue}
+        assert queue in ROLE_QUEUES
+
+
+def test_the_queues_are_the_intake_and_the_roles() -> None:
+    config = celery_config(Settings(intake_queue="jobs"))
+    assert [q.name for q in config["task_queues"]] == ["jobs", "thinker", "actor", "tools"]
+    assert config["task_default_queue"] == "jobs"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param({"TANDEM_TASK_TIME_LIMIT": "3600", "TANDEM_LEASE_SECONDS": "1"}, id="long-steps"),
+        pytest.param({"TANDEM_TASK_TIME_LIMIT": "10"}, id="shortest-limit"),
+    ],
+)
+def test_the_visibility_timeout_exceeds_the_task_time_limit(env: dict[str, str]) -> None:
+    settings = Settings.from_env(env)
+    config = celery_config(settings)
+    assert config["task_time_limit"] == settings.task_time_limit
+    assert 0 < config["task_soft_time_limit"] < config["task_time_limit"]
+    assert config["broker_transport_options"]["visibility_timeout"] > settings.task_time_limit
+    assert config["result_backend_transport_options"]["visibility_timeout"] > settings.task_time_limit
+
+
+def test_the_urls_and_expiry_come_from_the_settings() -> None:
+    settings = Settings.from_env({"TANDEM_BROKER_URL": "redis://b:1/0", "TANDEM_RESULT_EXPIRES": "600"})
+    config = celery_config(settings)
+    assert (config["broker_url"], config["result_backend"], config["result_expires"]) == (
+        "redis://b:1/0",
+        "redis://b:1/0",
+        600,
+    )
+    assert config["worker_send_task_events"] is True and config["task_send_sent_event"] is True

@@ -1,0 +1,112 @@
+"""``JobSpec`` and ``validate_spec``: invalid specs are refused with the field and the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reasoner.errors import ConfigurationError
+from reasoner.messages import Usage
+from tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
+
+
+def test_defaults() -> None:
+    spec = validate_spec({"goal": "count the words"})
+    assert spec == JobSpec(goal="count the words")
+    assert spec.model_dump() == {
+        "goal": "count the words",
+        "context": "",
+        "reasoner": "dual",
+        "actions": [],
+        "tools": None,
+        "threshold": 0.5,
+        "hops": 0,
+        "max_rounds": 20,
+        "metadata": {},
+    }
+
+
+def test_every_field_is_read() -> None:
+    raw: dict[str, Any] = {
+        "goal": "g",
+        "context": "c",
+        "reasoner": "react",
+        "actions": ["compute"],
+        "tools": ["add"],
+        "threshold": 0.7,
+        "hops": 2,
+        "max_rounds": 5,
+        "metadata": {"tenant": "t1"},
+    }
+    assert validate_spec(raw).model_dump() == raw
+
+
+def test_a_spec_round_trips_as_json() -> None:
+    spec = JobSpec(goal="g", reasoner="mono", tools=[], metadata={"n": [1, 2]})
+    assert JobSpec.model_validate_json(spec.model_dump_json()) == spec
+    assert validate_spec(spec) is spec
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "reason"),
+    [
+        pytest.param({}, "goal", "Field required", id="goal-missing"),
+        pytest.param({"goal": ""}, "goal", "at least 1 character", id="goal-empty"),
+        pytest.param({"goal": "  \n"}, "goal", "the goal is blank", id="goal-blank"),
+        pytest.param({"goal": 5}, "goal", "valid string", id="goal-type"),
+        pytest.param(
+            {"goal": "g", "reasoner": "triple"}, "reasoner", "'dual', 'mono' or 'react'", id="reasoner"
+        ),
+        pytest.param(
+            {"goal": "g", "max_rounds": 0}, "max_rounds", "greater than or equal to 1", id="rounds-low"
+        ),
+        pytest.param(
+            {"goal": "g", "max_rounds": 501}, "max_rounds", "less than or equal to 500", id="rounds-high"
+        ),
+        pytest.param({"goal": "g", "max_rounds": "many"}, "max_rounds", "valid integer", id="rounds-type"),
+        pytest.param({"goal": "g", "threshold": 1.5}, "threshold", "less than or equal to 1", id="threshold"),
+        pytest.param({"goal": "g", "hops": -1}, "hops", "greater than or equal to 0", id="hops"),
+        pytest.param({"goal": "g", "actions": "compute"}, "actions", "valid list", id="actions-type"),
+        pytest.param({"goal": "g", "tools": [1]}, "tools.0", "valid string", id="tools-item"),
+        pytest.param({"goal": "g", "metadata": []}, "metadata", "valid dictionary", id="metadata-type"),
+        pytest.param({"goal": "g", "max_round": 3}, "max_round", "unknown field", id="unknown-field"),
+    ],
+)
+def test_an_invalid_spec_names_the_field_and_the_reason(raw: dict[str, Any], field: str, reason: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        validate_spec(raw)
+    message = str(caught.value)
+    assert message.startswith("invalid job spec: ")
+    assert f"field {field!r}: " in message
+    assert reason in message
+
+
+def test_every_problem_is_listed_with_what_came() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        validate_spec({"goal": "g", "hops": 99, "colour": "red"})
+    message = str(caught.value)
+    assert "field 'hops'" in message and "(got 99)" in message
+    assert "field 'colour': unknown field (got 'red')" in message
+
+
+def test_a_huge_value_is_quoted_briefly() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        validate_spec({"goal": "g", "bogus": "x" * 10_000})
+    assert len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("raw", [None, "goal", ["goal"], 42])
+def test_a_spec_that_is_not_an_object_is_refused(raw: Any) -> None:
+    with pytest.raises(ConfigurationError, match="must be a JSON object"):
+        validate_spec(raw)
+
+
+def test_status_and_result_models() -> None:
+    status = JobStatus(job_id="j")
+    assert (status.state, status.round, status.error) == ("queued", 0, None)
+    result = JobResult(job_id="j", status="completed", deliverable="d", usage=Usage(calls=2))
+    assert JobResult.model_validate(result.model_dump(mode="json")) == result
+    assert {"completed", "truncated", "failed", "cancelled"} == FINAL_STATES
+    with pytest.raises(ValueError):
+        JobResult(job_id="j", status="running")  # type: ignore[arg-type]

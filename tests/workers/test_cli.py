@@ -1,0 +1,232 @@
+"""The ``tandem`` command: argument parsing, the job spec it builds, and what it hands to Celery.
+
+Nothing here needs Redis: workers and Flower are intercepted where they would start, and the
+``run`` error path fails at spec validation, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from workers import cli
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return cli._parser().parse_args(list(argv))
+
+
+# -- parsing ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["thinker", "actor", "tools", "all"])
+def test_worker_roles(role: str) -> None:
+    args = parse("worker", role)
+    assert (args.command, args.role, args.pool, args.concurrency, args.no_intake) == (
+        "worker",
+        role,
+        "threads",
+        None,
+        False,
+    )
+
+
+def test_worker_options() -> None:
+    args = parse("worker", "actor", "-c", "8", "-P", "prefork", "--no-intake", "-l", "DEBUG", "-n", "a1@h")
+    assert (args.concurrency, args.pool, args.no_intake, args.loglevel, args.hostname) == (
+        8,
+        "prefork",
+        True,
+        "DEBUG",
+        "a1@h",
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param([], id="no-command"),
+        pytest.param(["worker"], id="no-role"),
+        pytest.param(["worker", "judge"], id="unknown-role"),
+        pytest.param(["worker", "actor", "--pool", "gevent"], id="unknown-pool"),
+        pytest.param(["run"], id="no-goal"),
+        pytest.param(["run", "g", "--reasoner", "triple"], id="unknown-reasoner"),
+        pytest.param(["run", "g", "--max-rounds", "many"], id="rounds-not-int"),
+        pytest.param(["status"], id="no-job-id"),
+        pytest.param(["launch"], id="unknown-command"),
+    ],
+)
+def test_bad_arguments_exit_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
+    assert caught.value.code == 2
+    assert "usage: tandem" in capsys.readouterr().err
+
+
+def test_run_defaults() -> None:
+    args = parse("run", "count the words")
+    assert (args.goal, args.reasoner, args.context, args.max_rounds, args.actions, args.tools) == (
+        "count the words",
+        "dual",
+        "",
+        20,
+        "",
+        None,
+    )
+    assert (args.timeout, args.json, args.embedded) == (600.0, False, False)
+
+
+def test_demo_goal_is_optional() -> None:
+    assert parse("demo").goal is None
+    assert parse("demo", "What is 2 + 2?", "--reasoner", "mono").reasoner == "mono"
+
+
+def test_status_cancel_and_flower_arguments() -> None:
+    assert parse("status", "job-1").job_id == "job-1"
+    assert parse("cancel", "job-2").job_id == "job-2"
+    flower = parse("flower", "--port", "5556", "--basic-auth", "u:p")
+    assert (flower.port, flower.address, flower.basic_auth) == (5556, "127.0.0.1", "u:p")
+
+
+# -- the spec ------------------------------------------------------------------------------------------
+
+
+def test_spec_from_the_options() -> None:
+    args = parse(
+        "run",
+        "g",
+        "--reasoner",
+        "mono",
+        "--context",
+        "ctx",
+        "--max-rounds",
+        "7",
+        "--actions",
+        "compute,,report",
+        "--tools",
+        "add,word_count",
+    )
+    assert cli._spec(args, args.goal) == {
+        "goal": "g",
+        "context": "ctx",
+        "reasoner": "mono",
+        "max_rounds": 7,
+        "actions": ["compute", "report"],
+        "tools": ["add", "word_count"],
+    }
+
+
+def test_spec_without_tools_allows_every_tool_and_an_empty_list_allows_none() -> None:
+    assert "tools" not in cli._spec(parse("run", "g"), "g")
+    assert cli._spec(parse("run", "g", "--tools", ""), "g")["tools"] == []
+    assert cli._spec(parse("run", "g"), "g")["actions"] == []
+
+
+def test_the_spec_is_a_valid_job_spec() -> None:
+    from tasks.spec import validate_spec
+
+    args = parse("run", "g", "--actions", "a", "--tools", "t", "--max-rounds", "3")
+    spec = validate_spec(cli._spec(args, args.goal))
+    assert (spec.actions, spec.tools, spec.max_rounds) == (["a"], ["t"], 3)
+
+
+# -- main -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        pytest.param(["run", "   "], "goal", id="blank-goal"),
+        pytest.param(["run", "g", "--max-rounds", "0"], "max_rounds", id="no-rounds"),
+    ],
+)
+def test_run_with_an_invalid_spec_fails_before_sending(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.client
+
+    sent: list[str] = []
+
+    def default_app() -> Any:
+        sent.append("app")
+        raise AssertionError("an invalid spec must not reach the Celery app")
+
+    monkeypatch.setattr(tasks.client, "_default_app", default_app)
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tandem: invalid job spec:") and f"field {field!r}" in err
+    assert sent == []
+
+
+class Captured:
+    def __init__(self) -> None:
+        self.argv: list[str] | None = None
+
+    def __call__(self, argv: list[str]) -> None:
+        self.argv = argv
+
+
+@pytest.fixture
+def worker_main(monkeypatch: pytest.MonkeyPatch) -> Captured:
+    from tasks.app import app  # builds the app from the environment; nothing connects
+
+    captured = Captured()
+    monkeypatch.setattr(app, "worker_main", captured)
+    return captured
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_a_role_worker_consumes_its_queue_and_the_intake(worker_main: Captured) -> None:
+    from tasks.app import settings
+
+    assert cli.main(["worker", "thinker"]) == 0
+    argv = worker_main.argv
+    assert argv is not None and argv[0] == "worker"
+    assert option(argv, "--queues") == f"thinker,{settings.intake_queue}"
+    assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("threads", "4")
+    assert option(argv, "--hostname") == "thinker@%h"
+    assert "--task-events" in argv
+
+
+def test_an_all_worker_without_intake(worker_main: Captured) -> None:
+    assert cli.main(["worker", "all", "--no-intake", "-c", "2", "-P", "prefork", "-n", "w1@h"]) == 0
+    argv = worker_main.argv
+    assert argv is not None
+    assert option(argv, "--queues") == "thinker,actor,tools"
+    assert (option(argv, "--pool"), option(argv, "--concurrency"), option(argv, "--hostname")) == (
+        "prefork",
+        "2",
+        "w1@h",
+    )
+
+
+def test_a_solo_worker_has_no_concurrency(worker_main: Captured) -> None:
+    assert cli.main(["worker", "tools", "--pool", "solo"]) == 0
+    argv = worker_main.argv
+    assert argv is not None and "--concurrency" not in argv and option(argv, "--pool") == "solo"
+
+
+def test_flower_execs_celery_flower(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, argv: calls.append((path, list(argv))))
+
+    assert cli.main(["flower", "--port", "5600", "--basic-auth", "u:p"]) == 0
+
+    ((path, argv),) = calls
+    assert path == cli.sys.executable
+    assert argv[1:] == [
+        "-m",
+        "celery",
+        "-A",
+        "tasks.app",
+        "flower",
+        "--port=5600",
+        "--address=127.0.0.1",
+        "--basic-auth=u:p",
+    ]

@@ -1,0 +1,178 @@
+"""``render_event``: one line or block per event of a job's stream."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fakeredis
+import pytest
+
+from reasoner import MonoModelReasoner, Task
+from reasoner.demo import DEMO_GOAL, demo_model, demo_tools
+from tasks.events import EventHooks
+from tasks.spec import JobResult, JobSpec
+from tasks.store import JobStore
+from workers.display import render_event, show_events
+
+
+def event(kind: str, **data: Any) -> dict[str, Any]:
+    return {"id": "1-0", "type": kind, "data": data, "at": 0.0}
+
+
+def test_job_started() -> None:
+    text = render_event(event("job_started", spec={"reasoner": "mono", "max_rounds": 5}))
+    assert text == "job started: mono reasoner, up to 5 rounds"
+    assert render_event(event("job_started", spec={"max_rounds": 20})).startswith(
+        "job started: dual reasoner"
+    )
+
+
+def test_round_started_counts_from_one() -> None:
+    text = render_event(event("round_started", round=0, max_rounds=5))
+    assert text.startswith("\n── round 1 of 5 ")
+
+
+def test_a_thinker_reply_shows_reasoning_instruction_and_input() -> None:
+    text = render_event(
+        event(
+            "model_reply",
+            role="thinker",
+            model="big-host",
+            reasoning="the user wants a count",
+            content="<deep_thinking>plan</deep_thinking><instruction>Count the words</instruction>"
+            "<input>the text</input>",
+        )
+    )
+    assert text.splitlines() == [
+        "Thinker (big-host):",
+        "    reasoning: the user wants a count",
+        "    instruction: Count the words",
+        "    input: the text",
+    ]
+
+
+def test_a_thinker_reply_without_tags_shows_its_visible_text() -> None:
+    text = render_event(
+        event("model_reply", role="thinker", model=None, content="<think>x</think>Just count.")
+    )
+    assert text.splitlines() == ["Thinker (model):", "    instruction: Just count."]
+
+
+def test_an_actor_reply_shows_its_action_with_calls_folded() -> None:
+    content = (
+        "<shallow_thinking>quick</shallow_thinking><action>Counting now.\n"
+        '<function_call>{"name": "word_count", "args": {"text": "a b"}}</function_call></action>'
+    )
+    text = render_event(event("model_reply", role="actor", model="small-host", content=content))
+    assert text.splitlines() == ["Actor (small-host):", "    action: Counting now.", "    [tool call]"]
+    assert "quick" not in text and "word_count" not in text
+
+
+def test_an_actor_deliverable_is_announced_not_printed() -> None:
+    text = render_event(
+        event("model_reply", role="actor", model="a", content="<deliverable>84</deliverable>")
+    )
+    assert text.splitlines() == ["Actor (a):", "    (deliverable written)"]
+
+
+def test_an_actor_reply_without_tags_shows_its_visible_text() -> None:
+    text = render_event(
+        event("model_reply", role="actor", model="a", content="<think>hidden</think>plain words")
+    )
+    assert text.splitlines() == ["Actor (a):", "    plain words"]
+
+
+def test_long_text_is_shortened_with_a_count() -> None:
+    text = render_event(event("model_reply", role="actor", model="a", content="w" * 1000))
+    assert "…[600 more characters]" in text and "w" * 401 not in text
+
+
+def test_tool_call_and_result() -> None:
+    call = render_event(event("tool_call", round=0, index=2, name="add", args={"a": 1, "b": "x"}, error=None))
+    assert call == "  → tool call 2: add(a=1, b='x')"
+    result = render_event(event("tool_result", round=0, index=2, name="add", status="failed", output="boom"))
+    assert result == "  ← result 2 [failed]: boom"
+
+
+def test_final_with_a_deliverable() -> None:
+    text = render_event(
+        event(
+            "final",
+            status="completed",
+            rounds=3,
+            usage={"calls": 6, "total_tokens": 1234},
+            deliverable="  line one\nline two\n",
+            error=None,
+        )
+    )
+    assert text.splitlines() == [
+        "",
+        "══ COMPLETED after 3 round(s); 6 model calls, 1234 tokens",
+        "deliverable:",
+        "  line one",
+        "  line two",
+    ]
+
+
+def test_final_with_an_error() -> None:
+    text = render_event(
+        event("final", status="failed", rounds=1, usage=None, deliverable="", error="ModelCallError: x")
+    )
+    assert text.splitlines() == [
+        "",
+        "══ FAILED after 1 round(s); 0 model calls, 0 tokens",
+        "error: ModelCallError: x",
+    ]
+
+
+def test_an_unknown_event_shows_nothing() -> None:
+    assert render_event(event("heartbeat")) == ""
+
+
+@pytest.fixture
+def published_run() -> list[dict[str, Any]]:
+    """The events of a real (in-process) demo run, published and read back through Redis."""
+    store = JobStore(fakeredis.FakeRedis())
+    spec = JobSpec(goal=DEMO_GOAL, reasoner="mono", max_rounds=5)
+    store.create("job", spec)
+    store.publish("job", "job_started", {"spec": spec.model_dump(mode="json")})
+    outcome = MonoModelReasoner(demo_model("mono"), hooks=EventHooks(store, "job")).run(
+        Task(goal=DEMO_GOAL, tools=demo_tools(), max_rounds=5)
+    )
+    store.finish(
+        JobResult(
+            job_id="job",
+            status=outcome.status,
+            deliverable=outcome.deliverable,
+            rounds=outcome.rounds,
+            usage=outcome.usage,
+        ),
+        ttl=60,
+    )
+    return list(store.events("job", timeout=30))
+
+
+def test_every_event_of_a_real_run_renders(published_run: list[dict[str, Any]]) -> None:
+    kinds = {e["type"] for e in published_run}
+    assert kinds == {"job_started", "round_started", "model_reply", "tool_call", "tool_result", "final"}
+    for e in published_run:
+        assert render_event(e).strip(), e["type"]
+
+
+def test_show_events_prints_them_and_returns_the_final_data(published_run: list[dict[str, Any]]) -> None:
+    out = io.StringIO()
+    final = show_events(iter(published_run), out=out)
+
+    assert final is not None and final["status"] == "completed"
+    printed = out.getvalue()
+    assert printed.startswith("job started: mono reasoner, up to 5 rounds\n")
+    assert "  → tool call 1: word_count(text='tandem runs reasoning jobs on celery workers')" in printed
+    assert "  ← result 1 [succeeded]: 84" in printed
+    assert "══ COMPLETED after 3 round(s)" in printed and "7 * 12 = 84" in printed
+
+
+def test_show_events_without_a_final_returns_none() -> None:
+    out = io.StringIO()
+    assert show_events([event("round_started", round=0, max_rounds=1), event("unknown")], out=out) is None
+    assert out.getvalue() == "\n── round 1 of 1 " + "─" * 40 + "\n"
