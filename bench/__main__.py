@@ -24,7 +24,8 @@ from typing import Any
 
 from bench import overhead, throughput
 from bench import toolkit as bench_toolkit
-from bench.common import ROLES, Cluster, ModelHosts, RawWorker, call, flush_db, plan_goal, redis_url
+from bench.common import ROLES, Cluster, ModelHosts, RawWorker, flush_db, redis_url
+from bench.models import call, plan_goal
 
 CONCURRENCY = {"thinker": 8, "actor": 8, "tools": 8}
 """Threads per worker: 8 tools threads let the fan-out of 8 calls run at once."""

@@ -21,11 +21,11 @@ from typing import Any
 
 from redis import Redis
 
+from bench import models
 from broker_config import Settings
 from tasks.app import create_app
 from tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tasks.store import JobStore
-from tests.integration import plan_model
 from tests.openai_server import OpenAIServer
 from workers.embedded import WorkerGroup
 
@@ -65,11 +65,11 @@ def median(values: Iterable[float]) -> float:
 
 class ModelHosts:
     """The Thinker's and the Actor's OpenAI-compatible hosts, following the plan in the job's goal
-    (``tests.integration.plan_model``), with ``latency`` seconds before every reply."""
+    (``bench.models``), with ``latency`` seconds before every reply."""
 
     def __init__(self, latency: float = 0.0) -> None:
-        self.thinker = OpenAIServer(plan_model.thinker, latency=latency)
-        self.actor = OpenAIServer(plan_model.actor, latency=latency)
+        self.thinker = OpenAIServer(models.thinker, latency=latency)
+        self.actor = OpenAIServer(models.actor, latency=latency)
 
     @property
     def latency(self) -> float:
@@ -104,16 +104,6 @@ class ModelHosts:
     def __exit__(self, *exc: object) -> None:
         self.thinker.stop()
         self.actor.stop()
-
-
-def plan_goal(rounds: Sequence[Sequence[Mapping[str, Any]]]) -> str:
-    """A goal whose model hosts ask for ``rounds`` of tool calls, then deliver."""
-    return plan_model.goal_with_plan("benchmark job", [list(r) for r in rounds])
-
-
-def call(name: str, **args: Any) -> dict[str, Any]:
-    """One planned tool call."""
-    return {"name": name, "args": args}
 
 
 # -- the tandem cluster ----------------------------------------------------------------------

@@ -22,12 +22,14 @@ import http.client
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlparse
 
 from celery import chain
 
-from bench.common import Cluster, ModelHosts, RawWorker, call, median, plan_goal
+from bench.common import Cluster, ModelHosts, RawWorker, median
+from bench.models import call, plan_goal
 
 CHAIN_HOPS = 50
 
@@ -44,7 +46,7 @@ def _per_hop(run: Callable[[], Any], hops: int, repeats: int) -> float:
 
 def raw_hops(workers: dict[str, RawWorker], quick: bool) -> dict[str, float]:
     """Per-hop milliseconds of a chain and of a ``Task.replace`` loop, per raw app configuration."""
-    repeats = 3 if quick else 9
+    repeats = 2 if quick else 9
     figures: dict[str, float] = {}
     for config, worker in workers.items():
         noop = worker.app.tasks["bench.noop"]
@@ -191,16 +193,29 @@ def distributed_vs_inprocess(cluster: Cluster, hosts: ModelHosts, quick: bool) -
     )
     local: list[float] = []
     distributed: list[float] = []
-    for _ in range(1 if quick else 3):
+
+    def run_local() -> None:
         started = time.perf_counter()
         outcome = reasoner.run(Task(goal=goal, tools=tools(), max_rounds=max_rounds))
         local.append(time.perf_counter() - started)
         if outcome.status != "completed" or outcome.rounds != 5:
             raise RuntimeError(f"in-process job ended {outcome.status} after {outcome.rounds} rounds")
+
+    def run_distributed() -> None:
         seconds, result = cluster.run(goal, max_rounds)
         if result.rounds != 5:
             raise RuntimeError(f"distributed job ended after {result.rounds} rounds, not 5")
         distributed.append(seconds)
+
+    if quick:  # one of each, side by side: both mostly wait on the model hosts
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(run_local)
+            run_distributed()
+            pending.result()
+    else:  # one after the other, three times
+        for _ in range(3):
+            run_local()
+            run_distributed()
     hosts.latency = 0.0
     return {
         "distributed_vs_inprocess": median(distributed) / median(local),

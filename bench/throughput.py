@@ -1,6 +1,6 @@
 """Parallelism figures: many jobs at once on one worker per role, and one Actor turn's fan-out.
 
-* ``throughput_ratio``: ``jobs`` concurrent dual jobs (200; 48 with ``--quick``), each with three
+* ``throughput_ratio``: ``jobs`` concurrent dual jobs (200; 40 with ``--quick``), each with three
   rounds of one 0.2 s tool call and then the round that delivers, with 0.5 s model latency.
   Jobs per second achieved (jobs / (last end - first submission)) divided by the bound that worker
   concurrency and latency set (``bound_jobs_per_s``). With fewer jobs, filling and draining the
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bench.common import Cluster, ModelHosts, call, median, percentile, plan_goal
+from bench.common import Cluster, ModelHosts, median, percentile
+from bench.models import call, plan_goal
 
 MODEL_LATENCY = 0.5
 TOOL_SECONDS = 0.2
@@ -44,7 +45,7 @@ def throughput(
     cluster: Cluster, hosts: ModelHosts, concurrency: Mapping[str, int], quick: bool
 ) -> dict[str, float]:
     """Run the concurrent jobs; the ratio to the bound and the job-time percentiles."""
-    jobs = 48 if quick else 200
+    jobs = 40 if quick else 200
     hosts.latency = MODEL_LATENCY
     goal = plan_goal([[call("sleep_tool", seconds=TOOL_SECONDS)] for _ in range(TOOL_ROUNDS)])
     sent = dict(cluster.submit(goal, TOOL_ROUNDS + 2) for _ in range(jobs))

@@ -25,6 +25,18 @@ from redis import Redis
 
 log = logging.getLogger("tandem.leases")
 
+# Take the lease and register it for takeover in one round trip (and atomically: a worker dying
+# between the two can no longer leave a lease that no watchdog knows of). The expiry is on
+# Redis's clock, like ``server_time``.
+_ACQUIRE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
+redis.call('ZADD', KEYS[2], string.format('%.6f', expiry), ARGV[3])
+return 1
+"""
+
 _CLAIM = """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) <= tonumber(ARGV[2]) then
@@ -94,14 +106,20 @@ class StepLease:
 
     def acquire(self) -> bool:
         """Take the lease unless another live worker holds it; start the heartbeat."""
-        ms = int(self.seconds * 1000)
-        if not self.redis.set(self.keys.lease(self.step_id), self.token, nx=True, px=ms):
+        acquired = self.redis.eval(
+            _ACQUIRE,
+            3,
+            self.keys.lease(self.step_id),
+            self.keys.leases,
+            self.keys.dispatch,
+            self.token,
+            int(self.seconds * 1000),
+            self.step_id,
+            json.dumps(self.dispatch),
+            self.seconds,
+        )
+        if not acquired:
             return False
-        expiry = server_time(self.redis) + self.seconds
-        pipe = self.redis.pipeline()
-        pipe.hset(self.keys.dispatch, self.step_id, json.dumps(self.dispatch))
-        pipe.zadd(self.keys.leases, {self.step_id: expiry})
-        pipe.execute()
         self._thread = threading.Thread(target=self._beat, name=f"tandem-lease-{self.step_id}", daemon=True)
         self._thread.start()
         return True

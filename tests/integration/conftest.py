@@ -7,10 +7,12 @@ Each cluster uses its own Redis database and stops its workers by pid.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -25,7 +27,27 @@ from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 from workers.embedded import WorkerGroup, redis_answers
 
 BASE_URL = os.environ.get("TANDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-_next_db = iter(range(10, 16))
+TEST_DBS = range(10, 16)
+
+
+@contextmanager
+def _exclusive_db() -> Iterator[int]:
+    """A Redis database number no other test process on this machine is using: queues are
+    per database, so two runs sharing one would take each other's tasks."""
+    for db in TEST_DBS:
+        handle = open(f"/tmp/tandem-test-redis-db-{db}.lock", "w")  # noqa: SIM115 - held while in use
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        try:
+            yield db
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+        return
+    raise RuntimeError(f"every test Redis database {list(TEST_DBS)} is in use by other test runs")
 
 
 @pytest.fixture(scope="session")
@@ -87,8 +109,11 @@ class Cluster:
 
 
 def _make_cluster(redis_base: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
-    db = next(_next_db)
-    url = f"{redis_base}/{db}"
+    with _exclusive_db() as db:
+        yield from _cluster_on(f"{redis_base}/{db}", **env)
+
+
+def _cluster_on(url: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
     Redis.from_url(url).flushdb()
     with OpenAIServer(plan_model.thinker) as thinker, OpenAIServer(actor_host) as actor:
         base_env = {

@@ -32,7 +32,7 @@ def _goal(request: RecordedRequest) -> str:
     return ""
 
 
-def _turn(request: RecordedRequest) -> int:
+def turn(request: RecordedRequest) -> int:
     """1 for the model's first turn of the job, 2 for its second, ..."""
     return 1 + sum(1 for m in request["messages"] if m["role"] == "assistant")
 
@@ -50,14 +50,14 @@ def _calls(calls: list[dict[str, Any]]) -> str:
 def thinker(request: RecordedRequest) -> Reply:
     """The Thinker's reply."""
     goal = _goal(request)
-    plan, turn = _plan(goal), _turn(request)
-    if "NEVER_DONE" in goal or turn <= len(plan):
-        calls = plan[turn - 1] if turn <= len(plan) else []
+    plan, turn_no = _plan(goal), turn(request)
+    if "NEVER_DONE" in goal or turn_no <= len(plan):
+        calls = plan[turn_no - 1] if turn_no <= len(plan) else []
         return Reply(
-            content=f"<deep_thinking>turn {turn}</deep_thinking>\n"
+            content=f"<deep_thinking>turn {turn_no}</deep_thinking>\n"
             "<instruction>Run these calls.</instruction>\n"
             f"<input>{json.dumps(calls)}</input>",
-            reasoning_content=f"thinker reasoning {turn}",
+            reasoning_content=f"thinker reasoning {turn_no}",
         )
     return Reply(content="<instruction>TASK_DONE: deliver.</instruction>\n<input>[]</input>")
 
@@ -78,11 +78,11 @@ def actor(request: RecordedRequest) -> Reply:
 def mono(request: RecordedRequest) -> Reply:
     """The single model's reply (mono jobs)."""
     goal = _goal(request)
-    plan, turn = _plan(goal), _turn(request)
+    plan, turn_no = _plan(goal), turn(request)
     if "NEVER_DONE" in goal:
         return Reply(content="<action>still thinking</action>")
-    if turn <= len(plan):
-        return Reply(content=_calls(plan[turn - 1]))
+    if turn_no <= len(plan):
+        return Reply(content=_calls(plan[turn_no - 1]))
     return Reply(content="TASK_DONE\n<deliverable>mono plan done</deliverable>")
 
 

@@ -66,13 +66,18 @@ def react_host(request: RecordedRequest) -> Reply:
 
 @pytest.fixture(scope="module")
 def react_cluster(redis_base: str) -> Iterator[tuple[Cluster, OpenAIServer, WorkerGroup]]:
-    """An actor worker and a tools worker (no thinker) with a native tool-calling actor host."""
-    clusters = _make_cluster(redis_base, TANDEM_TOOLKIT="tests.integration.react_tools:toolkit")
+    """An actor worker and a tools worker (no thinker) with a native tool-calling actor host.
+
+    One Redis database for the whole module; leases of 2 s so a killed worker's step is taken
+    over quickly (the SIGKILL test comes last, as it replaces the actor worker)."""
+    clusters = _make_cluster(
+        redis_base, TANDEM_TOOLKIT="tests.integration.react_tools:toolkit", TANDEM_LEASE_SECONDS="2"
+    )
     cluster, _thinker, actor = next(clusters)
     actor.set_script(react_host)
     workers = cluster.start("actor", "tools")
     yield cluster, actor, workers
-    clusters.close()
+    next(clusters, None)  # resumes _make_cluster past its yield: stops the workers, empties the database
 
 
 def requests_of(actor: OpenAIServer, goal_text: str) -> list[RecordedRequest]:
@@ -185,32 +190,38 @@ def test_react_job_cancel_stops_it_at_its_next_step(
 
 
 def test_sigkill_of_the_actor_during_a_react_model_step_is_recovered(
-    fresh_cluster: tuple[Cluster, OpenAIServer, OpenAIServer],
+    react_cluster: tuple[Cluster, OpenAIServer, WorkerGroup],
 ) -> None:
-    cluster, _, actor = fresh_cluster
+    cluster, actor, workers = react_cluster
+    goal_text = "react two rounds"
 
     def slow_second_step(request: RecordedRequest) -> Reply:
         reply = react_host(request)
-        reply.delay = 4.0 if request.number == 2 else 0.0  # the model step of round 1
+        mine = goal_text in str(request["messages"][1]["content"])
+        steps = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        if mine and steps == 1 and len(requests_of(actor, goal_text)) == 2:
+            reply.delay = 4.0  # the first try of round 1's model step: the worker dies meanwhile
         return reply
 
     actor.set_script(slow_second_step)
-    workers = cluster.start("actor", "tools")
-    plan = [[{"name": "add", "args": {"a": 1, "b": 1}}], [{"name": "add", "args": {"a": 2, "b": 2}}]]
-    handle = cluster.submit(goal=goal_with_plan("react two rounds", plan), reasoner="react", max_rounds=9)
+    try:
+        plan = [[{"name": "add", "args": {"a": 1, "b": 1}}], [{"name": "add", "args": {"a": 2, "b": 2}}]]
+        handle = cluster.submit(goal=goal_with_plan(goal_text, plan), reasoner="react", max_rounds=9)
 
-    deadline = time.monotonic() + 30
-    while actor.request_count < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert actor.request_count == 2, "the model step of round 1 never started"
-    cluster.kill(workers, "actor")
-    cluster.start("actor")  # the replacement takes the step over when its lease runs out
+        deadline = time.monotonic() + 30
+        while len(requests_of(actor, goal_text)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(requests_of(actor, goal_text)) == 2, "the model step of round 1 never started"
+        cluster.kill(workers, "actor")
+        cluster.start("actor")  # the replacement takes the step over when its lease runs out
 
-    result = handle.result(timeout=60)
+        result = handle.result(timeout=60)
+    finally:
+        actor.set_script(react_host)
     assert result.status == "completed", result
     assert result.deliverable == "done after 2 steps: 2 | 4"
     runs = [c for c in cluster.tool_calls() if c["job"] == handle.id]
     assert sorted((c["round"], c["index"]) for c in runs) == [(0, 1), (1, 1)], "a tool ran twice"
     keys = [(m.round, m.role) for m in cluster.store.memory(handle.id).get_messages()]
     assert keys == [(0, "actor"), (0, "tool"), (1, "actor"), (1, "tool"), (2, "actor")]
-    assert actor.request_count == 4  # round 1 was asked twice: once by the killed worker
+    assert len(requests_of(actor, goal_text)) == 4  # round 1 was asked twice: once by the killed worker
