@@ -130,6 +130,7 @@ def _quiet(run: Callable[[bool], dict[str, float]], quick: bool) -> dict[str, fl
 def distributed(report: Report, quick: bool) -> None:
     """Every figure that needs workers: hops, rounds, model calls, throughput, fan-out, workers."""
     flush_db()
+    report.add(overhead.litellm_import())  # before anything else runs: the import alone
     with ModelHosts(latency=0.0) as hosts:
         cluster = Cluster(hosts, CONCURRENCY)
         raws: list[RawWorker] = []
@@ -147,8 +148,9 @@ def distributed(report: Report, quick: bool) -> None:
             for raw in raws:
                 raw.stop()
             raws = []
-            report.add(overhead.litellm_call(hosts, quick))
-            report.add(overhead.turn_overhead(cluster, hosts, hops["raw_hop_ms"], quick))
+            calls = overhead.litellm_call(hosts, quick)
+            report.add(calls)
+            report.add(overhead.turn_overhead(cluster, hosts, {**hops, **calls}, quick))
             report.add(overhead.distributed_vs_inprocess(cluster, hosts, quick))
             report.add(throughput.fanout(cluster, hosts, quick))
             report.add({"throughput_concurrency_" + role: float(n) for role, n in CONCURRENCY.items()})
@@ -194,10 +196,15 @@ Definitions (see the docstrings of `bench/overhead.py` and `bench/throughput.py`
 - `turn_overhead_ms`: a round of a dual job (Thinker turn, Actor turn with one tool call, the tool,
   the chord callback: 4 hops) with an instant model and a no-op tool, i.e. everything but model and
   tool time, LiteLLM's client work included; (12-round job - 2-round job) / 10.
-  `round_phase_ms_*` split a round by the job's event times.
+  `round_phase_ms_*` split a round by the job's event times. `turn_overhead_excl_litellm_ms` leaves
+  out 2 x `litellm_call_overhead_ms` (the LiteLLM client's work for the round's two model calls);
+  `turn_overhead_tandem_own_ms` also leaves out 4 x `raw_replace_hop_tandem_config_ms` (Celery's
+  part of the round's four hops): what remains is tandem's own code (an upper bound: a chord costs
+  Celery more than a replace).
 - `litellm_call_ms`: `LiteLlmModelService.generate` (model `openai/...`) on a 5-round conversation
   against the instant server; `http_call_ms` the same request as bare HTTP;
   `litellm_call_ms_hosted_vllm` the same call with LiteLLM's `hosted_vllm/` provider.
+  `litellm_import_s`: `import litellm` in a fresh interpreter (model workers do it at start).
 - `distributed_vs_inprocess`: a 5-round dual job (0.5 s model latency, a no-op tool in 4 rounds)
   through the workers, divided by `DualModelReasoner.run` of the same job in process.
 - `throughput_ratio`: {throughput_jobs:.0f} concurrent dual jobs (0.5 s model latency, 3 rounds with a

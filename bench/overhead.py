@@ -8,10 +8,13 @@ the same job in process.
   the chord callback) with an instant model and a no-op tool, minus the model's and the tool's
   time (both zero here). Measured as the difference between a 12-round and a 2-round job divided
   by 10, so submitting, starting and ending a job cancel out. ``turn_overhead_in_hops`` divides it
-  by ``raw_hop_ms``; ``round_phase_ms_*`` split a round by the job's event timestamps.
+  by ``raw_hop_ms``; ``round_phase_ms_*`` split a round by the job's event timestamps;
+  ``turn_overhead_excl_litellm_ms`` and ``turn_overhead_tandem_own_ms`` split it further (see
+  ``turn_overhead``).
 * ``litellm_call_ms``: one ``LiteLlmModelService.generate`` against the instant test server, with
   a 5-round conversation; ``http_call_ms`` one bare HTTP request of the same body;
-  ``litellm_call_overhead_ms`` their difference (the client's own cost, counted in the round).
+  ``litellm_call_overhead_ms`` their difference (the client's own cost, counted in the round);
+  ``litellm_import_s`` what importing LiteLLM costs a fresh worker process.
 * ``distributed_vs_inprocess``: a 5-round dual job with 0.5 s model latency through the workers,
   divided by the same job run by ``DualModelReasoner`` in this process.
 """
@@ -20,9 +23,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -96,8 +102,18 @@ def _phases(events: list[dict[str, Any]]) -> dict[str, list[float]]:
     return phases
 
 
-def turn_overhead(cluster: Cluster, hosts: ModelHosts, raw_hop_ms: float, quick: bool) -> dict[str, float]:
-    """Milliseconds per round that are not the model's or the tool's (instant model, no-op tool)."""
+def turn_overhead(
+    cluster: Cluster, hosts: ModelHosts, measured: Mapping[str, float], quick: bool
+) -> dict[str, float]:
+    """Milliseconds per round that are not the model's or the tool's (instant model, no-op tool).
+
+    ``measured`` holds the raw-hop and LiteLLM figures of the same run, for the split:
+    ``turn_overhead_excl_litellm_ms`` leaves out the LiteLLM client's work of the round's two
+    model calls, and ``turn_overhead_tandem_own_ms`` also four Celery ``Task.replace`` hops under
+    tandem's Celery configuration: what remains is tandem's own code (Redis round trips of the
+    store, leases and events, validation, prompts), an upper bound since a chord costs Celery more
+    than a replace.
+    """
     hosts.latency = 0.0
     short, long = 2, 12
     pairs = 3 if quick else 9
@@ -115,13 +131,32 @@ def turn_overhead(cluster: Cluster, hosts: ModelHosts, raw_hop_ms: float, quick:
     per_round_ms = (median(times[long]) - median(times[short])) / (long - short) * 1000.0
     model_ms = 2 * hosts.latency * 1000.0  # the Thinker's and the Actor's call; the no-op tool: 0
     overhead = per_round_ms - model_ms
+    raw_hop_ms = measured["raw_hop_ms"]
+    without_litellm = overhead - 2 * measured["litellm_call_overhead_ms"]
     figures = {
         "turn_overhead_ms": overhead,
         "turn_overhead_in_hops": overhead / raw_hop_ms,
+        "turn_overhead_excl_litellm_ms": without_litellm,
+        "turn_overhead_excl_litellm_in_hops": without_litellm / raw_hop_ms,
+        "turn_overhead_tandem_own_ms": without_litellm - 4 * measured["raw_replace_hop_tandem_config_ms"],
     }
     for name, values in _phases(cluster.events(last_long)).items():
         figures[f"round_phase_ms_{name}"] = median(values)
     return figures
+
+
+def litellm_import() -> dict[str, float]:
+    """Seconds a fresh interpreter takes to import LiteLLM the way the model workers do."""
+    code = (
+        "import time; t = time.perf_counter()\n"
+        "from reasoner.litellm_service import _import_litellm\n"
+        "_import_litellm(); print(time.perf_counter() - t)"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, cwd=repo
+    )
+    return {"litellm_import_s": float(out.stdout.strip().splitlines()[-1])}
 
 
 def _conversation(rounds: int = 5) -> list[dict[str, str]]:

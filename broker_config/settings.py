@@ -61,6 +61,17 @@ def _flag(env: Mapping[str, str], name: str) -> bool | None:
     raise ConfigurationError(f"{name}={raw!r} is not a yes/no value: use true or false, or leave it unset")
 
 
+def _function_calling(env: Mapping[str, str], name: str) -> Literal["native", "prompt"] | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if raw in ("native", "prompt"):
+        return raw  # type: ignore[return-value]
+    raise ConfigurationError(
+        f"{name}={raw!r} must be 'native' (tools= in the request) or 'prompt' (<function_call> blocks)"
+    )
+
+
 def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...]) -> str:
     raw = env.get(name, "").strip() or default
     if not raw.startswith(tuple(f"{s}://" for s in schemes)):
@@ -84,11 +95,13 @@ class RoleSettings:
     max_tokens: int | None = None
     timeout: float = 120.0
     thinking: bool | None = None
+    function_calling: Literal["native", "prompt"] | None = None
+    """How ReAct jobs ask for tools: the host's native tool calls, or ``<function_call>`` blocks."""
 
     @classmethod
     def from_env(cls, role: RoleName, env: Mapping[str, str]) -> RoleSettings:
         """Read ``TANDEM_<ROLE>_MODEL``, ``_API_BASE``, ``_API_KEY``, ``_REASONING_PARSER``,
-        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT`` and ``_THINKING``."""
+        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING`` and ``_FUNCTION_CALLING``."""
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
@@ -117,6 +130,7 @@ class RoleSettings:
             max_tokens=_integer(env, f"{p}MAX_TOKENS", 0, minimum=1) if max_tokens else None,
             timeout=_number(env, f"{p}TIMEOUT", 120.0, minimum=1.0) or 120.0,
             thinking=_flag(env, f"{p}THINKING"),
+            function_calling=_function_calling(env, f"{p}FUNCTION_CALLING"),
         )
 
     @property

@@ -27,7 +27,10 @@ from tasks.turns import _advance, _failure, _load, _step, collect_tools, finaliz
 def function_calling(rt: Runtime) -> react.FunctionCalling:
     """Native tool calls, or the prompt protocol with the offline demo model (it has no native
     tool calling)."""
-    return "prompt" if rt.settings.role("actor").is_demo else "native"
+    conf = rt.settings.role("actor")
+    if conf.function_calling is not None:
+        return conf.function_calling
+    return "prompt" if conf.is_demo else "native"
 
 
 def react_step(task_self: CeleryTask, job_id: str, round_no: int) -> Any:

@@ -34,7 +34,9 @@ def _warm_up(**_: Any) -> None:
     """Import LiteLLM before taking work when a real model is configured: the import takes a
     second or two of CPU, which would otherwise land inside the first step (and its lease)."""
     settings = get_runtime().settings
-    if not (settings.thinker.is_demo and settings.actor.is_demo):
+    # Only where a model is called: a tools worker would pay the import (and ~130 MB) for nothing.
+    consumed = app.amqp.queues.consume_from  # the worker's queues (``-Q``), set before worker_init
+    if any(role in consumed and not settings.role(role).is_demo for role in ("thinker", "actor")):
         from reasoner.litellm_service import _import_litellm
 
         _import_litellm()

@@ -287,3 +287,12 @@ def test_the_urls_and_expiry_come_from_the_settings() -> None:
         600,
     )
     assert config["worker_send_task_events"] is True and config["task_send_sent_event"] is True
+
+
+def test_function_calling_mode_of_a_role() -> None:
+    from broker_config import Settings
+
+    assert Settings.from_env({}).actor.function_calling is None
+    assert Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "prompt"}).actor.function_calling == "prompt"
+    with pytest.raises(ConfigurationError, match="TANDEM_ACTOR_FUNCTION_CALLING='xml'"):
+        Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "xml"})
