@@ -51,14 +51,18 @@ GOALS = {
     "fanout_speedup": Goal("fanout_speedup", 6.0, False, "at least 6"),
     "worker_ready": Goal("worker_ready_s_max", 6.0, True, "under 6 s per worker"),
     "worker_rss": Goal("worker_rss_mb_max", 250.0, True, "under 250 MB per process"),
-    "toolkit_recommend": Goal("toolkit_recommend_ms", bench_toolkit.GOAL_MS, True, "under 50 ms"),
+    "toolkit_recommend": Goal(
+        "toolkit_recommend_ms", bench_toolkit.GOAL_MS, True, f"under {bench_toolkit.GOAL_MS:g} ms"
+    ),
 }
 
 
-def _show(name: str, value: Figure) -> str:
+def _show(value: Figure) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
+    if float(value).is_integer() or abs(value) >= 10_000:
+        return f"{value:.0f}"
+    return f"{value:.4g}"  # four significant digits
 
 
 class Report:
@@ -71,7 +75,7 @@ class Report:
         """Record and print ``figures``."""
         for name, value in figures.items():
             self.figures[name] = value
-            print(f"{name}: {_show(name, value)}", flush=True)
+            print(f"{name}: {_show(value)}", flush=True)
 
     def goals(self) -> None:
         """Add and print a ``*_goal_met`` line per goal whose figure was measured."""
@@ -80,7 +84,7 @@ class Report:
             if isinstance(value, float | int) and not isinstance(value, bool):
                 met = goal.met(float(value))
                 self.figures[f"{name}_goal_met"] = met
-                print(f"{name}_goal_met: {_show(name, met)}", flush=True)
+                print(f"{name}_goal_met: {_show(met)}", flush=True)
 
 
 def machine() -> dict[str, str]:
@@ -139,7 +143,7 @@ def distributed(report: Report, quick: bool) -> None:
             report.add({f"worker_ready_s_{role}": ready[role] for role in ROLES})
             report.add({"worker_ready_s_max": max(ready.values())})
             raws = [RawWorker(config).start() for config in ("plain", "tandem")]
-            # The first job is slow (the model workers import LiteLLM on their first call): not measured.
+            # The first job warms up connections and LiteLLM's first call in each worker: not measured.
             cluster.run(plan_goal([[call("noop")]]), 3, timeout=180)
             for raw in raws:
                 raw.wait_ready()
@@ -182,12 +186,32 @@ role, thread pools of thinker {ct}, actor {ca}, tools {cl}; model hosts: the loc
 test server (`tests/openai_server.py`), set latency as stated per figure. The machine is shared and
 noisy: compare figures as ratios within one run.
 
+## Goals
+
 | figure | value | goal | met |
 |---|---:|---|---|
+{goals}
+
+{split}
+
+## All figures
+
+| figure | value |
+|---|---:|
+{rows}
+"""
+
+MARKDOWN_SPLIT = """
+Where a round's time goes (instant model, no-op tool): {turn:.1f} ms, or {hops:.1f} raw hops of
+{raw:.2f} ms. The LiteLLM client's work for the two model calls: 2 x {litellm:.1f} ms. Celery's four
+`Task.replace` hops under tandem's settings (task events for Flower): 4 x {replace:.1f} ms. Tandem's
+own code: at most {own:.1f} ms.
 """
 
 MARKDOWN_NOTES = """
-Definitions (see the docstrings of `bench/overhead.py` and `bench/throughput.py`):
+## Definitions
+
+See the docstrings of the docstrings of `bench/overhead.py` and `bench/throughput.py`):
 
 - `raw_hop_ms`: one hop of a bare Celery chain of no-op tasks on the same Redis (threads pool, 1
   thread, JSON, late acks). `raw_replace_hop_ms`: the same with `Task.replace`, tandem's kind of hop.
@@ -218,18 +242,24 @@ Definitions (see the docstrings of `bench/overhead.py` and `bench/throughput.py`
 
 
 def markdown(report: Report, info: dict[str, str], command: str, seconds: float) -> str:
-    """The README table of the figures."""
-    goal_of = {goal.figure: (name, goal) for name, goal in GOALS.items()}
-    rows = []
-    for name, value in report.figures.items():
-        if name.endswith("_goal_met"):
-            continue
-        goal_text, met = "", ""
-        if name in goal_of:
-            goal_name, goal = goal_of[name]
-            goal_text = goal.text
-            met = "yes" if report.figures.get(f"{goal_name}_goal_met") else "**no**"
-        rows.append(f"| `{name}` | {_show(name, value)} | {goal_text} | {met} |")
+    """The README section of the figures: goals first, then every figure."""
+    f = report.figures
+    goals = []
+    for name, goal in GOALS.items():
+        if goal.figure in f:
+            met = "yes" if f.get(f"{name}_goal_met") else "**no**"
+            goals.append(f"| `{goal.figure}` | {_show(f[goal.figure])} | {goal.text} | {met} |")
+    rows = [f"| `{name}` | {_show(value)} |" for name, value in f.items() if not name.endswith("_goal_met")]
+    split = ""
+    if "turn_overhead_tandem_own_ms" in f:
+        split = MARKDOWN_SPLIT.format(
+            turn=f["turn_overhead_ms"],
+            hops=f["turn_overhead_in_hops"],
+            raw=f["raw_hop_ms"],
+            litellm=f["litellm_call_overhead_ms"],
+            replace=f["raw_replace_hop_tandem_config_ms"],
+            own=f["turn_overhead_tandem_own_ms"],
+        )
     head = MARKDOWN_HEAD.format(
         command=command,
         cpu_count=info["nproc"],
@@ -244,17 +274,22 @@ def markdown(report: Report, info: dict[str, str], command: str, seconds: float)
         ct=CONCURRENCY["thinker"],
         ca=CONCURRENCY["actor"],
         cl=CONCURRENCY["tools"],
+        goals="\n".join(goals),
+        split=split.strip(),
+        rows="\n".join(rows),
     )
     notes = MARKDOWN_NOTES.format(
-        throughput_jobs=float(report.figures.get("throughput_jobs", 0)),
+        throughput_jobs=float(f.get("throughput_jobs", 0)),
         bound_formula=throughput.BOUND_FORMULA,
     )
-    return head + "\n".join(rows) + "\n" + notes
+    return head + notes
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every benchmark, print the figures, write JSON (and Markdown for a full run)."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="Run every benchmark; print its figures."
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and jobs (< 60 s)")
     parser.add_argument("--out", default="bench/results.json", help="where to write the JSON figures")
     parser.add_argument(

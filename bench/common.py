@@ -94,11 +94,7 @@ class ModelHosts:
 
     def __enter__(self) -> ModelHosts:
         for server in (self.thinker, self.actor):
-            server.start()
-            # The test server writes a reply's headers and body in two sends; with Nagle's
-            # algorithm on, the body waits for the client's delayed ACK (about 40 ms on Linux), so
-            # an "instant" model would answer in ~45 ms. Real hosts (uvicorn) set TCP_NODELAY too.
-            server._httpd.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[union-attr]
+            server.start()  # it sets TCP_NODELAY, as real hosts (uvicorn) do
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -160,9 +156,9 @@ class Cluster:
             now = time.monotonic()
             for reply in replies:
                 for name in reply:
-                    role = names.get(name.split("@", 1)[0])
-                    if role is not None and role not in self.ready_s:
-                        self.ready_s[role] = now - launched
+                    ready_role = names.get(name.split("@", 1)[0])
+                    if ready_role is not None and ready_role not in self.ready_s:
+                        self.ready_s[ready_role] = now - launched
         return dict(self.ready_s)
 
     def rss_mb(self) -> dict[str, tuple[float, float]]:

@@ -40,20 +40,14 @@ from bench.models import call, plan_goal
 CHAIN_HOPS = 50
 
 
-def _per_hop(run: Callable[[], Any], hops: int, repeats: int) -> float:
-    run()  # warm: connections, result subscriptions
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        timings.append((time.perf_counter() - started) / hops)
-    return median(timings) * 1000.0
-
-
 def raw_hops(workers: dict[str, RawWorker], quick: bool) -> dict[str, float]:
-    """Per-hop milliseconds of a chain and of a ``Task.replace`` loop, per raw app configuration."""
-    repeats = 2 if quick else 9
-    figures: dict[str, float] = {}
+    """Per-hop milliseconds of a chain and of a ``Task.replace`` loop, per raw app configuration.
+
+    The four kinds are measured in turn, ``repeats`` rounds of each, so a noisy neighbour spreads
+    over all of them; each figure is the median of its rounds.
+    """
+    repeats = 3 if quick else 9
+    runs: dict[str, Callable[[], Any]] = {}
     for config, worker in workers.items():
         noop = worker.app.tasks["bench.noop"]
         replace_hop = worker.app.tasks["bench.replace_hop"]
@@ -66,9 +60,17 @@ def raw_hops(workers: dict[str, RawWorker], quick: bool) -> dict[str, float]:
             # CHAIN_HOPS - 1 replacements: CHAIN_HOPS task executions, like the chain.
             return replace_hop.si(CHAIN_HOPS - 1).apply_async().get(timeout=60)
 
-        figures[f"raw_hop{suffix}_ms"] = _per_hop(run_chain, CHAIN_HOPS, repeats)
-        figures[f"raw_replace_hop{suffix}_ms"] = _per_hop(run_replace, CHAIN_HOPS, repeats)
-    return figures
+        runs[f"raw_hop{suffix}_ms"] = run_chain
+        runs[f"raw_replace_hop{suffix}_ms"] = run_replace
+    timings: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()  # warm: connections, result subscriptions
+    for _ in range(repeats):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            timings[name].append((time.perf_counter() - started) / CHAIN_HOPS * 1000.0)
+    return {name: median(values) for name, values in timings.items()}
 
 
 def _noop_rounds(rounds: int) -> str:
@@ -187,11 +189,11 @@ def litellm_call(hosts: ModelHosts, quick: bool) -> dict[str, float]:
     for provider in ("openai", "hosted_vllm"):
         model = LiteLlmModelService(f"{provider}/actor-model", api_base=hosts.actor.url, api_key="bench-key")
         for _ in range(3):
-            model.generate(system, chat)  # type: ignore[arg-type]
+            model.generate(system, chat)
         timings = []
         for _ in range(calls):
             started = time.perf_counter()
-            model.generate(system, chat)  # type: ignore[arg-type]
+            model.generate(system, chat)
             timings.append(time.perf_counter() - started)
         name = "litellm_call_ms" if provider == "openai" else f"litellm_call_ms_{provider}"
         figures[name] = median(timings) * 1000.0

@@ -452,6 +452,9 @@ def _error_body(status: int, message: str | None) -> dict[str, Any]:
 def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Send each write at once: with Nagle's algorithm a keep-alive reply waits ~40 ms for the
+        # client's delayed ACK, which would count as model latency in every test and benchmark.
+        disable_nagle_algorithm = True
         server_version = "tandem-openai-test-server/1"
         timeout = 60  # an idle keep-alive connection is dropped after this
 
