@@ -133,3 +133,37 @@ def test_mono_job_runs_on_actor_and_tools_only(dual_cluster: Hosts) -> None:
     assert len(thinker.requests) == seen_by_thinker
     roles = [m.role for m in cluster.store.memory(handle.id).get_messages()]
     assert roles == ["actor", "tool", "actor"]
+
+
+def test_status_and_cancel_commands(dual_cluster: Hosts) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cluster, _, _ = dual_cluster
+    env = {**os.environ, **cluster.env}
+
+    def tandem(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "workers.cli", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    done = cluster.submit(
+        goal=goal_with_plan("quick", [[{"name": "add", "args": {"a": 1, "b": 1}}]]), max_rounds=4
+    )
+    done.result(timeout=60)
+    shown = tandem("status", done.id)
+    assert shown.returncode == 0, shown.stderr
+    status_json, result_json = shown.stdout.split("\n}\n", 1)
+    assert json.loads(status_json + "}")["state"] == "completed"
+    assert json.loads(result_json)["deliverable"] == "all planned calls ran"
+
+    plan = [[{"name": "sleep_tool", "args": {"seconds": 1}}]] * 5
+    running = cluster.submit(goal=goal_with_plan("long NEVER_DONE", plan), max_rounds=20)
+    cancelled = tandem("cancel", running.id)
+    assert cancelled.returncode == 0 and "cancellation requested" in cancelled.stdout
+    assert running.result(timeout=60).status == "cancelled"
+
+    unknown = tandem("status", "no-such-job")
+    assert unknown.returncode == 2 and "no job 'no-such-job'" in unknown.stderr
