@@ -16,6 +16,7 @@ from tasks.leases import LeaseKeys
 from tasks.spec import JobSpec
 from tasks.store import JobStore
 from toolkit.graph import Toolkit
+from toolkit.tool import Tool
 
 log = logging.getLogger("tandem.runtime")
 
@@ -57,6 +58,15 @@ class Runtime:
 
         return load_toolkit(self.settings.toolkit)
 
+    @cached_property
+    def default_tools(self) -> tuple[Tool, ...]:
+        """The demo tools when no toolkit is configured (built once: each is a pydantic model)."""
+        if self.toolkit is not None:
+            return ()
+        from reasoner.demo import demo_tools
+
+        return tuple(demo_tools())
+
     def model(self, role: str, mode: str = "dual") -> ModelService:
         """The model for ``role`` (``thinker`` or ``actor``); ``mode`` picks the demo model's script."""
         key = f"{role}:{mode}"
@@ -93,15 +103,10 @@ class Runtime:
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
         """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one)."""
-        tools = []
-        if self.toolkit is None:
-            from reasoner.demo import demo_tools
-
-            tools = demo_tools()
         return Task(
             goal=spec.goal,
             context=spec.context,
-            tools=tools,
+            tools=list(self.default_tools),
             max_rounds=spec.max_rounds,
             toolkit=self.toolkit,
             actions=list(spec.actions),
