@@ -27,7 +27,7 @@ from tasks.app import create_app
 from tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tasks.store import JobStore
 from tests.openai_server import OpenAIServer
-from workers.embedded import WorkerGroup
+from workers.embedded import WorkerGroup, stop_process
 
 REDIS_BASE = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "4"))
@@ -275,13 +275,7 @@ class RawWorker:
 
     def stop(self) -> None:
         """Stop the worker by pid."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.process = None
         self.app.close()
 

@@ -329,22 +329,8 @@ def run_call(
     *,
     call_id: str | None = None,
 ) -> FunctionCallResult:
-    """Run call ``index`` of a ReAct reply; never raises for what the model or the tool did wrong.
-
-    As ``ToolRunner.run_call`` (unknown tool, invalid arguments, exception and timeout become
-    FAILED results the model reads), but values for injected parameters are dropped, and a native
-    call (one with a ``call_id``) whose arguments are not a JSON object is answered in native terms.
-    """
-    if call.error is not None and call_id is not None:
-        return FunctionCallResult(
-            index=index,
-            name=call.name or "(unnamed)",
-            args={},
-            status=FunctionCallStatus.FAILED,
-            output=f"The call was not run: {call.error}. Call {call.name!r} again with arguments that "
-            "are a JSON object matching its parameters.",
-            call_id=call_id,
-        )
+    """Run call ``index`` of a ReAct reply: ``ToolRunner.run_call`` with values for injected
+    parameters dropped; never raises for what the model or the tool did wrong."""
     return _dropping(runner).run_call(tools, call, index, ctx, call_id=call_id)
 
 

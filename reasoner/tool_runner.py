@@ -131,6 +131,11 @@ class ToolRunner:
             )
 
         if call.error:
+            if call_id is not None:  # a native call: no <function_call> block to correct
+                return failed(
+                    f"The call was not run: {call.error}. Call {call.name!r} again with arguments "
+                    "that are a JSON object matching its parameters."
+                )
             return failed(format_parse_error(call))
         tool = tools.get(call.name)
         if tool is None:
