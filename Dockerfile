@@ -3,6 +3,7 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY tandem tandem
 COPY reasoner reasoner
 COPY toolkit toolkit
 COPY tasks tasks

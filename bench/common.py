@@ -22,12 +22,12 @@ from typing import Any
 from redis import Redis
 
 from bench import models
-from broker_config import Settings
-from tasks.app import create_app
-from tasks.spec import FINAL_STATES, JobResult, JobStatus
-from tasks.store import JobStore
+from tandem.broker_config import Settings
+from tandem.tasks.app import create_app
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
+from tandem.tasks.store import JobStore
+from tandem.workers.embedded import WorkerGroup, stop_process
 from tests.openai_server import OpenAIServer
-from workers.embedded import WorkerGroup, stop_process
 
 REDIS_BASE = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "4"))

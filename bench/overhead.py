@@ -178,8 +178,8 @@ def _conversation(rounds: int = 5) -> list[dict[str, str]]:
 def litellm_call(hosts: ModelHosts, quick: bool) -> dict[str, float]:
     """Milliseconds of one model call through LiteLLM and of the same request as bare HTTP."""
     from bench.tools import tools
-    from reasoner.litellm_service import LiteLlmModelService
-    from reasoner.prompts import actor_prompt
+    from tandem.reasoner.litellm_service import LiteLlmModelService
+    from tandem.reasoner.prompts import actor_prompt
 
     hosts.latency = 0.0
     system = actor_prompt(tools(), [], None)
@@ -219,7 +219,7 @@ def litellm_call(hosts: ModelHosts, quick: bool) -> dict[str, float]:
 def distributed_vs_inprocess(cluster: Cluster, hosts: ModelHosts, quick: bool) -> dict[str, float]:
     """A 5-round dual job with 0.5 s model latency: through the workers / in this process."""
     from bench.tools import tools
-    from reasoner import DualModelReasoner, LiteLlmModelService, Task
+    from tandem.reasoner import DualModelReasoner, LiteLlmModelService, Task
 
     hosts.latency = 0.5
     goal = _noop_rounds(4)  # four rounds with a tool call, then the round that delivers: 5 rounds

@@ -9,7 +9,7 @@ characters, then an answer (Harmony adds a preamble and a tool call). It prints,
 * ``parser_<family>_chunk4_cost_ratio``: time with 4-character chunks / time with one chunk;
 * ``parser_<family>_chunk4_vs_none_ratio``: time with 4-character chunks / time of the ``none``
   parser fed the same chunks. ``none`` does only what every stream must (one call and one
-  :class:`~reasoner.parsing.ReasoningDelta` per chunk), so this is the parser's own overhead
+  :class:`~tandem.reasoner.parsing.ReasoningDelta` per chunk), so this is the parser's own overhead
   on top of the per-chunk cost of the streaming interface itself.
 
 Chunks are cut before the clock starts; each figure is the best of several runs.
@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from reasoner.parsing import ReasoningSplit, get_reasoning_parser
+from tandem.reasoner.parsing import ReasoningSplit, get_reasoning_parser
 
 FAMILIES = {"think_tags": "qwen3", "harmony": "gpt-oss"}
 """Family name in the figures → the parser that stands for it."""

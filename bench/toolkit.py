@@ -13,7 +13,7 @@ import random
 import statistics
 import time
 
-from toolkit import Action, Tool, Toolkit, ToolkitService
+from tandem.toolkit import Action, Tool, Toolkit, ToolkitService
 
 ACTIONS = 10_000
 NEXT_EDGES = 50_000

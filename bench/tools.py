@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from toolkit import Action, Tool, ToolkitService
-from toolkit.graph import Toolkit
+from tandem.toolkit import Action, Tool, ToolkitService
+from tandem.toolkit.graph import Toolkit
 
 
 def noop() -> str:

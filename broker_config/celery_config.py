@@ -6,7 +6,7 @@ from typing import Any
 
 from kombu import Queue
 
-from broker_config.settings import Settings
+from tandem.broker_config.settings import Settings
 
 ROLE_QUEUES = ("thinker", "actor", "tools")
 
@@ -29,7 +29,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
       its step has finished, and a worker holds at most one message per thread it runs.
     - The visibility timeout exceeds the hard time limit of a step, so Redis never redelivers a
       step that is still running; a step whose worker died is taken over sooner, through its
-      lease (``tasks.leases``), after ``lease_seconds``.
+      lease (``tandem.tasks.leases``), after ``lease_seconds``.
     """
     visibility = int(settings.task_time_limit + 4 * settings.lease_seconds + 60)
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from reasoner.errors import ConfigurationError
+from tandem.reasoner.errors import ConfigurationError
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -105,7 +105,7 @@ class RoleSettings:
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
-            from reasoner.parsing import REASONING_PARSERS
+            from tandem.reasoner.parsing import REASONING_PARSERS
 
             if parser not in REASONING_PARSERS:
                 raise ConfigurationError(

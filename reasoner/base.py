@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from reasoner import steps
-from reasoner.errors import ReasonerError
-from reasoner.hooks import NO_HOOKS, ReasonerHooks
-from reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
-from reasoner.messages import ModelMessage
-from reasoner.model_service import ModelService
-from reasoner.task import ReasonerOutcome, Task
-from reasoner.tool_runner import ToolRunner
-from toolkit.tool import Tool
+from tandem.reasoner import steps
+from tandem.reasoner.errors import ReasonerError
+from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
+from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
+from tandem.reasoner.messages import ModelMessage
+from tandem.reasoner.model_service import ModelService
+from tandem.reasoner.task import ReasonerOutcome, Task
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
-    from toolkit.action import Action
+    from tandem.toolkit.action import Action
 
 
 class LoopReasoner:
-    """Runs the round loop of ``reasoner.steps`` in this process.
+    """Runs the round loop of ``tandem.reasoner.steps`` in this process.
 
     Subclasses say who speaks: ``DualModelReasoner`` (Thinker then Actor each round) or
     ``MonoModelReasoner`` (one model). ``run`` never raises for a model or tool failure: the

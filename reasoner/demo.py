@@ -14,9 +14,9 @@ import operator
 import re
 from typing import Any
 
-from reasoner.model_service import ChatMessage
-from reasoner.testing import ScriptedModelService
-from toolkit.tool import Tool
+from tandem.reasoner.model_service import ChatMessage
+from tandem.reasoner.testing import ScriptedModelService
+from tandem.toolkit.tool import Tool
 
 DEMO_GOAL = (
     "How many words are in 'tandem runs reasoning jobs on celery workers', and what is that number times 12?"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reasoner.base import LoopReasoner
-from reasoner.hooks import ReasonerHooks
-from reasoner.model_service import ModelService
-from reasoner.tool_runner import ToolRunner
+from tandem.reasoner.base import LoopReasoner
+from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.model_service import ModelService
+from tandem.reasoner.tool_runner import ToolRunner
 
 
 class DualModelReasoner(LoopReasoner):

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reasoner._json_repair import PAYLOAD_END, PAYLOAD_START, Finder, JsonReader, JsonReadError
+from tandem.reasoner._json_repair import PAYLOAD_END, PAYLOAD_START, Finder, JsonReader, JsonReadError
 
 __all__ = [
     "FUNCTION_CALLING_GUIDE",

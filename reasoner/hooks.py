@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reasoner.messages import FunctionCallResult, ModelMessage
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 
 if TYPE_CHECKING:
-    from reasoner.function_calling import ParsedFunctionCall
-    from reasoner.task import ReasonerOutcome
+    from tandem.reasoner.function_calling import ParsedFunctionCall
+    from tandem.reasoner.task import ReasonerOutcome
 
 
 class ReasonerHooks:

@@ -52,22 +52,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from reasoner.litellm_errors import (
+from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
+from tandem.reasoner.litellm_errors import (
     TRANSIENT_STATUSES,
     failure_kind,
     parse_retry_after,
     provider_message,
     response_headers,
 )
-from reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
 
 if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
-    from reasoner.model_service import ChatMessage, DeltaListener
-    from reasoner.parsing.base import ReasoningParser
-    from reasoner.tool_runner import ToolRunner
-    from toolkit.context import ToolCallContext
-    from toolkit.tool import Tool
+    from tandem.reasoner.model_service import ChatMessage, DeltaListener
+    from tandem.reasoner.parsing.base import ReasoningParser
+    from tandem.reasoner.tool_runner import ToolRunner
+    from tandem.toolkit.context import ToolCallContext
+    from tandem.toolkit.tool import Tool
 
 __all__ = ["LiteLlmModelService", "parse_retry_after"]
 
@@ -184,7 +184,7 @@ class LiteLlmModelService:
 
     ``model`` is a LiteLLM model string (``"hosted_vllm/Qwen3-32B"``, ``"openai/any"`` with
     ``api_base``); it is also ``name``. ``reasoning_parser`` is a parser name (see
-    ``reasoner.parsing``) or a parser object; ``None`` uses ``"think"``. ``temperature`` and
+    ``tandem.reasoner.parsing``) or a parser object; ``None`` uses ``"think"``. ``temperature`` and
     ``max_tokens`` are sent only when set. ``timeout`` is seconds per attempt. ``extra_body`` is
     merged into the request body (its ``chat_template_kwargs`` win over those ``thinking``
     sets). ``tool_runner`` runs prompt-mode calls (``call_function``); a default one is made on
@@ -254,7 +254,7 @@ class LiteLlmModelService:
 
     @staticmethod
     def _resolve_parser(parser: str | ReasoningParser | None) -> ReasoningParser:
-        from reasoner.parsing import get_reasoning_parser
+        from tandem.reasoner.parsing import get_reasoning_parser
 
         if parser is None:
             return get_reasoning_parser("think")
@@ -283,7 +283,7 @@ class LiteLlmModelService:
     def tool_runner(self) -> ToolRunner:
         """The runner of prompt-mode ``<function_call>`` blocks (made on first use)."""
         if self._tool_runner is None:
-            from reasoner.tool_runner import ToolRunner
+            from tandem.reasoner.tool_runner import ToolRunner
 
             self._tool_runner = ToolRunner()
         return self._tool_runner
@@ -521,7 +521,7 @@ class LiteLlmModelService:
         """The text to append to ``content``: reasoning's ``<function_call>`` blocks, if enabled."""
         if not self.tool_calls_in_reasoning or "<function_call>" not in reasoning:
             return ""
-        from reasoner.function_calling import parse_function_calls
+        from tandem.reasoner.function_calling import parse_function_calls
 
         # Only blocks that read cleanly: reasoning holds drafts, and a draft's broken block is
         # not a request the model made.

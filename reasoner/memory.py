@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from reasoner.messages import ModelMessage, Role
+from tandem.reasoner.messages import ModelMessage, Role
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from reasoner.messages import FunctionCallResult, ModelMessage
-from toolkit.context import ToolCallContext
-from toolkit.tool import Tool
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage
+from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
-    from reasoner.tool_runner import ToolRunner
+    from tandem.reasoner.tool_runner import ToolRunner
 
 ChatMessage = dict[str, Any]
 """An OpenAI-style chat message: ``{"role": "user"|"assistant"|"tool", "content": str, ...}``."""
@@ -65,7 +65,7 @@ class BaseModelService:
     def tool_runner(self) -> ToolRunner:
         """The runner that executes ``<function_call>`` blocks (a default one if none was given)."""
         if self._tool_runner is None:
-            from reasoner.tool_runner import ToolRunner
+            from tandem.reasoner.tool_runner import ToolRunner
 
             self._tool_runner = ToolRunner()
         return self._tool_runner

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from reasoner.function_calling import FUNCTION_CALLING_GUIDE
-from toolkit.tool import Tool
+from tandem.reasoner.function_calling import FUNCTION_CALLING_GUIDE
+from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
-    from toolkit.action import Action
+    from tandem.toolkit.action import Action
 
 TASK_DONE = "TASK_DONE"
 
@@ -76,7 +76,7 @@ Tools you can call:
 def _tool_list(tools: Sequence[Tool]) -> str:
     if not tools:
         return "(none: answer from your own knowledge)"
-    from toolkit.describe import describe_tools
+    from tandem.toolkit.describe import describe_tools
 
     return describe_tools(list(tools))
 
@@ -84,7 +84,7 @@ def _tool_list(tools: Sequence[Tool]) -> str:
 def _action_list(actions: Sequence[Action], graph: object | None) -> str:
     if not actions or graph is None:
         return ""
-    from toolkit.describe import describe_actions
+    from tandem.toolkit.describe import describe_actions
 
     return "\nThe steps (actions) this task moves through, and where each may lead:\n" + describe_actions(
         graph,  # type: ignore[arg-type]

@@ -25,9 +25,9 @@ without its calls) and the run ends ``truncated``. So no run ever ends with a to
 result, and every model call sees a result for every call made before it, whatever the budget, even
 or odd: budgets 1 and 2 allow one model call, 3 and 4 allow two, ``B`` allows ``(B + 1) // 2``.
 
-The steps here are idempotent like ``reasoner.steps``: ``react_step`` returns the stored reply of
+The steps here are idempotent like ``tandem.reasoner.steps``: ``react_step`` returns the stored reply of
 its round instead of calling the model again, and the tool step is skipped when its results are
-stored. The in-process ``ReActReasoner`` and the Celery tasks (``tasks.react_turns``) use them.
+stored. The in-process ``ReActReasoner`` and the Celery tasks (``tandem.tasks.react_turns``) use them.
 """
 
 from __future__ import annotations
@@ -37,23 +37,23 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
-from reasoner import steps
-from reasoner.errors import ConfigurationError, ReasonerError
-from reasoner.function_calling import (
+from tandem.reasoner import steps
+from tandem.reasoner.errors import ConfigurationError, ReasonerError
+from tandem.reasoner.function_calling import (
     FUNCTION_CALLING_GUIDE,
     ParsedFunctionCall,
     extract_tag,
     strip_thinking,
 )
-from reasoner.hooks import NO_HOOKS, ReasonerHooks
-from reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
-from reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall
-from reasoner.model_service import ChatMessage, DeltaListener, ModelService
-from reasoner.prompts import task_text
-from reasoner.task import OutcomeStatus, ReasonerOutcome, Task
-from reasoner.tool_runner import ToolRunner
-from toolkit.context import ToolCallContext
-from toolkit.tool import Tool
+from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
+from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall
+from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelService
+from tandem.reasoner.prompts import task_text
+from tandem.reasoner.task import OutcomeStatus, ReasonerOutcome, Task
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.tool import Tool
 
 __all__ = [
     "NEEDS_MORE_STEPS",
@@ -161,7 +161,7 @@ def react_prompt(tools: Sequence[Tool], mode: FunctionCalling = "native") -> str
     in prompt mode (in native mode the tools travel as schemas)."""
     if mode == "native":
         return REACT_PROMPT
-    from toolkit.describe import describe_tools
+    from tandem.toolkit.describe import describe_tools
 
     listed = describe_tools(list(tools)) if tools else "(none: answer from your own knowledge)"
     return REACT_PROMPT_TOOLS.format(intro=REACT_PROMPT, guide=FUNCTION_CALLING_GUIDE, tools=listed)

@@ -14,23 +14,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from reasoner.function_calling import (
+from tandem.reasoner.function_calling import (
     ParsedFunctionCall,
     extract_tag,
     parse_function_calls,
     strip_thinking,
 )
-from reasoner.hooks import NO_HOOKS, ReasonerHooks
-from reasoner.memory import ReasonerMemory
-from reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
-from reasoner.model_service import ChatMessage, DeltaListener, ModelService
-from reasoner.prompts import actor_prompt, mono_prompt, round_note, task_text, thinker_prompt
-from reasoner.task import ReasonerOutcome, Task
-from toolkit.context import ToolCallContext
-from toolkit.tool import Tool
+from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
+from tandem.reasoner.memory import ReasonerMemory
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelService
+from tandem.reasoner.prompts import actor_prompt, mono_prompt, round_note, task_text, thinker_prompt
+from tandem.reasoner.task import ReasonerOutcome, Task
+from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
-    from toolkit.action import Action
+    from tandem.toolkit.action import Action
 
 Mode = Literal["dual", "mono"]
 NextKind = Literal["deliver", "tools", "continue", "truncated"]

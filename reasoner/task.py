@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from reasoner.errors import ConfigurationError
-from reasoner.messages import ModelMessage, Usage
-from toolkit.tool import Tool
+from tandem.reasoner.errors import ConfigurationError
+from tandem.reasoner.messages import ModelMessage, Usage
+from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
-    from toolkit.action import Action
-    from toolkit.graph import Toolkit
+    from tandem.toolkit.action import Action
+    from tandem.toolkit.graph import Toolkit
 
 OutcomeStatus = Literal["completed", "truncated", "failed"]
 
@@ -51,7 +51,7 @@ class Task:
         actions: list[Action] = []
         if self.toolkit is not None:
             if self.actions:
-                from toolkit.service import ToolkitService
+                from tandem.toolkit.service import ToolkitService
 
                 service = ToolkitService(self.toolkit)
                 found, actions = service.recommend_tools_actions(

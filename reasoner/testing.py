@@ -10,12 +10,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reasoner.errors import ModelCallError
-from reasoner.messages import ModelMessage, NativeToolCall, Usage
-from reasoner.model_service import BaseModelService, ChatMessage, DeltaListener
-from reasoner.tool_runner import ToolRunner
-from toolkit.context import ToolCallContext
-from toolkit.tool import Tool
+from tandem.reasoner.errors import ModelCallError
+from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.model_service import BaseModelService, ChatMessage, DeltaListener
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.tool import Tool
 
 Reply = str | ModelMessage | Exception
 """A scripted reply: text (thinking in ``<think>`` tags is split off), a full message, or an
@@ -82,7 +82,7 @@ class ScriptedModelService(BaseModelService):
         if isinstance(reply, ModelMessage):
             message = reply
         else:
-            from reasoner.parsing import get_reasoning_parser
+            from tandem.reasoner.parsing import get_reasoning_parser
 
             split = get_reasoning_parser(self._parser_name).parse(reply)
             message = ModelMessage(

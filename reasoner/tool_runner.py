@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from reasoner.errors import ToolArgumentsError
-from reasoner.function_calling import ParsedFunctionCall, format_parse_error, parse_function_calls
-from reasoner.messages import FunctionCallResult, FunctionCallStatus
-from toolkit.context import InjectionMapping, ToolCallContext
-from toolkit.tool import InjectedPolicy, Tool
+from tandem.reasoner.errors import ToolArgumentsError
+from tandem.reasoner.function_calling import ParsedFunctionCall, format_parse_error, parse_function_calls
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
+from tandem.toolkit.context import InjectionMapping, ToolCallContext
+from tandem.toolkit.tool import InjectedPolicy, Tool
 
 
 def render_output(value: Any) -> str:

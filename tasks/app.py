@@ -1,10 +1,10 @@
-"""The Celery application. Workers start with ``celery -A tasks.app worker`` (or ``tandem worker``)."""
+"""The Celery application. Workers start with ``celery -A tandem.tasks.app worker`` (or ``tandem worker``)."""
 
 from __future__ import annotations
 
 from celery import Celery
 
-from broker_config import Settings, celery_config
+from tandem.broker_config import Settings, celery_config
 
 
 def create_app(settings: Settings) -> Celery:
@@ -18,5 +18,5 @@ def create_app(settings: Settings) -> Celery:
 settings = Settings.from_env()
 app = create_app(settings)
 
-import tasks.turns  # noqa: E402  (registers the tasks on ``app``)
-import tasks.worker_signals  # noqa: E402,F401  (starts the lease watchdog in workers)
+import tandem.tasks.turns  # noqa: E402  (registers the tasks on ``app``)
+import tandem.tasks.worker_signals  # noqa: E402,F401  (starts the lease watchdog in workers)

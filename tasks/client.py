@@ -8,13 +8,9 @@ from typing import Any
 
 from celery import Celery
 
-from reasoner.errors import ConfigurationError
-from tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
-from tasks.store import JobStore
-
-
-class JobTimeout(TimeoutError):
-    """``JobHandle.result`` waited ``timeout`` seconds and the job had not ended."""
+from tandem.tasks.errors import JobTimeout, UnknownJobError
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
+from tandem.tasks.store import JobStore
 
 
 class JobHandle:
@@ -79,11 +75,11 @@ class JobHandle:
 def submit(
     spec: JobSpec | dict[str, Any], *, app: Celery | None = None, store: JobStore | None = None
 ) -> JobHandle:
-    """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``ConfigurationError``
+    """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``JobSpecError``
     naming the field, and nothing is enqueued."""
     job_spec = validate_spec(spec)
     if app is None or store is None:
-        from tasks.runtime import get_runtime
+        from tandem.tasks.runtime import get_runtime
 
         app = app or _default_app()
         store = store or get_runtime().store
@@ -93,16 +89,16 @@ def submit(
 
 def job(job_id: str) -> JobHandle:
     """A handle on an existing job by id."""
-    from tasks.runtime import get_runtime
+    from tandem.tasks.runtime import get_runtime
 
     rt = get_runtime()
     if rt.store.spec(job_id) is None and rt.store.status(job_id) is None:
-        raise ConfigurationError(f"no job {job_id!r} is known to {rt.settings.redis_url}")
+        raise UnknownJobError(f"no job {job_id!r} is known to {rt.settings.redis_url}")
     return JobHandle(job_id, rt.store, _default_app())
 
 
 def _default_app() -> Celery:
-    from tasks.app import app
+    from tandem.tasks.app import app
 
     return app
 

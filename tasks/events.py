@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reasoner.hooks import ReasonerHooks
-from reasoner.messages import FunctionCallResult, ModelMessage
-from tasks.store import JobStore
+from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage
+from tandem.tasks.store import JobStore
 
 if TYPE_CHECKING:
-    from reasoner.function_calling import ParsedFunctionCall
+    from tandem.reasoner.function_calling import ParsedFunctionCall
 
 
 class EventHooks(ReasonerHooks):

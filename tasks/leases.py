@@ -8,7 +8,7 @@ the lease runs out) and the message options needed to send the step again.
 
 Every worker runs a ``Watchdog`` thread. When a lease runs out (no heartbeat: the process is
 gone), the first watchdog to claim it sends the step again, with the same task id, chord and
-group, so the job continues. Steps are idempotent (see ``tasks.turns``): if the original message
+group, so the job continues. Steps are idempotent (see ``tandem.tasks.turns``): if the original message
 is redelivered later, it finds the step done and is ignored.
 """
 

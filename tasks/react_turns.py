@@ -1,10 +1,10 @@
 """The model step of a ``react`` job as a Celery task body (``tandem.react_turn``, queue ``actor``).
 
-``react_turn(job, r)`` → ``reasoner.react.react_step`` (the model with the tools) → one of:
+``react_turn(job, r)`` → ``tandem.reasoner.react.react_step`` (the model with the tools) → one of:
 ``finalize(completed)`` (the reply is the answer), ``finalize(truncated)`` (the step budget,
 ``JobSpec.max_rounds``, cannot hold the calls), or ``chord(run_tool × N on "tools") →
 collect_tools(job, r)``, which stores the results and opens round ``r + 1`` (or finalizes a
-``return_direct`` result, or a spent budget; see ``tasks.turns.collect_tools``).
+``return_direct`` result, or a spent budget; see ``tandem.tasks.turns.collect_tools``).
 
 Durability is the dual jobs': the step runs under the ``{r}:react`` step guard and lease, the
 reply is stored once under ``(r, "actor")`` before the job moves on, and a duplicate of the step
@@ -18,10 +18,10 @@ from typing import Any
 from celery import Task as CeleryTask
 from celery import chord
 
-from reasoner import react
-from tasks.events import EventHooks
-from tasks.runtime import Runtime, get_runtime
-from tasks.turns import _advance, _failure, _load, _step, collect_tools, finalize, finish, run_tool
+from tandem.reasoner import react
+from tandem.tasks.events import EventHooks
+from tandem.tasks.runtime import Runtime, get_runtime
+from tandem.tasks.turns import _advance, _failure, _load, _step, collect_tools, finalize, finish, run_tool
 
 
 def function_calling(rt: Runtime) -> react.FunctionCalling:

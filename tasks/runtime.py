@@ -8,15 +8,15 @@ from functools import cached_property
 
 from redis import Redis
 
-from broker_config import Settings
-from reasoner.model_service import ModelService
-from reasoner.task import Task
-from reasoner.tool_runner import ToolRunner
-from tasks.leases import LeaseKeys
-from tasks.spec import JobSpec
-from tasks.store import JobStore
-from toolkit.graph import Toolkit
-from toolkit.tool import Tool
+from tandem.broker_config import Settings
+from tandem.reasoner.model_service import ModelService
+from tandem.reasoner.task import Task
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.tasks.leases import LeaseKeys
+from tandem.tasks.spec import JobSpec
+from tandem.tasks.store import JobStore
+from tandem.toolkit.graph import Toolkit
+from tandem.toolkit.tool import Tool
 
 log = logging.getLogger("tandem.runtime")
 
@@ -54,7 +54,7 @@ class Runtime:
         """The toolkit of ``TANDEM_TOOLKIT``, or ``None`` (the demo tools are used then)."""
         if not self.settings.toolkit:
             return None
-        from toolkit.loader import load_toolkit
+        from tandem.toolkit.loader import load_toolkit
 
         return load_toolkit(self.settings.toolkit)
 
@@ -63,7 +63,7 @@ class Runtime:
         """The demo tools when no toolkit is configured (built once: each is a pydantic model)."""
         if self.toolkit is not None:
             return ()
-        from reasoner.demo import demo_tools
+        from tandem.reasoner.demo import demo_tools
 
         return tuple(demo_tools())
 
@@ -78,7 +78,7 @@ class Runtime:
     def _build_model(self, role: str, mode: str) -> ModelService:
         conf = self.settings.role(role)
         if conf.is_demo:
-            from reasoner.demo import demo_model
+            from tandem.reasoner.demo import demo_model
 
             log.warning(
                 "no model configured for the %s role (TANDEM_%s_MODEL): using the offline demo model",
@@ -86,7 +86,7 @@ class Runtime:
                 role.upper(),
             )
             return demo_model(role if mode == "dual" else "mono")
-        from reasoner.litellm_service import LiteLlmModelService
+        from tandem.reasoner.litellm_service import LiteLlmModelService
 
         assert conf.model is not None
         return LiteLlmModelService(
@@ -127,7 +127,7 @@ def get_runtime() -> Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            from tasks.app import settings
+            from tandem.tasks.app import settings
 
             _runtime = Runtime(settings)
         return _runtime

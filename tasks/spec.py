@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from reasoner.errors import ConfigurationError
-from reasoner.messages import Usage
+from tandem.reasoner.messages import Usage
+from tandem.tasks.errors import JobSpecError
 
 ReasonerKind = Literal["dual", "mono", "react"]
 JobState = Literal["queued", "running", "completed", "truncated", "failed", "cancelled"]
@@ -38,11 +38,11 @@ class JobSpec(BaseModel):
 
 
 def validate_spec(raw: JobSpec | dict[str, Any]) -> JobSpec:
-    """A ``JobSpec`` from a dict; ``ConfigurationError`` naming the field and the reason if invalid."""
+    """A ``JobSpec`` from a dict; ``JobSpecError`` naming the field and the reason if invalid."""
     if isinstance(raw, JobSpec):
         return raw
     if not isinstance(raw, dict):
-        raise ConfigurationError(f"a job spec must be a JSON object, got {type(raw).__name__}")
+        raise JobSpecError(f"a job spec must be a JSON object, got {type(raw).__name__}")
     try:
         return JobSpec.model_validate(raw)
     except ValidationError as exc:
@@ -51,7 +51,7 @@ def validate_spec(raw: JobSpec | dict[str, Any]) -> JobSpec:
             where = ".".join(str(p) for p in err["loc"]) or "(spec)"
             reason = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
             problems.append(f"field {where!r}: {reason} (got {err.get('input')!r})"[:300])
-        raise ConfigurationError("invalid job spec: " + "; ".join(problems)) from None
+        raise JobSpecError("invalid job spec: " + "; ".join(problems)) from None
 
 
 class JobStatus(BaseModel):

@@ -14,9 +14,9 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
-from reasoner.memory import RedisReasonerMemory
-from reasoner.messages import FunctionCallResult
-from tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus
+from tandem.reasoner.memory import RedisReasonerMemory
+from tandem.reasoner.messages import FunctionCallResult
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus
 
 _FIXED_KEYS = ("spec", "status", "result", "events", "cancel", "tools", "done", "memory")
 

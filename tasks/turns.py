@@ -1,4 +1,4 @@
-"""The Celery tasks of a job: thin adapters over ``reasoner.steps``, one step per task.
+"""The Celery tasks of a job: thin adapters over ``tandem.reasoner.steps``, one step per task.
 
 ``tandem.infer`` (intake) → ``thinker_turn`` (queue thinker) → ``actor_turn`` (queue actor) →
 ``chord(run_tool × N)`` (queue tools) → ``collect_tools`` → next round … → ``finalize``.
@@ -7,7 +7,7 @@ and the job id's result is the final ``JobResult``.
 
 Jobs may be delivered more than once (late acks, redelivery, lease takeover). Every step is
 keyed by (job, round, role): it first looks for its stored result, holds a lease while it works
-(``tasks.leases``), and records that it moved on; a duplicate finds one of these and is ignored.
+(``tandem.tasks.leases``), and records that it moved on; a duplicate finds one of these and is ignored.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from celery import chord
 from celery.canvas import Signature
 from celery.exceptions import Ignore
 
-from reasoner import react, steps
-from reasoner.errors import ReasonerError
-from reasoner.messages import FunctionCallResult, FunctionCallStatus
-from reasoner.task import Task
-from tasks.app import app
-from tasks.events import EventHooks
-from tasks.leases import StepLease
-from tasks.runtime import get_runtime
-from tasks.spec import JobResult, JobSpec, validate_spec
+from tandem.reasoner import react, steps
+from tandem.reasoner.errors import ReasonerError
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
+from tandem.reasoner.task import Task
+from tandem.tasks.app import app
+from tandem.tasks.events import EventHooks
+from tandem.tasks.leases import StepLease
+from tandem.tasks.runtime import get_runtime
+from tandem.tasks.spec import JobResult, JobSpec, validate_spec
 
 log = logging.getLogger("tandem.tasks")
 
@@ -297,6 +297,6 @@ def finalize(self: CeleryTask, job_id: str, status: str, error: str | None = Non
 @app.task(name="tandem.react_turn", bind=True)
 def react_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
     """A ReAct model step (queue ``actor``)."""
-    from tasks.react_turns import react_step
+    from tandem.tasks.react_turns import react_step
 
     return react_step(self, job_id, round_no)

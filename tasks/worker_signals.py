@@ -1,4 +1,4 @@
-"""Worker start-up: every worker process runs a lease watchdog (see ``tasks.leases``)."""
+"""Worker start-up: every worker process runs a lease watchdog (see ``tandem.tasks.leases``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from celery.signals import worker_init, worker_ready, worker_shutdown
 
-from tasks.app import app
-from tasks.leases import Watchdog
-from tasks.runtime import get_runtime
+from tandem.tasks.app import app
+from tandem.tasks.leases import Watchdog
+from tandem.tasks.runtime import get_runtime
 
 log = logging.getLogger("tandem.worker")
 _watchdog: Watchdog | None = None
@@ -22,7 +22,7 @@ def _send_again(dispatch: dict[str, Any]) -> None:
 
 def _give_up(step_id: str, dispatch: dict[str, Any]) -> None:
     """A step that keeps losing its worker fails its job rather than loop for ever."""
-    from tasks.turns import finish
+    from tandem.tasks.turns import finish
 
     job_id = step_id.split(":", 1)[0]
     result = finish(job_id, "failed", f"step {step_id} lost its worker too many times; giving up")
@@ -37,7 +37,7 @@ def _warm_up(**_: Any) -> None:
     # Only where a model is called: a tools worker would pay the import (and ~130 MB) for nothing.
     consumed = app.amqp.queues.consume_from  # the worker's queues (``-Q``), set before worker_init
     if any(role in consumed and not settings.role(role).is_demo for role in ("thinker", "actor")):
-        from reasoner.litellm_service import _import_litellm
+        from tandem.reasoner.litellm_service import _import_litellm
 
         _import_litellm()
 

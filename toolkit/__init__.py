@@ -1,16 +1,16 @@
 """Tools, actions, tool groups and the toolkit graph that recommends tools per step."""
 
-from toolkit.action import Action
-from toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
-from toolkit.describe import describe_actions, describe_tools
-from toolkit.errors import McpCallError, McpToolError, ToolkitError, UnknownVertexError
-from toolkit.graph import Toolkit
-from toolkit.group import StaticToolGroup, ToolGroup
-from toolkit.loader import load_toolkit
-from toolkit.mcp_group import McpToolGroup
-from toolkit.service import ToolkitService
-from toolkit.tool import Tool, tool
-from toolkit.visualize import to_mermaid
+from tandem.toolkit.action import Action
+from tandem.toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
+from tandem.toolkit.describe import describe_actions, describe_tools
+from tandem.toolkit.errors import McpCallError, McpToolError, ToolkitError, UnknownVertexError
+from tandem.toolkit.graph import Toolkit
+from tandem.toolkit.group import StaticToolGroup, ToolGroup
+from tandem.toolkit.loader import load_toolkit
+from tandem.toolkit.mcp_group import McpToolGroup
+from tandem.toolkit.service import ToolkitService
+from tandem.toolkit.tool import Tool, tool
+from tandem.toolkit.visualize import to_mermaid
 
 __all__ = [
     "Action",

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from toolkit.errors import ToolkitError
+from tandem.toolkit.errors import ToolkitError
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))

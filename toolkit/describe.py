@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from toolkit.action import Action
-from toolkit.graph import Toolkit
-from toolkit.recommend import resolve_actions
-from toolkit.tool import Tool
+from tandem.toolkit.action import Action
+from tandem.toolkit.graph import Toolkit
+from tandem.toolkit.recommend import resolve_actions
+from tandem.toolkit.tool import Tool
 
 _MAX_DEPTH = 3
 

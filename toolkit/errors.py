@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from difflib import get_close_matches
 
-from reasoner.errors import ConfigurationError
+from tandem.reasoner.errors import ConfigurationError
 
 _MAX_LISTED = 20
 

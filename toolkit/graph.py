@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from toolkit.action import Action
-from toolkit.errors import ToolkitError, UnknownVertexError
-from toolkit.group import ToolGroup
-from toolkit.tool import Tool
+from tandem.toolkit.action import Action
+from tandem.toolkit.errors import ToolkitError, UnknownVertexError
+from tandem.toolkit.group import ToolGroup
+from tandem.toolkit.tool import Tool
 
 VertexData = Action | Tool | ToolGroup
 """What a vertex holds."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from toolkit.errors import ToolkitError
-from toolkit.tool import Tool
+from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.tool import Tool
 
 
 class ToolGroup(ABC):

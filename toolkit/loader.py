@@ -46,13 +46,13 @@ from typing import Any, NoReturn
 
 import yaml
 
-from reasoner.errors import ConfigurationError
-from toolkit.action import Action
-from toolkit.errors import ToolkitError
-from toolkit.graph import Toolkit, check_score
-from toolkit.group import ToolGroup
-from toolkit.mcp_group import McpToolGroup
-from toolkit.tool import Tool
+from tandem.reasoner.errors import ConfigurationError
+from tandem.toolkit.action import Action
+from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.graph import Toolkit, check_score
+from tandem.toolkit.group import ToolGroup
+from tandem.toolkit.mcp_group import McpToolGroup
+from tandem.toolkit.tool import Tool
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def load_toolkit(source: str | os.PathLike[str]) -> Toolkit:
     if isinstance(source, os.PathLike) or Path(source).is_file() or not _REFERENCE.match(source):
         return _Loader(Path(source)).load()
     obj = import_reference(source, f"toolkit reference {source!r}")
-    from toolkit.service import ToolkitService
+    from tandem.toolkit.service import ToolkitService
 
     if callable(obj) and not isinstance(obj, Toolkit | ToolkitService):
         try:

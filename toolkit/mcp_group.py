@@ -27,9 +27,9 @@ if TYPE_CHECKING:  # the SDK takes ~0.7 s to import: loaded on first use, not by
     import mcp_types
     from mcp import Client
 
-from toolkit.errors import McpCallError, McpToolError, ToolkitError
-from toolkit.group import ToolGroup
-from toolkit.tool import Tool
+from tandem.toolkit.errors import McpCallError, McpToolError, ToolkitError
+from tandem.toolkit.group import ToolGroup
+from tandem.toolkit.tool import Tool
 
 McpTransport = Literal["stdio", "streamable-http"]
 

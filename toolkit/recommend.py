@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from toolkit.action import Action
-from toolkit.errors import ToolkitError, UnknownVertexError
-from toolkit.graph import Toolkit, check_score
+from tandem.toolkit.action import Action
+from tandem.toolkit.errors import ToolkitError, UnknownVertexError
+from tandem.toolkit.graph import Toolkit, check_score
 
 
 def resolve_actions(graph: Toolkit, actions: Iterable[Action | str]) -> list[str]:

@@ -6,12 +6,12 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from toolkit.action import Action
-from toolkit.errors import ToolkitError, UnknownVertexError
-from toolkit.graph import Toolkit, check_score
-from toolkit.group import ToolGroup
-from toolkit.recommend import recommend_subgraph
-from toolkit.tool import Tool
+from tandem.toolkit.action import Action
+from tandem.toolkit.errors import ToolkitError, UnknownVertexError
+from tandem.toolkit.graph import Toolkit, check_score
+from tandem.toolkit.group import ToolGroup
+from tandem.toolkit.recommend import recommend_subgraph
+from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,7 +27,7 @@ class ToolkitService:
 
     Not a singleton: each service wraps the toolkit it is given (a new, empty one by default).
     Registration mistakes that the seed API only warns about (unknown actions, a tool with no
-    action) are logged at WARNING on ``toolkit.service``; look-ups of unknown ids raise
+    action) are logged at WARNING on ``tandem.toolkit.service``; look-ups of unknown ids raise
     ``UnknownVertexError`` naming the id and the known ones.
     """
 
@@ -139,7 +139,7 @@ class ToolkitService:
     def recommend_subgraph(
         self, actions: Iterable[Action | str], threshold: float = 0.5, hops: int = 0
     ) -> Toolkit:
-        """The recommended actions and tools as a new toolkit; see ``toolkit.recommend``."""
+        """The recommended actions and tools as a new toolkit; see ``tandem.toolkit.recommend``."""
         return recommend_subgraph(self._toolkit, actions, threshold, hops)
 
     def recommend_tools_actions(
@@ -157,12 +157,12 @@ class ToolkitService:
 
     def visualize(self, graph: Toolkit, title: str, show: bool = False) -> Figure:
         """A matplotlib figure of ``graph`` (needs ``pip install tandem[viz]``)."""
-        from toolkit.visualize import draw_toolkit
+        from tandem.toolkit.visualize import draw_toolkit
 
         return draw_toolkit(graph, title, show=show)
 
     def to_mermaid(self, graph: Toolkit | None = None) -> str:
         """``graph`` (the managed toolkit by default) as a Mermaid flowchart; needs nothing extra."""
-        from toolkit.visualize import to_mermaid
+        from tandem.toolkit.visualize import to_mermaid
 
         return to_mermaid(graph if graph is not None else self._toolkit)

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from reasoner.errors import ConfigurationError, ToolArgumentsError
-from toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
+from tandem.reasoner.errors import ConfigurationError, ToolArgumentsError
+from tandem.toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
 
 InjectedPolicy = Literal["refuse", "drop"]
 """What to do when a model sends a value for an injected parameter."""

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from reasoner.errors import ConfigurationError
-from toolkit.graph import Toolkit, vertex_kind
+from tandem.reasoner.errors import ConfigurationError
+from tandem.toolkit.graph import Toolkit, vertex_kind
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -7,7 +7,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from reasoner.errors import ReasonerError
+from tandem.reasoner.errors import ReasonerError
+from tandem.tasks.errors import JobError
+from tandem.toolkit.errors import ToolkitError
 
 ROLES = ("thinker", "actor", "tools", "all")
 
@@ -80,7 +82,7 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from tasks.app import app, settings
+    from tandem.tasks.app import app, settings
 
     queues = ["thinker", "actor", "tools"] if args.role == "all" else [args.role]
     if not args.no_intake:
@@ -109,8 +111,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:
-    from tasks import submit
-    from workers.display import show_events
+    from tandem.tasks import submit
+    from tandem.workers.display import show_events
 
     handle = submit(spec)
     print(f"job {handle.id} submitted", flush=True)
@@ -122,7 +124,7 @@ def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:
 
 
 def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
-    from workers.embedded import EmbeddedRuntime
+    from tandem.workers.embedded import EmbeddedRuntime
 
     requested = os.environ.get("TANDEM_BROKER_URL")
     with EmbeddedRuntime(requested) as runtime:
@@ -134,7 +136,7 @@ def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
         print(f"tandem: using {where}; starting one worker per role (thinker, actor, tools)…", flush=True)
         for var in ("TANDEM_BROKER_URL", "TANDEM_RESULT_BACKEND", "TANDEM_REDIS_URL"):
             os.environ[var] = runtime.url
-        from tasks.app import app, settings
+        from tandem.tasks.app import app, settings
 
         for role in ("thinker", "actor"):
             if settings.role(role).is_demo:
@@ -156,14 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "worker":
             return _worker(args)
         if args.command == "demo":
-            from reasoner.demo import DEMO_GOAL
+            from tandem.reasoner.demo import DEMO_GOAL
 
             return _embedded_run(_spec(args, args.goal or DEMO_GOAL), args)
         if args.command == "run":
             spec = _spec(args, args.goal)
             return _embedded_run(spec, args) if args.embedded else _follow(spec, args)
         if args.command == "status":
-            from tasks import job
+            from tandem.tasks import job
 
             handle = job(args.job_id)
             print(handle.status().model_dump_json(indent=2))
@@ -172,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(result.model_dump_json(indent=2))
             return 0
         if args.command == "cancel":
-            from tasks import job
+            from tandem.tasks import job
 
             job(args.job_id).cancel()
             print(f"job {args.job_id}: cancellation requested")
@@ -183,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "-m",
                 "celery",
                 "-A",
-                "tasks.app",
+                "tandem.tasks.app",
                 "flower",
                 f"--port={args.port}",
                 f"--address={args.address}",
@@ -191,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.basic_auth:
                 cmd.append(f"--basic-auth={args.basic_auth}")
             os.execv(sys.executable, cmd)
-    except ReasonerError as exc:
+    except (ReasonerError, JobError, ToolkitError) as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

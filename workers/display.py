@@ -6,7 +6,7 @@ import re
 import sys
 from typing import Any, TextIO
 
-from reasoner.function_calling import extract_tag, strip_thinking
+from tandem.reasoner.function_calling import extract_tag, strip_thinking
 
 
 def _short(text: str, limit: int = 400) -> str:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from reasoner.errors import ConfigurationError
+from tandem.reasoner.errors import ConfigurationError
 
 ROLE_QUEUES: dict[str, list[str]] = {"thinker": ["thinker"], "actor": ["actor"], "tools": ["tools"]}
 
@@ -137,7 +137,7 @@ class WorkerGroup:
             cmd = [
                 sys.executable,
                 "-m",
-                "workers.cli",
+                "tandem.workers.cli",
                 "worker",
                 role,
                 "--concurrency",

@@ -12,17 +12,17 @@
 
 from __future__ import annotations
 
-from reasoner.parsing.base import (
+from tandem.reasoner.parsing.base import (
     ParsedToolCall,
     ReasoningDelta,
     ReasoningParser,
     ReasoningSplit,
     ReasoningStream,
 )
-from reasoner.parsing.harmony import HarmonyParser
-from reasoner.parsing.plain import PlainParser
-from reasoner.parsing.registry import REASONING_PARSERS, get_reasoning_parser
-from reasoner.parsing.think_tags import ThinkTagParser
+from tandem.reasoner.parsing.harmony import HarmonyParser
+from tandem.reasoner.parsing.plain import PlainParser
+from tandem.reasoner.parsing.registry import REASONING_PARSERS, get_reasoning_parser
+from tandem.reasoner.parsing.think_tags import ThinkTagParser
 
 __all__ = [
     "REASONING_PARSERS",

@@ -98,7 +98,7 @@ class ReasoningParser(ABC):
     """
 
     name: str
-    """The name :func:`reasoner.parsing.get_reasoning_parser` knows this parser by."""
+    """The name :func:`tandem.reasoner.parsing.get_reasoning_parser` knows this parser by."""
 
     @abstractmethod
     def stream(self, thinking: bool | None = None) -> ReasoningStream:

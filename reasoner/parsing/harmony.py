@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from reasoner.parsing.base import (
+from tandem.reasoner.parsing.base import (
     EMPTY_DELTA,
     ParsedToolCall,
     ReasoningDelta,

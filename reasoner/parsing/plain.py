@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reasoner.parsing.base import (
+from tandem.reasoner.parsing.base import (
     EMPTY_DELTA,
     ReasoningDelta,
     ReasoningParser,

@@ -11,7 +11,7 @@ Think-tag formats (``<think>…</think>`` unless noted), and what ``thinking=Non
 * ``kimi-k2``: reasoning only if the output opens with ``<think>``; a
   ``<|tool_calls_section_begin|>`` written before ``</think>`` ends reasoning, kept as content.
 
-And the others: ``gpt-oss`` (Harmony channels, see :mod:`reasoner.parsing.harmony`) and
+And the others: ``gpt-oss`` (Harmony channels, see :mod:`tandem.reasoner.parsing.harmony`) and
 ``none`` (everything is content).
 
 Kimi K2 Thinking writes ``<think>`` tags (the ``◁think▷`` pair belongs to the earlier Kimi
@@ -22,11 +22,11 @@ need ``thinking=True`` or the ``deepseek-r1`` parser.
 
 from __future__ import annotations
 
-from reasoner.errors import ConfigurationError
-from reasoner.parsing.base import ReasoningParser
-from reasoner.parsing.harmony import HarmonyParser
-from reasoner.parsing.plain import PlainParser
-from reasoner.parsing.think_tags import ThinkTagParser
+from tandem.reasoner.errors import ConfigurationError
+from tandem.reasoner.parsing.base import ReasoningParser
+from tandem.reasoner.parsing.harmony import HarmonyParser
+from tandem.reasoner.parsing.plain import PlainParser
+from tandem.reasoner.parsing.think_tags import ThinkTagParser
 
 _PARSERS: dict[str, ReasoningParser] = {
     parser.name: parser
@@ -50,7 +50,7 @@ REASONING_PARSERS: tuple[str, ...] = tuple(_PARSERS)
 def get_reasoning_parser(name: str) -> ReasoningParser:
     """Return the parser called ``name`` (shared and stateless: safe to use from many threads).
 
-    Raises :class:`~reasoner.errors.ConfigurationError` for an unknown name, listing the valid ones.
+    Raises :class:`~tandem.reasoner.errors.ConfigurationError` for an unknown name, listing the valid ones.
     """
     try:
         return _PARSERS[name]

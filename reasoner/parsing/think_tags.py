@@ -20,8 +20,8 @@ unchanged as content, tags included, so nothing the model wrote is lost or re-la
 
 from __future__ import annotations
 
-from reasoner.errors import ConfigurationError
-from reasoner.parsing.base import (
+from tandem.reasoner.errors import ConfigurationError
+from tandem.reasoner.parsing.base import (
     EMPTY_DELTA,
     ReasoningDelta,
     ReasoningParser,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from broker_config import ROLE_QUEUES, TASK_QUEUES, RoleSettings, Settings, celery_config
-from broker_config.settings import DEFAULT_URL
-from reasoner.errors import ConfigurationError
-from reasoner.parsing import REASONING_PARSERS
+from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, RoleSettings, Settings, celery_config
+from tandem.broker_config.settings import DEFAULT_URL
+from tandem.reasoner.errors import ConfigurationError
+from tandem.reasoner.parsing import REASONING_PARSERS
 
 # -- defaults -------------------------------------------------------------------------------------
 
@@ -239,7 +239,7 @@ def test_steps_are_acknowledged_late_one_at_a_time() -> None:
 
 
 def test_every_task_has_a_route() -> None:
-    from tasks.app import app  # builds the app from the environment; no worker, no connection
+    from tandem.tasks.app import app  # builds the app from the environment; no worker, no connection
 
     config = celery_config(Settings(intake_queue="jobs"))
     routes = config["task_routes"]
@@ -290,7 +290,7 @@ def test_the_urls_and_expiry_come_from_the_settings() -> None:
 
 
 def test_function_calling_mode_of_a_role() -> None:
-    from broker_config import Settings
+    from tandem.broker_config import Settings
 
     assert Settings.from_env({}).actor.function_calling is None
     assert Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "prompt"}).actor.function_calling == "prompt"

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from broker_config import Settings
-from tasks.app import create_app
-from tasks.client import JobHandle, submit
-from tasks.store import JobStore
+from tandem.broker_config import Settings
+from tandem.tasks.app import create_app
+from tandem.tasks.client import JobHandle, submit
+from tandem.tasks.store import JobStore
+from tandem.workers.embedded import WorkerGroup, redis_answers
 from tests.integration import plan_model
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
-from workers.embedded import WorkerGroup, redis_answers
 
 BASE_URL = os.environ.get("TANDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 TEST_DBS = range(10, 16)
@@ -88,7 +88,7 @@ class Cluster:
         return group
 
     def submit(self, **spec: Any) -> JobHandle:
-        """Submit a job through ``tasks.submit``."""
+        """Submit a job through ``tandem.tasks.submit``."""
         return submit(spec, app=self.app, store=self.store)
 
     def tool_calls(self) -> list[dict[str, Any]]:

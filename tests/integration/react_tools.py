@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
+from tandem.toolkit import Action, Tool, ToolCallContext, ToolkitService
 from tests.integration.tools import _record, add, boom, sleep_tool
-from toolkit import Action, Tool, ToolCallContext, ToolkitService
 
 
 def finish(answer: str, ctx: ToolCallContext) -> str:

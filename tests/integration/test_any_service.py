@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
+from tandem.workers.embedded import free_port
 from tests.integration.conftest import Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
-from workers.embedded import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ from celery import Celery
 app = Celery(broker=sys.argv[1], backend=sys.argv[1])
 result = app.send_task("tandem.infer", kwargs={"spec": json.loads(sys.argv[2])})
 outcome = result.get(timeout=60)
-tandem = {"reasoner", "toolkit", "tasks", "workers", "broker_config"}
+tandem = {"tandem", "reasoner", "toolkit", "tasks", "workers", "broker_config"}
 ours = sorted({m.split(".")[0] for m in sys.modules} & tandem)
 print(json.dumps({"id": result.id, "result": outcome, "imported": ours}))
 """
@@ -75,7 +75,16 @@ def test_job_started_through_flowers_http_api(dual_cluster: Hosts) -> None:
     cluster, _, _ = dual_cluster
     port = free_port()
     flower = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "flower", "--port", str(port), "--basic-auth", "ops:secret"],
+        [
+            sys.executable,
+            "-m",
+            "tandem.workers.cli",
+            "flower",
+            "--port",
+            str(port),
+            "--basic-auth",
+            "ops:secret",
+        ],
         env={**os.environ, **cluster.env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

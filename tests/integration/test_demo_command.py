@@ -37,7 +37,7 @@ def _demo(marker: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_")}
     env["TEST_DEMO_MARKER"] = marker
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "demo"],
+        [sys.executable, "-m", "tandem.workers.cli", "demo"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

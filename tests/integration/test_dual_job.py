@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from reasoner.errors import ConfigurationError
+from tandem.tasks.errors import JobSpecError
 from tests.integration.conftest import Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
@@ -106,11 +106,11 @@ def test_cancel_stops_the_job_at_its_next_step(dual_cluster: Hosts) -> None:
 def test_invalid_spec_is_refused_at_submit_and_nothing_is_enqueued(dual_cluster: Hosts) -> None:
     cluster, _, _ = dual_cluster
     before = cluster.redis.dbsize()
-    with pytest.raises(ConfigurationError, match="'max_rounds'"):
+    with pytest.raises(JobSpecError, match="'max_rounds'"):
         cluster.submit(goal="fine", max_rounds=0)
-    with pytest.raises(ConfigurationError, match="'goal'"):
+    with pytest.raises(JobSpecError, match="'goal'"):
         cluster.submit(goal="   ")
-    with pytest.raises(ConfigurationError, match=r"'reasonr'.*unknown field"):
+    with pytest.raises(JobSpecError, match=r"'reasonr'.*unknown field"):
         cluster.submit(goal="x", reasonr="mono")
     assert cluster.redis.dbsize() == before
 
@@ -146,7 +146,11 @@ def test_status_and_cancel_commands(dual_cluster: Hosts) -> None:
 
     def tandem(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "workers.cli", *args], env=env, capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "tandem.workers.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     done = cluster.submit(

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from reasoner.react import NEEDS_MORE_STEPS
+from tandem.reasoner.react import NEEDS_MORE_STEPS
+from tandem.workers.embedded import WorkerGroup
 from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
-from workers.embedded import WorkerGroup
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import time
 
 from redis import Redis
 
-from toolkit import Action, Tool, ToolCallContext, ToolkitService
+from tandem.toolkit import Action, Tool, ToolCallContext, ToolkitService
 
 _redis: Redis | None = None
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reasoner import DualModelReasoner, MonoModelReasoner, Task
-from reasoner.demo import DEMO_GOAL, DEMO_MODEL_NAME, calculate, demo_model, demo_tools, word_count
-from reasoner.messages import FunctionCallStatus
-from reasoner.task import ReasonerOutcome
+from tandem.reasoner import DualModelReasoner, MonoModelReasoner, Task
+from tandem.reasoner.demo import DEMO_GOAL, DEMO_MODEL_NAME, calculate, demo_model, demo_tools, word_count
+from tandem.reasoner.messages import FunctionCallStatus
+from tandem.reasoner.task import ReasonerOutcome
 
 CONFIGURE = "configure a real model"
 

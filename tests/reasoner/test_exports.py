@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import reasoner
-import toolkit
+from tandem import reasoner, toolkit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,9 +52,9 @@ def test_dir_lists_the_exports_and_unknown_names_fail() -> None:
 
 
 def test_a_lazy_export_is_the_defining_modules_object() -> None:
-    from reasoner.dual import DualModelReasoner
-    from reasoner.memory import RedisReasonerMemory
-    from toolkit.context import ToolCallContext
+    from tandem.reasoner.dual import DualModelReasoner
+    from tandem.reasoner.memory import RedisReasonerMemory
+    from tandem.toolkit.context import ToolCallContext
 
     assert reasoner.DualModelReasoner is DualModelReasoner
     assert reasoner.RedisReasonerMemory is RedisReasonerMemory
@@ -64,9 +63,9 @@ def test_a_lazy_export_is_the_defining_modules_object() -> None:
 
 PROBE = """
 import json, sys
-import reasoner, toolkit
+from tandem import reasoner, toolkit
 after_import = sorted(m for m in sys.modules if m == "celery" or m.startswith(("celery.", "kombu")))
-lazy_loaded = "reasoner.dual" in sys.modules or "litellm" in sys.modules
+lazy_loaded = "tandem.reasoner.dual" in sys.modules or "litellm" in sys.modules
 for name in reasoner.__all__:
     getattr(reasoner, name)
 for name in toolkit.__all__:

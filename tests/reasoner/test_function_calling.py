@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasoner.function_calling import (
+from tandem.reasoner.function_calling import (
     FUNCTION_CALLING_GUIDE,
     PAYLOAD_END,
     PAYLOAD_START,

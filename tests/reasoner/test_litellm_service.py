@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from reasoner.litellm_service import LiteLlmModelService, parse_retry_after
-from reasoner.model_service import ModelService
+from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
+from tandem.reasoner.litellm_service import LiteLlmModelService, parse_retry_after
+from tandem.reasoner.model_service import ModelService
+from tandem.toolkit.tool import Tool
 from tests.openai_server import OpenAIServer, Reply
-from toolkit.tool import Tool
 
 API_KEY = "sk-test-secret-4242"
 MODEL = "openai/test-model"

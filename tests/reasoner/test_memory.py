@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 
-from reasoner.memory import InMemoryReasonerMemory, ReasonerMemory, RedisReasonerMemory
-from reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Role, Usage
-from reasoner.steps import actor_step, thinker_step
-from reasoner.task import Task
-from reasoner.testing import ScriptedModelService
+from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory, RedisReasonerMemory
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Role, Usage
+from tandem.reasoner.steps import actor_step, thinker_step
+from tandem.reasoner.task import Task
+from tandem.reasoner.testing import ScriptedModelService
 
 
 def msg(round_no: int, role: Role, content: str = "") -> ModelMessage:

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from reasoner import ReActReasoner
-from reasoner.errors import ConfigurationError, ModelCallError, ReasonerError
-from reasoner.function_calling import FUNCTION_CALLING_GUIDE
-from reasoner.hooks import ReasonerHooks
-from reasoner.litellm_service import LiteLlmModelService
-from reasoner.memory import InMemoryReasonerMemory
-from reasoner.messages import FunctionCallStatus, ModelMessage, NativeToolCall
-from reasoner.react import (
+from tandem.reasoner import ReActReasoner
+from tandem.reasoner.errors import ConfigurationError, ModelCallError, ReasonerError
+from tandem.reasoner.function_calling import FUNCTION_CALLING_GUIDE
+from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.litellm_service import LiteLlmModelService
+from tandem.reasoner.memory import InMemoryReasonerMemory
+from tandem.reasoner.messages import FunctionCallStatus, ModelMessage, NativeToolCall
+from tandem.reasoner.react import (
     NEEDS_MORE_STEPS,
     react_plan_next,
     react_step,
@@ -30,14 +30,14 @@ from reasoner.react import (
     steps_left,
     tools_fit,
 )
-from reasoner.steps import native_to_call
-from reasoner.task import ReasonerOutcome, Task
-from reasoner.testing import ScriptedModelService
-from reasoner.tool_runner import ToolRunner
+from tandem.reasoner.steps import native_to_call
+from tandem.reasoner.task import ReasonerOutcome, Task
+from tandem.reasoner.testing import ScriptedModelService
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.toolkit.context import InjectionMapping, ToolCallContext
+from tandem.toolkit.describe import describe_tools
+from tandem.toolkit.tool import Tool
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
-from toolkit.context import InjectionMapping, ToolCallContext
-from toolkit.describe import describe_tools
-from toolkit.tool import Tool
 
 # -- tools ----------------------------------------------------------------------------------
 

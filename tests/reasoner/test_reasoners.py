@@ -12,19 +12,19 @@ from typing import Any
 import fakeredis
 import pytest
 
-from reasoner import DualModelReasoner, MonoModelReasoner
-from reasoner.base import LoopReasoner
-from reasoner.errors import ModelCallError, ReasonerError
-from reasoner.function_calling import FUNCTION_CALLING_GUIDE, ParsedFunctionCall
-from reasoner.hooks import ReasonerHooks
-from reasoner.memory import InMemoryReasonerMemory, RedisReasonerMemory
-from reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
-from reasoner.prompts import round_note
-from reasoner.task import ReasonerOutcome, Task
-from reasoner.testing import ScriptedModelService
-from reasoner.tool_runner import ToolRunner
-from toolkit.context import ToolCallContext
-from toolkit.tool import Tool
+from tandem.reasoner import DualModelReasoner, MonoModelReasoner
+from tandem.reasoner.base import LoopReasoner
+from tandem.reasoner.errors import ModelCallError, ReasonerError
+from tandem.reasoner.function_calling import FUNCTION_CALLING_GUIDE, ParsedFunctionCall
+from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.memory import InMemoryReasonerMemory, RedisReasonerMemory
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
+from tandem.reasoner.prompts import round_note
+from tandem.reasoner.task import ReasonerOutcome, Task
+from tandem.reasoner.testing import ScriptedModelService
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.tool import Tool
 
 FAILED, OK = FunctionCallStatus.FAILED, FunctionCallStatus.SUCCEEDED
 

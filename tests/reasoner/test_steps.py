@@ -6,9 +6,9 @@ from itertools import pairwise
 
 import pytest
 
-from reasoner.hooks import ReasonerHooks
-from reasoner.memory import InMemoryReasonerMemory
-from reasoner.messages import (
+from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.memory import InMemoryReasonerMemory
+from tandem.reasoner.messages import (
     FunctionCallResult,
     FunctionCallStatus,
     ModelMessage,
@@ -16,8 +16,8 @@ from reasoner.messages import (
     Role,
     Usage,
 )
-from reasoner.prompts import round_note
-from reasoner.steps import (
+from tandem.reasoner.prompts import round_note
+from tandem.reasoner.steps import (
     actor_step,
     actor_view,
     apply_tool_results,
@@ -32,8 +32,8 @@ from reasoner.steps import (
     tool_context,
     total_usage,
 )
-from reasoner.task import Task
-from reasoner.testing import ScriptedModelService
+from tandem.reasoner.task import Task
+from tandem.reasoner.testing import ScriptedModelService
 
 THINK_0 = "<deep_thinking>plan</deep_thinking><instruction>count</instruction><input>the text</input>"
 ACT_0 = "<shallow_thinking>easy</shallow_thinking><action>counting</action>"

@@ -9,11 +9,11 @@ from typing import Any, Optional
 
 import pytest
 
-from reasoner.function_calling import FUNCTION_CALLING_GUIDE, ParsedFunctionCall
-from reasoner.messages import FunctionCallResult, FunctionCallStatus
-from reasoner.tool_runner import ToolRunner, cut_output, render_output
-from toolkit.context import InjectionMapping, ToolCallContext
-from toolkit.tool import Tool
+from tandem.reasoner.function_calling import FUNCTION_CALLING_GUIDE, ParsedFunctionCall
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
+from tandem.reasoner.tool_runner import ToolRunner, cut_output, render_output
+from tandem.toolkit.context import InjectionMapping, ToolCallContext
+from tandem.toolkit.tool import Tool
 
 OK, FAILED = FunctionCallStatus.SUCCEEDED, FunctionCallStatus.FAILED
 

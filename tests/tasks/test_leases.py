@@ -20,7 +20,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tasks.leases import LeaseKeys, StepLease, Watchdog, server_time
+from tandem.tasks.leases import LeaseKeys, StepLease, Watchdog, server_time
 
 REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from reasoner.errors import ConfigurationError
-from reasoner.messages import Usage
-from tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
+from tandem.reasoner.messages import Usage
+from tandem.tasks.errors import JobSpecError
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 
 
 def test_defaults() -> None:
@@ -74,7 +74,7 @@ def test_a_spec_round_trips_as_json() -> None:
     ],
 )
 def test_an_invalid_spec_names_the_field_and_the_reason(raw: dict[str, Any], field: str, reason: str) -> None:
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(JobSpecError) as caught:
         validate_spec(raw)
     message = str(caught.value)
     assert message.startswith("invalid job spec: ")
@@ -83,7 +83,7 @@ def test_an_invalid_spec_names_the_field_and_the_reason(raw: dict[str, Any], fie
 
 
 def test_every_problem_is_listed_with_what_came() -> None:
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(JobSpecError) as caught:
         validate_spec({"goal": "g", "hops": 99, "colour": "red"})
     message = str(caught.value)
     assert "field 'hops'" in message and "(got 99)" in message
@@ -91,14 +91,14 @@ def test_every_problem_is_listed_with_what_came() -> None:
 
 
 def test_a_huge_value_is_quoted_briefly() -> None:
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(JobSpecError) as caught:
         validate_spec({"goal": "g", "bogus": "x" * 10_000})
     assert len(str(caught.value)) < 400
 
 
 @pytest.mark.parametrize("raw", [None, "goal", ["goal"], 42])
 def test_a_spec_that_is_not_an_object_is_refused(raw: Any) -> None:
-    with pytest.raises(ConfigurationError, match="must be a JSON object"):
+    with pytest.raises(JobSpecError, match="must be a JSON object"):
         validate_spec(raw)
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import fakeredis
 import pytest
 
-from reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Usage
-from tasks import store as store_module
-from tasks.spec import JobResult, JobSpec, JobStatus
-from tasks.store import JobStore
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Usage
+from tandem.tasks import store as store_module
+from tandem.tasks.spec import JobResult, JobSpec, JobStatus
+from tandem.tasks.store import JobStore
 
 JOB = "job-1"
 

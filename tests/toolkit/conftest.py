@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit import Action, Tool, Toolkit, ToolkitService
+from tandem.toolkit import Action, Tool, Toolkit, ToolkitService
 
 
 def make_tool(name: str) -> Tool:

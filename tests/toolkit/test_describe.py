@@ -5,8 +5,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from toolkit import Tool, ToolCallContext, Toolkit, ToolkitService, describe_actions, describe_tools
-from toolkit.describe import schema_type
+from tandem.toolkit import Tool, ToolCallContext, Toolkit, ToolkitService, describe_actions, describe_tools
+from tandem.toolkit.describe import schema_type
 
 
 class Point(BaseModel):

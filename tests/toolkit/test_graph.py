@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from tandem.toolkit import Action, StaticToolGroup, Tool, Toolkit, ToolkitError, UnknownVertexError
 from tests.toolkit.conftest import make_tool
-from toolkit import Action, StaticToolGroup, Tool, Toolkit, ToolkitError, UnknownVertexError
 
 
 def test_vertices_data_and_kinds(graph: Toolkit, actions: dict[str, Action], tools: dict[str, Tool]) -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import McpToolGroup, Tool, Toolkit, ToolkitError, ToolkitService, load_toolkit
+from tandem.toolkit import McpToolGroup, Tool, Toolkit, ToolkitError, ToolkitService, load_toolkit
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
 TOOLS_MODULE = '''
-from toolkit import Action, Tool, Toolkit, ToolkitService, tool
+from tandem.toolkit import Action, Tool, Toolkit, ToolkitService, tool
 
 
 def add(a: int, b: int = 0) -> int:
@@ -107,7 +107,7 @@ def test_happy_path(write: Callable[[str], Path], caplog: pytest.LogCaptureFixtu
             next: [compute]
         """
     )
-    with caplog.at_level(logging.WARNING, logger="toolkit.loader"):
+    with caplog.at_level(logging.WARNING, logger="tandem.toolkit.loader"):
         graph = load_toolkit(path)
     assert "'unused' is called by no action" in caplog.text
     assert [a.id for a in graph.actions()] == ["compute", "report"]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reasoner.errors import ToolArgumentsError
-from toolkit import McpCallError, McpToolError, McpToolGroup, ToolkitError
-from toolkit.mcp_group import CLOSE_GRACE
+from tandem.reasoner.errors import ToolArgumentsError
+from tandem.toolkit import McpCallError, McpToolError, McpToolGroup, ToolkitError
+from tandem.toolkit.mcp_group import CLOSE_GRACE
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
@@ -118,8 +118,8 @@ def test_bad_settings(kwargs: dict) -> None:
 
 
 def test_failed_call_becomes_a_failed_result_in_the_tool_runner(group: McpToolGroup) -> None:
-    runner_module = pytest.importorskip("reasoner.tool_runner")
-    parsing = pytest.importorskip("reasoner.function_calling")
+    runner_module = pytest.importorskip("tandem.reasoner.tool_runner")
+    parsing = pytest.importorskip("tandem.reasoner.function_calling")
     tools = {t.name: t for t in group.tools()}
     call = parsing.ParsedFunctionCall(name="fail", call_objective="try", args={"reason": "nope"})
     result = runner_module.ToolRunner().run_call(tools, call, 1)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import toolkit
-from toolkit import Tool, ToolCallContext
+from tandem import toolkit
+from tandem.toolkit import Tool, ToolCallContext
 
 
 def test_every_export_resolves() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit import Action, ToolkitError, ToolkitService, UnknownVertexError
+from tandem.toolkit import Action, ToolkitError, ToolkitService, UnknownVertexError
 
 
 def ids(items: list) -> list[str]:
@@ -89,8 +89,8 @@ def test_bad_parameters_are_refused(service: ToolkitService, threshold: float, h
 
 
 def test_groups_are_not_recommended_but_their_tools_are(actions: dict[str, Action]) -> None:
+    from tandem.toolkit import StaticToolGroup
     from tests.toolkit.conftest import make_tool
-    from toolkit import StaticToolGroup
 
     svc = ToolkitService()
     svc.add_action(actions["A1"])

@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
+from tandem.toolkit import Action, StaticToolGroup, Tool, ToolGroup, ToolkitService, UnknownVertexError
 from tests.toolkit.conftest import make_tool
-from toolkit import Action, StaticToolGroup, Tool, ToolGroup, ToolkitService, UnknownVertexError
 
 
 def test_add_action_links_both_ways_and_adds_neighbours() -> None:
@@ -21,7 +21,7 @@ def test_add_tool_warns_about_unknown_actions(
     service: ToolkitService, actions: dict[str, Action], caplog: pytest.LogCaptureFixture
 ) -> None:
     tool = make_tool("T9")
-    with caplog.at_level(logging.WARNING, logger="toolkit.service"):
+    with caplog.at_level(logging.WARNING, logger="tandem.toolkit.service"):
         service.add_tool(tool, [(Action("ghost"), 0.9), (actions["A1"], 0.8)])
     assert "'ghost' is not in the toolkit" in caplog.text
     assert service.get_toolkit().get_score("A1", "T9") == 0.8
@@ -31,7 +31,7 @@ def test_add_tool_warns_about_unknown_actions(
 def test_add_tool_without_connections_is_not_added(
     service: ToolkitService, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="toolkit.service"):
+    with caplog.at_level(logging.WARNING, logger="tandem.toolkit.service"):
         service.add_tool(make_tool("lonely"), [])
         service.add_tool(make_tool("lost"), [(Action("ghost"), 1.0)])
     assert "'lonely' is connected to no known action" in caplog.text

@@ -6,9 +6,9 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from reasoner.errors import ConfigurationError
+from tandem.reasoner.errors import ConfigurationError
+from tandem.toolkit import Action, StaticToolGroup, Toolkit, ToolkitService, to_mermaid
 from tests.toolkit.conftest import make_tool
-from toolkit import Action, StaticToolGroup, Toolkit, ToolkitService, to_mermaid
 
 matplotlib.use("Agg")
 

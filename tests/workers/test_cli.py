@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from workers import cli
+from tandem.workers import cli
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -125,7 +125,7 @@ def test_spec_without_tools_allows_every_tool_and_an_empty_list_allows_none() ->
 
 
 def test_the_spec_is_a_valid_job_spec() -> None:
-    from tasks.spec import validate_spec
+    from tandem.tasks.spec import validate_spec
 
     args = parse("run", "g", "--actions", "a", "--tools", "t", "--max-rounds", "3")
     spec = validate_spec(cli._spec(args, args.goal))
@@ -145,7 +145,7 @@ def test_the_spec_is_a_valid_job_spec() -> None:
 def test_run_with_an_invalid_spec_fails_before_sending(
     argv: list[str], field: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tasks.client
+    from tandem.tasks import client as tasks_client
 
     sent: list[str] = []
 
@@ -153,7 +153,7 @@ def test_run_with_an_invalid_spec_fails_before_sending(
         sent.append("app")
         raise AssertionError("an invalid spec must not reach the Celery app")
 
-    monkeypatch.setattr(tasks.client, "_default_app", default_app)
+    monkeypatch.setattr(tasks_client, "_default_app", default_app)
 
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -171,7 +171,7 @@ class Captured:
 
 @pytest.fixture
 def worker_main(monkeypatch: pytest.MonkeyPatch) -> Captured:
-    from tasks.app import app  # builds the app from the environment; nothing connects
+    from tandem.tasks.app import app  # builds the app from the environment; nothing connects
 
     captured = Captured()
     monkeypatch.setattr(app, "worker_main", captured)
@@ -183,7 +183,7 @@ def option(argv: list[str], name: str) -> str:
 
 
 def test_a_role_worker_consumes_its_queue_and_the_intake(worker_main: Captured) -> None:
-    from tasks.app import settings
+    from tandem.tasks.app import settings
 
     assert cli.main(["worker", "thinker"]) == 0
     argv = worker_main.argv
@@ -224,7 +224,7 @@ def test_flower_execs_celery_flower(monkeypatch: pytest.MonkeyPatch) -> None:
         "-m",
         "celery",
         "-A",
-        "tasks.app",
+        "tandem.tasks.app",
         "flower",
         "--port=5600",
         "--address=127.0.0.1",

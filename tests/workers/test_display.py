@@ -8,12 +8,12 @@ from typing import Any
 import fakeredis
 import pytest
 
-from reasoner import MonoModelReasoner, Task
-from reasoner.demo import DEMO_GOAL, demo_model, demo_tools
-from tasks.events import EventHooks
-from tasks.spec import JobResult, JobSpec
-from tasks.store import JobStore
-from workers.display import render_event, show_events
+from tandem.reasoner import MonoModelReasoner, Task
+from tandem.reasoner.demo import DEMO_GOAL, demo_model, demo_tools
+from tandem.tasks.events import EventHooks
+from tandem.tasks.spec import JobResult, JobSpec
+from tandem.tasks.store import JobStore
+from tandem.workers.display import render_event, show_events
 
 
 def event(kind: str, **data: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from reasoner.parsing import ParsedToolCall, ReasoningParser, ReasoningSplit
+from tandem.reasoner.parsing import ParsedToolCall, ReasoningParser, ReasoningSplit
 
 
 def feed_all(parser: ReasoningParser, chunks: Iterable[str], thinking: bool | None) -> ReasoningSplit:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
-from reasoner.parsing.harmony import HEADER_LIMIT, read_header
+from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
+from tandem.reasoner.parsing.harmony import HEADER_LIMIT, read_header
 from tests.reasoner.parsing.chunking import chunkings, feed_all
 
 ANALYSIS = "<|channel|>analysis<|message|>Think.<|end|>"

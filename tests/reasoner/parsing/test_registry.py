@@ -1,12 +1,12 @@
-"""The names parsers are known by, and the public surface of ``reasoner.parsing``."""
+"""The names parsers are known by, and the public surface of ``tandem.reasoner.parsing``."""
 
 from __future__ import annotations
 
 import pytest
 
-import reasoner.parsing
-from reasoner.errors import ConfigurationError
-from reasoner.parsing import REASONING_PARSERS, ReasoningParser, get_reasoning_parser
+from tandem.reasoner import parsing
+from tandem.reasoner.errors import ConfigurationError
+from tandem.reasoner.parsing import REASONING_PARSERS, ReasoningParser, get_reasoning_parser
 
 CONTRACT_NAMES = (
     "deepseek-r1",
@@ -50,15 +50,15 @@ def test_unknown_name_is_a_configuration_error(name: str) -> None:
 
 
 def test_exports_are_complete() -> None:
-    public = {name for name in vars(reasoner.parsing) if not name.startswith("_")}
+    public = {name for name in vars(parsing) if not name.startswith("_")}
     modules = {"base", "harmony", "plain", "registry", "think_tags", "annotations"}
-    assert set(reasoner.parsing.__all__) == public - modules
+    assert set(parsing.__all__) == public - modules
 
 
 def test_parsing_does_not_import_celery() -> None:
     import subprocess
     import sys
 
-    code = "import sys, reasoner.parsing; print('celery' in sys.modules)"
+    code = "import sys, tandem.reasoner.parsing; print('celery' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

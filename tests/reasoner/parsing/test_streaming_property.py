@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reasoner.parsing import REASONING_PARSERS, get_reasoning_parser
-from reasoner.parsing.think_tags import ThinkTagParser
+from tandem.reasoner.parsing import REASONING_PARSERS, get_reasoning_parser
+from tandem.reasoner.parsing.think_tags import ThinkTagParser
 from tests.reasoner.parsing.chunking import feed_all, split_at
 
 FRAGMENTS = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reasoner.errors import ConfigurationError
-from reasoner.parsing import ReasoningSplit, ThinkTagParser, get_reasoning_parser
+from tandem.reasoner.errors import ConfigurationError
+from tandem.reasoner.parsing import ReasoningSplit, ThinkTagParser, get_reasoning_parser
 from tests.reasoner.parsing.chunking import chunkings, feed_all
 
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

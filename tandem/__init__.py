@@ -1,0 +1,107 @@
+"""tandem: LLM reasoning jobs (Thinker/Actor, mono, ReAct) in-process or distributed on Celery.
+
+The public API is the names below; everything else lives in the subpackages
+(``tandem.reasoner``, ``tandem.toolkit``, ``tandem.tasks``, ``tandem.workers``,
+``tandem.broker_config``). Names load on first use, so ``import tandem`` imports neither
+LiteLLM nor Celery::
+
+    import tandem
+
+    outcome = tandem.DualModelReasoner(thinker=model, actor=model).run(tandem.Task(goal="..."))
+    job = tandem.submit({"goal": "..."})          # Celery and Redis are imported here, not before
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+_EXPORTS: dict[str, str] = {
+    # running jobs on Celery
+    "JobHandle": "tandem.tasks.client",
+    "JobResult": "tandem.tasks.spec",
+    "JobSpec": "tandem.tasks.spec",
+    "submit": "tandem.tasks.client",
+    # in-process reasoners and their inputs
+    "DualModelReasoner": "tandem.reasoner.dual",
+    "MonoModelReasoner": "tandem.reasoner.mono",
+    "ReActReasoner": "tandem.reasoner.react",
+    "Task": "tandem.reasoner.task",
+    # model services and parsers
+    "LiteLlmModelService": "tandem.reasoner.litellm_service",
+    "ScriptedModelService": "tandem.reasoner.testing",
+    "get_reasoning_parser": "tandem.reasoner.parsing.registry",
+    # tools and the toolkit
+    "Action": "tandem.toolkit.action",
+    "Tool": "tandem.toolkit.tool",
+    "ToolCallContext": "tandem.toolkit.context",
+    "Toolkit": "tandem.toolkit.graph",
+    "ToolkitService": "tandem.toolkit.service",
+    "load_toolkit": "tandem.toolkit.loader",
+    "tool": "tandem.toolkit.tool",
+    # error roots, one per package
+    "ConfigurationError": "tandem.reasoner.errors",
+    "JobError": "tandem.tasks.errors",
+    "ReasonerError": "tandem.reasoner.errors",
+    "ToolkitError": "tandem.toolkit.errors",
+}
+
+__all__ = [
+    "Action",
+    "ConfigurationError",
+    "DualModelReasoner",
+    "JobError",
+    "JobHandle",
+    "JobResult",
+    "JobSpec",
+    "LiteLlmModelService",
+    "MonoModelReasoner",
+    "ReActReasoner",
+    "ReasonerError",
+    "ScriptedModelService",
+    "Task",
+    "Tool",
+    "ToolCallContext",
+    "Toolkit",
+    "ToolkitError",
+    "ToolkitService",
+    "get_reasoning_parser",
+    "load_toolkit",
+    "submit",
+    "tool",
+]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
+    from tandem.reasoner.dual import DualModelReasoner
+    from tandem.reasoner.errors import ConfigurationError, ReasonerError
+    from tandem.reasoner.litellm_service import LiteLlmModelService
+    from tandem.reasoner.mono import MonoModelReasoner
+    from tandem.reasoner.parsing.registry import get_reasoning_parser
+    from tandem.reasoner.react import ReActReasoner
+    from tandem.reasoner.task import Task
+    from tandem.reasoner.testing import ScriptedModelService
+    from tandem.tasks.client import JobHandle, submit
+    from tandem.tasks.errors import JobError
+    from tandem.tasks.spec import JobResult, JobSpec
+    from tandem.toolkit.action import Action
+    from tandem.toolkit.context import ToolCallContext
+    from tandem.toolkit.errors import ToolkitError
+    from tandem.toolkit.graph import Toolkit
+    from tandem.toolkit.loader import load_toolkit
+    from tandem.toolkit.service import ToolkitService
+    from tandem.toolkit.tool import Tool, tool
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tandem' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return [*__all__, "__version__"]

@@ -1,0 +1,30 @@
+"""Errors raised by ``tandem.tasks`` (submitting and following jobs).
+
+The tree::
+
+    JobError                  root of everything raised by ``tandem.tasks``
+    ├── JobSpecError          a job spec is invalid; the message names the field and the reason
+    ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
+    └── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
+
+A job that fails at run time is not an exception: its ``JobResult`` has ``status="failed"`` and the
+reason in ``error``.
+"""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """Root of every error raised by ``tandem.tasks``."""
+
+
+class JobSpecError(JobError, ValueError):
+    """A job spec is invalid: not an object, a missing or wrong field, an unknown tool or action."""
+
+
+class UnknownJobError(JobError, LookupError):
+    """No job with this id is known to the store."""
+
+
+class JobTimeout(JobError, TimeoutError):
+    """``JobHandle.result`` waited ``timeout`` seconds and the job had not ended."""
