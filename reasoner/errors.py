@@ -6,7 +6,8 @@ The tree::
     ├── ConfigurationError        a developer's mistake: bad settings, unknown parser, bad tool
     ├── ModelCallError            a model host failed; ``model`` and ``api_base`` name it
     │   └── TransientModelError   the failure may pass (429, 5xx, timeout); retried before it escapes
-    └── ToolArgumentsError        arguments a model sent do not fit a tool's schema
+
+Errors of tools and toolkits have their own root, ``tandem.toolkit.errors.ToolkitError``.
 
 Tool failures at run time are not exceptions for the caller: they become FAILED
 ``FunctionCallResult`` entries that the model reads and acts on.
@@ -46,13 +47,3 @@ class TransientModelError(ModelCallError):
     def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: object) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.retry_after = retry_after
-
-
-class ToolArgumentsError(ReasonerError):
-    """Arguments do not fit a tool's parameters; ``field`` and ``reason`` say where and why."""
-
-    def __init__(self, tool: str, field: str, reason: str) -> None:
-        super().__init__(f"invalid arguments for tool {tool!r}: field {field!r}: {reason}")
-        self.tool = tool
-        self.field = field
-        self.reason = reason

@@ -41,26 +41,28 @@ LiteLLM is imported on first use, not with this module: workers and the CLI impo
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from tandem.reasoner.litellm_errors import (
-    TRANSIENT_STATUSES,
-    failure_kind,
-    parse_retry_after,
-    provider_message,
-    response_headers,
+from tandem.reasoner.litellm_errors import failure_kind, is_call_failure, parse_retry_after, translate
+from tandem.reasoner.litellm_replies import (
+    ToolCallAccumulator,
+    host_reported_usage,
+    new_call_id,
+    parsed_tool_call,
+    raw_message,
+    usage_of,
 )
-from tandem.reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.model_service import BaseModelService
+from tandem.reasoner.retry_policy import RetryPolicy
 
 if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
     from tandem.reasoner.model_service import ChatMessage, DeltaListener
@@ -96,80 +98,6 @@ def _import_litellm() -> ModuleType:
 # -- the service --------------------------------------------------------------------------
 
 
-def _new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def _parsed_tool_call(call: Any) -> NativeToolCall:
-    """A parser's in-band tool call (an object or a dict with ``name``, ``arguments``, maybe ``id``)."""
-    get = call.get if isinstance(call, Mapping) else lambda key, default=None: getattr(call, key, default)
-    arguments = get("arguments", "{}")
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments)
-    return NativeToolCall(
-        id=get("id", None) or _new_call_id(), name=str(get("name", "")), arguments=arguments
-    )
-
-
-class _ToolCallAccumulator:
-    """Streamed tool-call deltas joined by ``index`` (id and name from the first delta that has them)."""
-
-    def __init__(self) -> None:
-        self._calls: dict[int, dict[str, str]] = {}
-        self._last: int | None = None
-
-    def add(self, delta_calls: Iterable[Any]) -> None:
-        for call in delta_calls:
-            index = getattr(call, "index", None)
-            call_id = getattr(call, "id", None)
-            if index is None:  # a host that omits the index: a new id starts a new call
-                if self._last is None or (call_id and self._calls[self._last]["id"] not in ("", call_id)):
-                    index = len(self._calls)
-                else:
-                    index = self._last
-            entry = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-            self._last = index
-            function = getattr(call, "function", None)
-            if call_id and not entry["id"]:
-                entry["id"] = call_id
-            name = getattr(function, "name", None)
-            if name and not entry["name"]:
-                entry["name"] = name
-            arguments = getattr(function, "arguments", None)
-            if arguments:
-                entry["arguments"] += arguments
-
-    def calls(self) -> list[NativeToolCall]:
-        return [
-            NativeToolCall(id=c["id"] or _new_call_id(), name=c["name"], arguments=c["arguments"] or "{}")
-            for _, c in sorted(self._calls.items())
-        ]
-
-
-def _raw_message(body: str) -> tuple[str, str] | None:
-    """``(content, reasoning)`` exactly as an OpenAI-compatible host sent them; ``None`` if unsure.
-
-    LiteLLM moves a leading ``<think>…</think>`` of a non-streamed reply's content into
-    ``reasoning_content`` itself (it does not for streams, and not under the configured parser's
-    rules), so the host's own JSON, which LiteLLM hands to ``logger_fn`` as
-    ``original_response``, is read instead. Any other shape falls back to LiteLLM's fields.
-    """
-    try:
-        data = json.loads(body)
-        message = data["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
-    if not isinstance(message, dict):
-        return None
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        return None
-    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    if not isinstance(reasoning, str):
-        return None
-    return content or "", reasoning
-
-
 class _PartialStreamError(Exception):
     """A stream failed after part of the reply reached the listener (not retryable here)."""
 
@@ -179,7 +107,7 @@ class _PartialStreamError(Exception):
         self.delivered = delivered
 
 
-class LiteLlmModelService:
+class LiteLlmModelService(BaseModelService):
     """A language model reached through LiteLLM (see the module docstring for the contracts).
 
     ``model`` is a LiteLLM model string (``"hosted_vllm/Qwen3-32B"``, ``"openai/any"`` with
@@ -220,12 +148,8 @@ class LiteLlmModelService:
             )
         if timeout is None or timeout <= 0:
             raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        if max_retries < 0:
-            raise ConfigurationError(f"max_retries must be 0 or more, not {max_retries!r}")
-        if backoff_base < 0 or backoff_max < 0:
-            raise ConfigurationError(
-                f"backoff_base and backoff_max must be 0 or more, not {backoff_base!r} and {backoff_max!r}"
-            )
+        super().__init__(tool_runner)
+        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, sleep, rng or random.Random())
         self.model = model
         self.name = model
         self.api_base = api_base or None
@@ -233,18 +157,12 @@ class LiteLlmModelService:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff_base = float(backoff_base)
-        self.backoff_max = float(backoff_max)
         self.stream = stream
         self.thinking = thinking
         self.tool_calls_in_reasoning = tool_calls_in_reasoning
         self.role = role
-        self.sleep = sleep
-        self.rng = rng or random.Random()
         self.parser = self._resolve_parser(reasoning_parser)
         self.extra_body = self._merged_extra_body(extra_body, thinking)
-        self._tool_runner = tool_runner
 
     def __repr__(self) -> str:
         host = self.api_base or "provider default"
@@ -280,29 +198,11 @@ class LiteLlmModelService:
         return merged
 
     @property
-    def tool_runner(self) -> ToolRunner:
-        """The runner of prompt-mode ``<function_call>`` blocks (made on first use)."""
-        if self._tool_runner is None:
-            from tandem.reasoner.tool_runner import ToolRunner
-
-            self._tool_runner = ToolRunner()
-        return self._tool_runner
-
-    @property
     def host(self) -> str:
         """The host named in errors: ``api_base``, or ``"provider default"``."""
         return self.api_base or "provider default"
 
     # -- ModelService ------------------------------------------------------------------
-
-    def call_function(
-        self,
-        tools: Sequence[Tool],
-        model_response_text: str,
-        tool_call_ctx: ToolCallContext | None = None,
-    ) -> list[FunctionCallResult] | None:
-        """Run the ``<function_call>`` blocks of a reply (delegated to ``tool_runner``)."""
-        return self.tool_runner.call_function(tools, model_response_text, tool_call_ctx)
 
     def generate(
         self,
@@ -334,16 +234,16 @@ class LiteLlmModelService:
                     status_code=error.status_code,
                 ) from partial.cause
             except Exception as exc:
-                if not self._is_call_failure(exc):
+                if not is_call_failure(exc):
                     raise
                 error = self._translate(exc, attempts=attempt + 1)
-                if not isinstance(error, TransientModelError) or attempt >= self.max_retries:
+                if not isinstance(error, TransientModelError) or not self.retry.can_retry(attempt):
                     raise error from exc
-                wait = self._backoff(attempt, error.retry_after)
+                wait = self.retry.delay(attempt, error.retry_after)
                 if wait is None:
                     raise TransientModelError(
                         f"{error} The host asks to retry after {error.retry_after:g}s, longer than "
-                        f"backoff_max ({self.backoff_max:g}s): not waited for here.",
+                        f"backoff_max ({self.retry.backoff_max:g}s): not waited for here.",
                         retry_after=error.retry_after,
                         model=self.model,
                         api_base=self.api_base,
@@ -354,11 +254,11 @@ class LiteLlmModelService:
                     self.model,
                     self.host,
                     attempt + 1,
-                    self.max_retries + 1,
+                    self.retry.max_retries + 1,
                     error.status_code or failure_kind(exc),
                     wait,
                 )
-                self.sleep(wait)
+                self.retry.sleep(wait)
                 attempt += 1
 
     # -- requests ----------------------------------------------------------------------
@@ -410,7 +310,7 @@ class LiteLlmModelService:
                 api_base=self.api_base,
             )
         message = choices[0].message
-        raw = _raw_message(raw_bodies[0]) if raw_bodies else None
+        raw = raw_message(raw_bodies[0]) if raw_bodies else None
         if raw is not None:
             content, provider_reasoning = raw
         else:
@@ -424,22 +324,22 @@ class LiteLlmModelService:
         content += self._calls_from_reasoning(reasoning, content)
         tool_calls = [
             NativeToolCall(
-                id=getattr(call, "id", None) or _new_call_id(),
+                id=getattr(call, "id", None) or new_call_id(),
                 name=getattr(call.function, "name", None) or "",
                 arguments=getattr(call.function, "arguments", None) or "{}",
             )
             for call in (getattr(message, "tool_calls", None) or [])
         ]
-        tool_calls += [_parsed_tool_call(call) for call in parsed_calls]
+        tool_calls += [parsed_tool_call(call) for call in parsed_calls]
         if on_delta is not None:
             on_delta(reasoning, content)
-        return self._message(content, reasoning, tool_calls, self._usage(getattr(response, "usage", None)))
+        return self._message(content, reasoning, tool_calls, usage_of(getattr(response, "usage", None)))
 
     def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
         stream = _import_litellm().completion(**request)
         reasoning_parts: list[str] = []
         content_parts: list[str] = []
-        native = _ToolCallAccumulator()
+        native = ToolCallAccumulator()
         parsed_calls: list[Any] = []
         parser_stream: Any = None
         provider_reasoning = False
@@ -463,7 +363,7 @@ class LiteLlmModelService:
             except StopIteration:
                 break
             except Exception as exc:
-                if delivered and self._is_call_failure(exc):
+                if delivered and is_call_failure(exc):
                     raise _PartialStreamError(exc, delivered) from exc
                 raise
             if getattr(chunk, "usage", None):
@@ -498,24 +398,10 @@ class LiteLlmModelService:
             emit(tail.reasoning, tail.content)
         reasoning, content = "".join(reasoning_parts), "".join(content_parts)
         emit("", self._calls_from_reasoning(reasoning, content))
-        if usage is not None and not self._host_reported_usage(stream):
+        if usage is not None and not host_reported_usage(stream):
             usage = None
-        tool_calls = native.calls() + [_parsed_tool_call(call) for call in parsed_calls]
-        return self._message("".join(content_parts), reasoning, tool_calls, self._usage(usage))
-
-    @staticmethod
-    def _host_reported_usage(stream: Any) -> bool:
-        """Whether the host sent usage, not LiteLLM's token estimate of the stream.
-
-        LiteLLM ends a stream requested with ``include_usage`` by a chunk carrying usage even
-        when the host sent none (it counts tokens itself). The chunks it received from the host
-        (``CustomStreamWrapper.chunks``) show whether any carried usage; if that attribute is
-        missing (another LiteLLM version) the reported usage is trusted.
-        """
-        received = getattr(stream, "chunks", None)
-        if not isinstance(received, list):
-            return True
-        return any(getattr(chunk, "usage", None) for chunk in received)
+        tool_calls = native.calls() + [parsed_tool_call(call) for call in parsed_calls]
+        return self._message("".join(content_parts), reasoning, tool_calls, usage_of(usage))
 
     def _calls_from_reasoning(self, reasoning: str, content: str) -> str:
         """The text to append to ``content``: reasoning's ``<function_call>`` blocks, if enabled."""
@@ -543,125 +429,13 @@ class LiteLlmModelService:
             model=self.model,
         )
 
-    @staticmethod
-    def _usage(usage: Any) -> Usage:
-        def count(name: str) -> int:
-            value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
-            try:
-                return int(value or 0)
-            except (TypeError, ValueError):
-                return 0
-
-        if usage is None:
-            return Usage(calls=1)
-        prompt, completion = count("prompt_tokens"), count("completion_tokens")
-        return Usage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=count("total_tokens") or prompt + completion,
-            calls=1,
-        )
-
-    # -- failures ----------------------------------------------------------------------
-
-    @staticmethod
-    def _is_call_failure(exc: BaseException) -> bool:
-        """Errors of the call itself (LiteLLM/OpenAI/HTTP), as opposed to bugs or a listener's error."""
-        import httpx
-
-        if isinstance(exc, ModelCallError | httpx.HTTPError | ConnectionError | TimeoutError):
-            return True
-        module = type(exc).__module__
-        return module.startswith(("litellm", "openai")) or any(
-            cls.__module__.startswith("openai") for cls in type(exc).__mro__
-        )
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float | None:
-        """Seconds to wait before retry ``attempt + 1``; ``None``: give up (Retry-After too long)."""
-        if retry_after is not None:
-            return retry_after if retry_after <= self.backoff_max else None
-        ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return self.rng.uniform(0.0, ceiling)
-
-    def _advice(self, kind: str, status: int | None, exc: BaseException) -> str:
-        setting = f"TANDEM_{self.role.upper()}" if self.role else "TANDEM_<ROLE>"
-        if kind == "timeout" or status == 408:
-            return (
-                f"no answer within {self.timeout:g}s: raise {setting}_TIMEOUT (timeout=) "
-                "or check how loaded the host is"
-            )
-        if kind == "connection":
-            return (
-                "the connection failed or broke: check that the host is running and reachable and "
-                f"that {setting}_API_BASE (api_base=) is right"
-            )
-        if type(exc).__name__ == "ContextWindowExceededError":
-            return (
-                "the conversation does not fit the model's context window: shorten the task or its "
-                f"context, lower {setting}_MAX_TOKENS, or use a model with a longer context"
-            )
-        if status == 401:
-            return f"the host refused the credentials: check {setting}_API_KEY (api_key=)"
-        if status == 403:
-            return f"the API key may not use this model: check the key's permissions and {setting}_MODEL"
-        if status == 404:
-            return (
-                f"check the model name ({setting}_MODEL: after the provider prefix comes a model the "
-                f"host serves) and {setting}_API_BASE; GET <api_base>/models lists the host's models"
-            )
-        if status == 429:
-            return (
-                "the host is rate limiting: lower the number of concurrent workers or raise the host's limits"
-            )
-        if status in (400, 422):
-            return (
-                "the host refused the request: check the parameters this model accepts "
-                f"({setting}_TEMPERATURE, {setting}_MAX_TOKENS, tools, extra_body)"
-            )
-        if status == 504:
-            return (
-                "a gateway in front of the model timed out: check the host's load and the gateway's timeout"
-            )
-        if status is not None and status >= 500:
-            return "the host failed: check its logs and health"
-        return "check the model settings and the host"
-
     def _translate(self, exc: BaseException, *, attempts: int) -> ModelCallError:
-        """The ``ModelCallError`` (or ``TransientModelError``) describing ``exc``."""
-        if isinstance(exc, ModelCallError):
-            return exc
-        kind = failure_kind(exc)
-        raw_status = getattr(exc, "status_code", None)
-        status = raw_status if kind == "http" and isinstance(raw_status, int) else None
-        transient = kind != "http" or (status is not None and (status in TRANSIENT_STATUSES or status >= 500))
-        if kind == "http" and status is None:
-            # no status at all: a LiteLLM-internal failure class; connection-like ones may pass
-            transient = type(exc).__name__ in (
-                "APIConnectionError",
-                "ServiceUnavailableError",
-                "InternalServerError",
-            )
-        what = {
-            "timeout": "timed out",
-            "connection": "connection failed",
-        }.get(kind, f"HTTP {status}" if status is not None else type(exc).__name__)
-        said = provider_message(exc).rstrip(". ")
-        if len(said) > 600:
-            said = said[:600] + "…"
-        message = f"model {self.model!r} at {self.host}: {what}: {said or '(no message)'}"
-        if transient and attempts > 1:
-            message += f" (after {attempts} attempts)"
-        advice = self._advice(kind, status, exc)
-        message = f"{message}. {advice[0].upper()}{advice[1:]}."
-        if self._api_key and len(self._api_key) >= 4:
-            message = message.replace(self._api_key, "***")
-        if transient:
-            headers = response_headers(exc)
-            return TransientModelError(
-                message,
-                retry_after=parse_retry_after(headers) if headers else None,
-                model=self.model,
-                api_base=self.api_base,
-                status_code=status,
-            )
-        return ModelCallError(message, model=self.model, api_base=self.api_base, status_code=status)
+        return translate(
+            exc,
+            attempts=attempts,
+            model=self.model,
+            api_base=self.api_base,
+            api_key=self._api_key,
+            role=self.role,
+            timeout=self.timeout,
+        )

@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.toolkit.context import ToolCallContext
-from tandem.toolkit.tool import Tool
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # kept out of the import path: the toolkit is not needed to define the seam
     from tandem.reasoner.tool_runner import ToolRunner
+    from tandem.toolkit.context import ToolCallContext
+    from tandem.toolkit.tool import Tool
 
 ChatMessage = dict[str, Any]
 """An OpenAI-style chat message: ``{"role": "user"|"assistant"|"tool", "content": str, ...}``."""

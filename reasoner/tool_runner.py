@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.reasoner.errors import ToolArgumentsError
 from tandem.reasoner.function_calling import ParsedFunctionCall, format_parse_error, parse_function_calls
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.toolkit.context import InjectionMapping, ToolCallContext
+from tandem.toolkit.errors import ToolArgumentsError
 from tandem.toolkit.tool import InjectedPolicy, Tool
 
 

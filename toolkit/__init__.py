@@ -3,7 +3,14 @@
 from tandem.toolkit.action import Action
 from tandem.toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
 from tandem.toolkit.describe import describe_actions, describe_tools
-from tandem.toolkit.errors import McpCallError, McpToolError, ToolkitError, UnknownVertexError
+from tandem.toolkit.errors import (
+    McpCallError,
+    McpToolError,
+    ToolArgumentsError,
+    ToolDefinitionError,
+    ToolkitError,
+    UnknownVertexError,
+)
 from tandem.toolkit.graph import Toolkit
 from tandem.toolkit.group import StaticToolGroup, ToolGroup
 from tandem.toolkit.loader import load_toolkit
@@ -20,7 +27,9 @@ __all__ = [
     "McpToolGroup",
     "StaticToolGroup",
     "Tool",
+    "ToolArgumentsError",
     "ToolCallContext",
+    "ToolDefinitionError",
     "ToolGroup",
     "Toolkit",
     "ToolkitError",

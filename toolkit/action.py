@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.errors import ToolDefinitionError
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -25,7 +25,7 @@ class Action:
 
     def __post_init__(self) -> None:
         if not self.id and not self.name:
-            raise ToolkitError("an Action needs an id or a name")
+            raise ToolDefinitionError("an Action needs an id or a name")
         if not self.id:
             object.__setattr__(self, "id", self.name)
         if not self.name:

@@ -2,15 +2,17 @@
 
 The tree::
 
-    reasoner.errors.ConfigurationError
-    └── ToolkitError              a toolkit definition is wrong: a graph edit, a YAML file, an import path
-        └── UnknownVertexError    no action/tool/group has that id; the message lists the known ids
-    McpCallError                  an MCP tool call failed at run time: server unreachable, protocol error
-    └── McpToolError              the server ran the tool and reported ``isError``; the message is its text
+    ToolkitError                  root of everything raised by ``tandem.toolkit``
+    ├── ToolDefinitionError       a definition is wrong: a tool function, a graph edit, a YAML file,
+    │   │                         an import path, a missing optional extra
+    │   └── UnknownVertexError    no action/tool/group has that id; the message lists the known ids
+    ├── ToolArgumentsError        arguments a model sent do not fit a tool's schema
+    └── McpCallError              an MCP tool call failed at run time: server unreachable, protocol error
+        └── McpToolError          the server ran the tool and reported ``isError``; the message is its text
 
 Definition mistakes are the developer's to fix and surface at load or registration time.
-MCP call failures happen inside a tool call: the tool runner turns them into FAILED results
-that the model reads, so their messages are written for the model.
+Argument and MCP call failures happen inside a tool call: the tool runner turns them into FAILED
+results that the model reads, so their messages are written for the model.
 """
 
 from __future__ import annotations
@@ -18,16 +20,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 from difflib import get_close_matches
 
-from tandem.reasoner.errors import ConfigurationError
-
 _MAX_LISTED = 20
 
 
-class ToolkitError(ConfigurationError):
-    """A toolkit definition is wrong (bad edge, bad score, bad YAML, bad import path)."""
+class ToolkitError(Exception):
+    """Root of every error raised by ``tandem.toolkit``."""
 
 
-class UnknownVertexError(ToolkitError, LookupError):
+class ToolDefinitionError(ToolkitError):
+    """A toolkit definition is wrong (bad tool function, edge, score, YAML, import path)."""
+
+
+class ToolArgumentsError(ToolkitError):
+    """Arguments do not fit a tool's parameters; ``field`` and ``reason`` say where and why."""
+
+    def __init__(self, tool: str, field: str, reason: str) -> None:
+        super().__init__(f"invalid arguments for tool {tool!r}: field {field!r}: {reason}")
+        self.tool = tool
+        self.field = field
+        self.reason = reason
+
+
+class UnknownVertexError(ToolDefinitionError, LookupError):
     """No vertex of the expected kind has this id; ``vertex_id`` and ``kind`` say which."""
 
     def __init__(self, kind: str, vertex_id: str, known: Iterable[str]) -> None:
@@ -37,7 +51,7 @@ class UnknownVertexError(ToolkitError, LookupError):
         self.vertex_id = vertex_id
 
 
-class McpCallError(RuntimeError):
+class McpCallError(ToolkitError):
     """A call to an MCP server failed: it could not be started or reached, or broke the protocol."""
 
 

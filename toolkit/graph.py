@@ -24,7 +24,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from tandem.toolkit.action import Action
-from tandem.toolkit.errors import ToolkitError, UnknownVertexError
+from tandem.toolkit.errors import ToolDefinitionError, UnknownVertexError
 from tandem.toolkit.group import ToolGroup
 from tandem.toolkit.tool import Tool
 
@@ -50,16 +50,16 @@ def vertex_kind(data: object) -> VertexKind:
         return "tool"
     if isinstance(data, ToolGroup):
         return "group"
-    raise ToolkitError(f"a toolkit vertex holds an Action, a Tool or a ToolGroup, got {data!r}")
+    raise ToolDefinitionError(f"a toolkit vertex holds an Action, a Tool or a ToolGroup, got {data!r}")
 
 
 def check_score(score: object, what: str = "score") -> float:
-    """``score`` as a float in [0, 1]; ``ToolkitError`` naming ``what`` otherwise."""
+    """``score`` as a float in [0, 1]; ``ToolDefinitionError`` naming ``what`` otherwise."""
     if isinstance(score, bool) or not isinstance(score, int | float):
-        raise ToolkitError(f"{what} must be a number in [0, 1], got {score!r}")
+        raise ToolDefinitionError(f"{what} must be a number in [0, 1], got {score!r}")
     value = float(score)
     if not 0.0 <= value <= 1.0:
-        raise ToolkitError(f"{what} must be in [0, 1], got {score!r}")
+        raise ToolDefinitionError(f"{what} must be in [0, 1], got {score!r}")
     return value
 
 
@@ -78,16 +78,16 @@ class Toolkit:
         replaces the data and keeps the edges; a different kind is a ``ToolkitError``.
         """
         if "data" not in properties:
-            raise ToolkitError(f"add_vertex({id!r}): pass data=<Action | Tool | ToolGroup>")
+            raise ToolDefinitionError(f"add_vertex({id!r}): pass data=<Action | Tool | ToolGroup>")
         data = properties["data"]
         kind = vertex_kind(data)
         if data.id != id:
-            raise ToolkitError(f"add_vertex({id!r}): the {kind}'s own id is {data.id!r}; use that id")
+            raise ToolDefinitionError(f"add_vertex({id!r}): the {kind}'s own id is {data.id!r}; use that id")
         existing = self._graph.nodes.get(id)
         if existing is not None:
             old_kind = vertex_kind(existing["data"])
             if old_kind != kind:
-                raise ToolkitError(
+                raise ToolDefinitionError(
                     f"the id {id!r} already names {_ARTICLE[old_kind]}; {_ARTICLE[kind]} cannot use it too "
                     "(actions, tools and groups share one namespace)"
                 )
@@ -169,7 +169,7 @@ class Toolkit:
             kinds.append(vertex_kind(data))
         kind = _EDGE_KINDS.get((kinds[0], kinds[1]))
         if kind is None:
-            raise ToolkitError(
+            raise ToolDefinitionError(
                 f"no edge may go from {kinds[0]} {u!r} to {kinds[1]} {v!r}; edges are "
                 "action->action (next), action->tool (call) and group->tool (has)"
             )
@@ -197,7 +197,7 @@ class Toolkit:
         """Set the score of the existing edge ``u -> v``; ``ToolkitError`` if there is no such edge."""
         data = self._graph.get_edge_data(u, v)
         if data is None:
-            raise ToolkitError(f"there is no edge {u!r} -> {v!r} to score; add it with add_edge")
+            raise ToolDefinitionError(f"there is no edge {u!r} -> {v!r} to score; add it with add_edge")
         data["score"] = check_score(score, f"the score of {u!r} -> {v!r}")
 
     def next_actions(self, action_id: str) -> list[tuple[Action, float]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.errors import ToolDefinitionError
 from tandem.toolkit.tool import Tool
 
 
@@ -19,7 +19,7 @@ class ToolGroup(ABC):
 
     def __init__(self, name: str, description: str = "") -> None:
         if not name or not isinstance(name, str):
-            raise ToolkitError(f"a tool group needs a non-empty name, got {name!r}")
+            raise ToolDefinitionError(f"a tool group needs a non-empty name, got {name!r}")
         self.name = name
         self.description = description
 
@@ -47,9 +47,9 @@ class StaticToolGroup(ToolGroup):
         seen: set[str] = set()
         for item in tools:
             if not isinstance(item, Tool):
-                raise ToolkitError(f"tool group {name!r}: {item!r} is not a toolkit.Tool")
+                raise ToolDefinitionError(f"tool group {name!r}: {item!r} is not a toolkit.Tool")
             if item.name in seen:
-                raise ToolkitError(f"tool group {name!r}: the tool name {item.name!r} appears twice")
+                raise ToolDefinitionError(f"tool group {name!r}: the tool name {item.name!r} appears twice")
             seen.add(item.name)
         self._tools = list(tools)
 

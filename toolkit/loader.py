@@ -25,7 +25,7 @@ The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``::
 Contract: scores default to 1.0 and lie in [0, 1]; each action row stands alone (only ``next``
 makes edges between actions); a tool named by several actions is one vertex; ``{group: g}``
 connects every tool of ``g`` to the action. Tools, groups and actions share one namespace of
-names. Every mistake raises ``ToolkitError`` naming the file and the item.
+names. Every mistake raises ``ToolDefinitionError`` naming the file and the item.
 
 MCP groups are listed **at load time**: each declared group's server is started (stdio) or
 contacted (HTTP) once, so its tools are real vertices when the load returns and a broken
@@ -46,9 +46,8 @@ from typing import Any, NoReturn
 
 import yaml
 
-from tandem.reasoner.errors import ConfigurationError
 from tandem.toolkit.action import Action
-from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.errors import ToolDefinitionError, ToolkitError
 from tandem.toolkit.graph import Toolkit, check_score
 from tandem.toolkit.group import ToolGroup
 from tandem.toolkit.mcp_group import McpToolGroup
@@ -78,14 +77,14 @@ def load_toolkit(source: str | os.PathLike[str]) -> Toolkit:
     if callable(obj) and not isinstance(obj, Toolkit | ToolkitService):
         try:
             obj = obj()
-        except ConfigurationError:
+        except ToolkitError:
             raise
         except Exception as exc:
-            raise ToolkitError(f"toolkit reference {source!r}: calling it raised {exc!r}") from exc
+            raise ToolDefinitionError(f"toolkit reference {source!r}: calling it raised {exc!r}") from exc
     if isinstance(obj, ToolkitService):
         obj = obj.get_toolkit()
     if not isinstance(obj, Toolkit):
-        raise ToolkitError(
+        raise ToolDefinitionError(
             f"toolkit reference {source!r} gave {type(obj).__name__}, not a Toolkit "
             "(point it at a Toolkit, a ToolkitService or a zero-argument function returning one)"
         )
@@ -95,25 +94,27 @@ def load_toolkit(source: str | os.PathLike[str]) -> Toolkit:
 def import_reference(reference: str, where: str) -> Any:
     """The object named by ``"package.module:attr"`` (``attr`` may be dotted).
 
-    ``ToolkitError`` naming ``where`` when the text is malformed, the module cannot be
+    ``ToolDefinitionError`` naming ``where`` when the text is malformed, the module cannot be
     imported, or the attribute is missing.
     """
     module_name, sep, attr_path = reference.partition(":") if isinstance(reference, str) else ("", "", "")
     if not sep or not module_name or not attr_path:
-        raise ToolkitError(f"{where}: {reference!r} is not an import path; write 'package.module:attribute'")
+        raise ToolDefinitionError(
+            f"{where}: {reference!r} is not an import path; write 'package.module:attribute'"
+        )
     try:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ToolkitError(
+            raise ToolDefinitionError(
                 f"{where}: no module named {module_name!r} (check the spelling and sys.path)"
             ) from exc
-        raise ToolkitError(f"{where}: importing {module_name!r} failed: {exc}") from exc
+        raise ToolDefinitionError(f"{where}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:
-        raise ToolkitError(f"{where}: importing {module_name!r} raised {exc!r}") from exc
+        raise ToolDefinitionError(f"{where}: importing {module_name!r} raised {exc!r}") from exc
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise ToolkitError(f"{where}: module {module_name!r} has no attribute {attr_path!r}")
+            raise ToolDefinitionError(f"{where}: module {module_name!r} has no attribute {attr_path!r}")
         obj = getattr(obj, part)
     return obj
 
@@ -128,7 +129,7 @@ class _Loader:
         self.actions: dict[str, Action] = {}
 
     def fail(self, where: str, problem: str) -> NoReturn:
-        raise ToolkitError(f"{self.path}: {where}: {problem}")
+        raise ToolDefinitionError(f"{self.path}: {where}: {problem}")
 
     def load(self) -> Toolkit:
         doc = self._read()
@@ -148,13 +149,13 @@ class _Loader:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ToolkitError(f"toolkit file {str(self.path)!r} does not exist") from None
+            raise ToolDefinitionError(f"toolkit file {str(self.path)!r} does not exist") from None
         except OSError as exc:
-            raise ToolkitError(f"toolkit file {str(self.path)!r} cannot be read: {exc}") from exc
+            raise ToolDefinitionError(f"toolkit file {str(self.path)!r} cannot be read: {exc}") from exc
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ToolkitError(f"{self.path}: not valid YAML: {exc}") from exc
+            raise ToolDefinitionError(f"{self.path}: not valid YAML: {exc}") from exc
         if doc is None:
             return {}
         if not isinstance(doc, dict):
@@ -230,7 +231,7 @@ class _Loader:
                 made = Tool.from_function(
                     obj, name=name, description=description, timeout=timeout, return_direct=return_direct
                 )
-            except ConfigurationError as exc:
+            except ToolkitError as exc:
                 self.fail(where, str(exc))
         else:
             self.fail(where, f"{reference!r} is a {type(obj).__name__}, not a function or a Tool")

@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 
+from tandem.toolkit.errors import ToolDefinitionError
+
 if TYPE_CHECKING:  # the SDK takes ~0.7 s to import: loaded on first use, not by every worker
     import mcp_types
     from mcp import Client
 
-from tandem.toolkit.errors import McpCallError, McpToolError, ToolkitError
+from tandem.toolkit.errors import McpCallError, McpToolError
 from tandem.toolkit.group import ToolGroup
 from tandem.toolkit.tool import Tool
 
@@ -137,16 +139,18 @@ class McpToolGroup(ToolGroup):
         super().__init__(name, description)
         if transport == "stdio":
             if not command:
-                raise ToolkitError(f"MCP group {name!r}: transport 'stdio' needs a command")
+                raise ToolDefinitionError(f"MCP group {name!r}: transport 'stdio' needs a command")
         elif transport == "streamable-http":
             if not url:
-                raise ToolkitError(f"MCP group {name!r}: transport 'streamable-http' needs a url")
+                raise ToolDefinitionError(f"MCP group {name!r}: transport 'streamable-http' needs a url")
         else:
-            raise ToolkitError(
+            raise ToolDefinitionError(
                 f"MCP group {name!r}: transport must be 'stdio' or 'streamable-http', got {transport!r}"
             )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ToolkitError(f"MCP group {name!r}: timeout must be a positive number, got {timeout!r}")
+            raise ToolDefinitionError(
+                f"MCP group {name!r}: timeout must be a positive number, got {timeout!r}"
+            )
         self.transport: McpTransport = transport
         self.command = command
         self.args = [str(a) for a in args]

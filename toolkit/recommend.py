@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tandem.toolkit.action import Action
-from tandem.toolkit.errors import ToolkitError, UnknownVertexError
+from tandem.toolkit.errors import ToolDefinitionError, UnknownVertexError
 from tandem.toolkit.graph import Toolkit, check_score
 
 
@@ -25,7 +25,7 @@ def resolve_actions(graph: Toolkit, actions: Iterable[Action | str]) -> list[str
     for item in actions:
         action_id = item.id if isinstance(item, Action) else item
         if not isinstance(action_id, str):
-            raise ToolkitError(f"actions are Action objects or action ids, got {item!r}")
+            raise ToolDefinitionError(f"actions are Action objects or action ids, got {item!r}")
         if graph.get_action(action_id) is None:
             raise UnknownVertexError("action", action_id, (a.id for a in graph.actions()))
         ids.append(action_id)
@@ -48,7 +48,7 @@ def recommend_subgraph(
     """
     threshold = check_score(threshold, "threshold")
     if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
-        raise ToolkitError(f"hops must be an integer >= 0, got {hops!r}")
+        raise ToolDefinitionError(f"hops must be an integer >= 0, got {hops!r}")
     start = resolve_actions(graph, actions)
     adjacency = graph.adjacency
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tandem.toolkit.action import Action
-from tandem.toolkit.errors import ToolkitError, UnknownVertexError
+from tandem.toolkit.errors import ToolDefinitionError, UnknownVertexError
 from tandem.toolkit.graph import Toolkit, check_score
 from tandem.toolkit.group import ToolGroup
 from tandem.toolkit.recommend import recommend_subgraph
@@ -55,7 +55,7 @@ class ToolkitService:
         graph.add_vertex(action.id, data=action)
         for other, _ in [*next_actions, *prev_actions]:
             if not isinstance(other, Action):
-                raise ToolkitError(f"add_action({action.id!r}): neighbours are Actions, got {other!r}")
+                raise ToolDefinitionError(f"add_action({action.id!r}): neighbours are Actions, got {other!r}")
             if other.id not in graph:
                 graph.add_vertex(other.id, data=other)
         for other, score in next_actions:

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from tandem.reasoner.errors import ConfigurationError, ToolArgumentsError
 from tandem.toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
+from tandem.toolkit.errors import ToolArgumentsError, ToolDefinitionError
 
 InjectedPolicy = Literal["refuse", "drop"]
 """What to do when a model sends a value for an injected parameter."""
@@ -117,10 +117,10 @@ class Tool:
     ) -> Tool:
         """A tool from a plain or ``async`` function; the docstring is its description."""
         if not callable(fn):
-            raise ConfigurationError(f"Tool.from_function needs a callable, got {fn!r}")
+            raise ToolDefinitionError(f"Tool.from_function needs a callable, got {fn!r}")
         tool_name = name or getattr(fn, "__name__", None)
         if not tool_name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}", tool_name):
-            raise ConfigurationError(
+            raise ToolDefinitionError(
                 f"tool name {tool_name!r} is not usable: use letters, digits, '_', '-' or '.', "
                 "starting with a letter or '_', at most 64 characters"
             )
@@ -149,7 +149,7 @@ class Tool:
         try:
             hints = typing.get_type_hints(self.function, include_extras=True)
         except Exception as exc:  # unresolved forward references
-            raise ConfigurationError(f"tool {self.name!r}: cannot read its type hints: {exc}") from exc
+            raise ToolDefinitionError(f"tool {self.name!r}: cannot read its type hints: {exc}") from exc
         _, param_docs = _split_docstring(inspect.getdoc(self.function) or "")
         injected: dict[str, type] = {}
         fields: dict[str, Any] = {}

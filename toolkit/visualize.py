@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from tandem.reasoner.errors import ConfigurationError
+from tandem.toolkit.errors import ToolDefinitionError
 from tandem.toolkit.graph import Toolkit, vertex_kind
 
 if TYPE_CHECKING:
@@ -28,13 +28,13 @@ def draw_toolkit(graph: Toolkit, title: str, *, show: bool = False) -> Figure:
     """A matplotlib ``Figure`` of ``graph`` with ``title``; ``show=True`` also opens a window.
 
     The layout is seeded, so the same graph draws the same way. Without ``show`` the figure
-    is made without pyplot (no global state, any backend). ``ConfigurationError`` when
+    is made without pyplot (no global state, any backend). ``ToolDefinitionError`` when
     matplotlib is not installed.
     """
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ConfigurationError(
+        raise ToolDefinitionError(
             "drawing a toolkit needs matplotlib, an optional extra: pip install tandem[viz] "
             "(or use to_mermaid, which needs nothing)"
         ) from exc

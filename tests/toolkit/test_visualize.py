@@ -6,8 +6,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from tandem.reasoner.errors import ConfigurationError
 from tandem.toolkit import Action, StaticToolGroup, Toolkit, ToolkitService, to_mermaid
+from tandem.toolkit.errors import ToolDefinitionError
 from tests.toolkit.conftest import make_tool
 
 matplotlib.use("Agg")
@@ -64,5 +64,5 @@ def test_visualize_returns_a_figure(tmp_path: Path) -> None:
 def test_visualize_without_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ConfigurationError, match=r"pip install tandem\[viz\]"):
+    with pytest.raises(ToolDefinitionError, match=r"pip install tandem\[viz\]"):
         ToolkitService().visualize(small(), "demo")
