@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field
 
 Role = Literal["thinker", "actor", "tool"]
 """Who wrote a message: the Thinker model, the Actor model (also mono and ReAct), or the tools."""
@@ -96,7 +96,3 @@ class ModelMessage(BaseModel):
     def key(self) -> str:
         """The idempotency key of this message within its job."""
         return f"{self.round}:{self.role}"
-
-
-MessageList = TypeAdapter(list[ModelMessage])
-"""Validates and dumps a list of messages (one adapter, built once)."""

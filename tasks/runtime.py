@@ -131,10 +131,3 @@ def get_runtime() -> Runtime:
 
             _runtime = Runtime(settings)
         return _runtime
-
-
-def set_runtime(runtime: Runtime | None) -> None:
-    """Replace the process's runtime (tests, the embedded demo)."""
-    global _runtime
-    with _runtime_lock:
-        _runtime = runtime

@@ -24,8 +24,6 @@ from pathlib import Path
 
 from tandem.reasoner.errors import ConfigurationError
 
-ROLE_QUEUES: dict[str, list[str]] = {"thinker": ["thinker"], "actor": ["actor"], "tools": ["tools"]}
-
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(Exception):

@@ -1,0 +1,112 @@
+"""The wheel and the sdist install one package, ``tandem``, that works beside a user's own ``tasks.py``.
+
+The wheel is built from this checkout, installed with ``--no-deps`` into a new virtual environment
+(its dependencies are borrowed from the test environment through a ``.pth`` file, so no network is
+needed; the test environment's own ``tandem`` is not visible there), and run from a directory that
+holds a ``tasks.py``, ``toolkit.py`` and ``workers.py`` of its own, as a Celery user's project does.
+"""
+
+from __future__ import annotations
+
+import re
+import site
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "workers", "broker_config")
+
+
+def _run(*cmd: str | Path, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{cmd} failed:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", out, ".")
+    assert "deprecat" not in (built.stdout + built.stderr).lower()
+    _run(sys.executable, "-c", f"import setuptools.build_meta as b; b.build_sdist({str(out)!r})")
+    return out
+
+
+def _wheel(dist: Path) -> Path:
+    return next(dist.glob("tandem-*.whl"))
+
+
+def test_the_wheel_holds_one_top_level_package_with_its_marker(dist: Path) -> None:
+    names = zipfile.ZipFile(_wheel(dist)).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"tandem"}
+    assert "tandem/py.typed" in names
+    for folder in CARD_FOLDERS:
+        assert f"tandem/{folder}/__init__.py" in names
+    assert "tandem/reasoner/parsing/__init__.py" in names
+
+
+def test_a_wheel_built_from_the_sdist_has_the_same_files(dist: Path, tmp_path: Path) -> None:
+    sdist = next(dist.glob("tandem-*.tar.gz"))
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path, filter="data")
+    source = next(tmp_path.glob("tandem-*"))
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        tmp_path / "w",
+        source,
+    )
+    rebuilt = next((tmp_path / "w").glob("tandem-*.whl"))
+
+    def files(wheel: Path) -> set[str]:
+        return {n for n in zipfile.ZipFile(wheel).namelist() if not n.endswith("RECORD")}
+
+    assert files(rebuilt) == files(_wheel(dist))
+
+
+def test_installed_wheel_runs_the_quickstart_beside_a_users_own_tasks_module(
+    dist: Path, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv)
+    python = venv / "bin" / "python"
+    purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    # dependencies come from the test environment; its .pth files (the editable tandem) are not read
+    (Path(purelib) / "_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", _wheel(dist))
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for module in ("tasks", "toolkit", "workers"):
+        (project / f"{module}.py").write_text(f"WHOSE = 'the user project, not tandem: {module}'\n")
+    quickstart = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "demo_model" in b)
+    (project / "quickstart.py").write_text(
+        quickstart
+        + "\nimport tasks, toolkit, workers, tandem\n"
+        + "assert all(m.WHOSE.startswith('the user project') for m in (tasks, toolkit, workers))\n"
+        + "assert tandem.__file__.startswith("
+        + repr(purelib)
+        + ")\n"
+        + "print('quickstart', outcome.status)\n"
+    )
+    done = _run(python, "quickstart.py", cwd=project)
+    assert done.stdout.strip().endswith("quickstart completed")
+
+    helped = _run(venv / "bin" / "tandem", "--help", cwd=project)
+    assert "usage: tandem" in helped.stdout
+    for command in ("worker", "demo", "run", "status", "cancel", "flower"):
+        assert command in helped.stdout
