@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from tandem.reasoner.errors import ConfigurationError
+from tandem.broker_config.errors import SettingsError
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -27,11 +27,11 @@ def _number(
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigurationError(f"{name}={raw!r} is not a number: set it to a number such as 30") from None
+        raise SettingsError(f"{name}={raw!r} is not a number: set it to a number such as 30") from None
     if not math.isfinite(value):  # float() accepts "nan" and "inf"; no setting means either
-        raise ConfigurationError(f"{name}={raw!r} is not a finite number: set it to a number such as 30")
+        raise SettingsError(f"{name}={raw!r} is not a finite number: set it to a number such as 30")
     if value < minimum:
-        raise ConfigurationError(f"{name}={raw!r} must be at least {minimum:g}")
+        raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
     return value
 
 
@@ -42,11 +42,11 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigurationError(
+        raise SettingsError(
             f"{name}={raw!r} is not a whole number: set it to e.g. {max(default, minimum)}"
         ) from None
     if value < minimum:
-        raise ConfigurationError(f"{name}={raw!r} must be at least {minimum}")
+        raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
     return value
 
 
@@ -58,7 +58,7 @@ def _flag(env: Mapping[str, str], name: str) -> bool | None:
         return True
     if raw.lower() in ("0", "false", "no", "off"):
         return False
-    raise ConfigurationError(f"{name}={raw!r} is not a yes/no value: use true or false, or leave it unset")
+    raise SettingsError(f"{name}={raw!r} is not a yes/no value: use true or false, or leave it unset")
 
 
 def _function_calling(env: Mapping[str, str], name: str) -> Literal["native", "prompt"] | None:
@@ -67,7 +67,7 @@ def _function_calling(env: Mapping[str, str], name: str) -> Literal["native", "p
         return None
     if raw in ("native", "prompt"):
         return raw  # type: ignore[return-value]
-    raise ConfigurationError(
+    raise SettingsError(
         f"{name}={raw!r} must be 'native' (tools= in the request) or 'prompt' (<function_call> blocks)"
     )
 
@@ -76,7 +76,7 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     raw = env.get(name, "").strip() or default
     if not raw.startswith(tuple(f"{s}://" for s in schemes)):
         allowed = ", ".join(f"{s}://" for s in schemes)
-        raise ConfigurationError(
+        raise SettingsError(
             f"{name}={raw!r} is not a supported URL: it must start with one of {allowed}"
         )
     return raw
@@ -108,18 +108,18 @@ class RoleSettings:
             from tandem.reasoner.parsing import REASONING_PARSERS
 
             if parser not in REASONING_PARSERS:
-                raise ConfigurationError(
+                raise SettingsError(
                     f"{p}REASONING_PARSER={parser!r} is not a known parser; use one of "
                     f"{', '.join(REASONING_PARSERS)}"
                 )
         temperature = _number(env, f"{p}TEMPERATURE", None)
         if temperature is not None and temperature > 2:
             raw = env[f"{p}TEMPERATURE"].strip()
-            raise ConfigurationError(f"{p}TEMPERATURE={raw!r} must be between 0 and 2")
+            raise SettingsError(f"{p}TEMPERATURE={raw!r} must be between 0 and 2")
         max_tokens = env.get(f"{p}MAX_TOKENS", "").strip()
         api_base = env.get(f"{p}API_BASE", "").strip() or None
         if api_base and not api_base.startswith(("http://", "https://")):
-            raise ConfigurationError(f"{p}API_BASE={api_base!r} must be an http:// or https:// URL")
+            raise SettingsError(f"{p}API_BASE={api_base!r} must be an http:// or https:// URL")
         return cls(
             role=role,
             model=env.get(f"{p}MODEL", "").strip() or None,
@@ -185,7 +185,7 @@ class Settings:
         backend = _url(env, "TANDEM_RESULT_BACKEND", backend_default, ("redis", "rediss", "redis+socket"))
         queue = env.get("TANDEM_INTAKE_QUEUE", "").strip() or "celery"
         if queue in ("thinker", "actor", "tools"):
-            raise ConfigurationError(
+            raise SettingsError(
                 f"TANDEM_INTAKE_QUEUE={queue!r} clashes with a role queue: pick another name"
             )
         lease = _number(env, "TANDEM_LEASE_SECONDS", 30.0, minimum=1.0) or 30.0
@@ -213,7 +213,7 @@ class Settings:
             return self.thinker
         if name == "actor":
             return self.actor
-        raise ConfigurationError(f"unknown role {name!r}: roles are thinker and actor")
+        raise SettingsError(f"unknown role {name!r}: roles are thinker and actor")
 
     def with_urls(self, url: str) -> Settings:
         """The same settings with broker, backend and Redis all at ``url`` (the embedded runtime)."""

@@ -45,7 +45,9 @@ _EXPORTS: dict[str, str] = {
     "ConfigurationError": "tandem.reasoner.errors",
     "JobError": "tandem.tasks.errors",
     "ReasonerError": "tandem.reasoner.errors",
+    "SettingsError": "tandem.broker_config.errors",
     "ToolkitError": "tandem.toolkit.errors",
+    "WorkerError": "tandem.workers.errors",
 }
 
 __all__ = [
@@ -61,12 +63,14 @@ __all__ = [
     "ReActReasoner",
     "ReasonerError",
     "ScriptedModelService",
+    "SettingsError",
     "Task",
     "Tool",
     "ToolCallContext",
     "Toolkit",
     "ToolkitError",
     "ToolkitService",
+    "WorkerError",
     "get_reasoning_parser",
     "load_toolkit",
     "submit",
@@ -74,6 +78,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
+    from tandem.broker_config.errors import SettingsError
     from tandem.reasoner.dual import DualModelReasoner
     from tandem.reasoner.errors import ConfigurationError, ReasonerError
     from tandem.reasoner.litellm_service import LiteLlmModelService
@@ -92,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.toolkit.loader import load_toolkit
     from tandem.toolkit.service import ToolkitService
     from tandem.toolkit.tool import Tool, tool
+    from tandem.workers.errors import WorkerError
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,7 @@ REQUIRED = {
     "LiteLlmModelService", "ScriptedModelService",
     "Tool", "tool", "Action", "Toolkit", "ToolkitService", "load_toolkit",
     "get_reasoning_parser", "ToolCallContext",
-    "ReasonerError", "ToolkitError", "JobError",
+    "ReasonerError", "ToolkitError", "JobError", "SettingsError", "WorkerError",
 }  # fmt: skip
 
 
@@ -58,6 +58,7 @@ def test_version_is_the_distributions() -> None:
 
 
 def test_each_package_has_one_error_root() -> None:
+    from tandem.broker_config.errors import SettingsError
     from tandem.reasoner.errors import ConfigurationError, ModelCallError, ReasonerError
     from tandem.tasks.errors import JobError, JobSpecError, JobTimeout, UnknownJobError
     from tandem.toolkit.errors import (
@@ -68,14 +69,18 @@ def test_each_package_has_one_error_root() -> None:
         ToolkitError,
         UnknownVertexError,
     )
+    from tandem.workers.errors import RuntimeStartError, WorkerError
 
     for error in (ConfigurationError, ModelCallError):
         assert issubclass(error, ReasonerError)
     for error in (ToolDefinitionError, UnknownVertexError, ToolArgumentsError, McpCallError, McpToolError):
         assert issubclass(error, ToolkitError) and not issubclass(error, ReasonerError)
+    assert issubclass(RuntimeStartError, WorkerError)
     for error in (JobSpecError, UnknownJobError, JobTimeout):
         assert issubclass(error, JobError)
     assert issubclass(JobTimeout, TimeoutError)
+    roots = (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError)
+    assert all(not issubclass(a, b) for a in roots for b in roots if a is not b)
 
 
 PROBE = """

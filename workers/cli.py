@@ -7,9 +7,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from tandem.broker_config.errors import SettingsError
 from tandem.reasoner.errors import ReasonerError
 from tandem.tasks.errors import JobError
 from tandem.toolkit.errors import ToolkitError
+from tandem.workers.errors import WorkerError
 
 ROLES = ("thinker", "actor", "tools", "all")
 
@@ -193,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.basic_auth:
                 cmd.append(f"--basic-auth={args.basic_auth}")
             os.execv(sys.executable, cmd)
-    except (ReasonerError, JobError, ToolkitError) as exc:
+    except (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError) as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

