@@ -6,8 +6,7 @@ use, so importing one piece does not import the rest (LiteLLM in particular is s
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tandem._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "ConfigurationError": "tandem.reasoner.errors",
@@ -37,14 +36,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reasoner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

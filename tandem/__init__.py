@@ -13,8 +13,9 @@ LiteLLM nor Celery::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tandem._lazy import lazy_exports
 
 __version__ = "0.2.0"
 
@@ -100,14 +101,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.workers.errors import WorkerError
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tandem' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return [*__all__, "__version__"]
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, extra=("__version__",))
