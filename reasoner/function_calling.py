@@ -24,10 +24,12 @@ How a reply is read, in one forward pass:
   ``True``/``False``/``None``, ``//`` and ``/* */`` comments outside strings; raw newlines and tabs
   inside strings; an unknown escape such as ``\\d`` keeps its backslash.
 - A payload wrapper, bare or in double quotes, stands for a string holding the text between the
-  markers verbatim, except that a marker alone on its line adds nothing: when only spaces or tabs
-  follow ``__PAYLOAD_START__`` on its line, they and that line break are dropped; when only spaces or
-  tabs precede ``__PAYLOAD_END__`` on its line, they and the one line break before them are dropped.
-  A payload ends at the first ``__PAYLOAD_END__``, so it cannot hold that marker.
+  markers verbatim, by the heredoc rule: when only spaces or tabs follow ``__PAYLOAD_START__`` on its
+  line, they and that line break are not part of the value; the text after it up to
+  ``__PAYLOAD_END__`` is, including its final line break when the end marker stands on its own line
+  (only spaces or tabs before it on that line, which are the marker's indentation and dropped). So a
+  file's last newline survives. A payload ends at the first ``__PAYLOAD_END__``, so it cannot hold
+  that marker.
 - When a block's JSON is broken its strings cannot be trusted, so the block ends at its first
   ``</function_call>`` outside payload wrappers, or just before a ``<function_call>`` or thinking tag
   met first (it is then also reported as unclosed): one bad block never swallows the good ones after
@@ -51,7 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tandem.reasoner._json_repair import PAYLOAD_END, PAYLOAD_START, Finder, JsonReader, JsonReadError
+from tandem.reasoner.lenient_json import PAYLOAD_END, PAYLOAD_START, Finder, JsonReader, JsonReadError
 
 __all__ = [
     "FUNCTION_CALLING_GUIDE",
@@ -426,8 +428,9 @@ and null in lower case.
 
 For text that spans lines or is full of quotes and backslashes (code, queries, Markdown), use a
 payload wrapper instead of a JSON string: put {PAYLOAD_START} where the value goes, then the text
-exactly as it should arrive, then {PAYLOAD_END}. Write no quotes around it and escape nothing; a
-line break right after the start marker and right before the end marker is not part of the text.
+exactly as it should arrive, then {PAYLOAD_END}. Write no quotes around it and escape nothing. The
+line break right after the start marker is not part of the text; everything after it up to the end
+marker is, so with the end marker on its own line the text ends with a line break, as a file does.
 
 {_OPEN}
 {{"name": "run_python", "call_objective": "Count the words of a sentence", "args": {{"code": {PAYLOAD_START}

@@ -87,36 +87,36 @@ CASES = [
     # -- payload wrappers ------------------------------------------------------------------------
     pytest.param(
         f'<function_call>\n{{"name": "py", "args": {{"code": {S}\nprint("hi")\n{E}}}}}\n</function_call>',
-        [Ok("py", {"code": 'print("hi")'})],
-        id="payload-trims-one-newline-each-side",
+        [Ok("py", {"code": 'print("hi")\n'})],
+        id="payload-drops-newline-after-start-keeps-final-newline",
     ),
     pytest.param(
         f'<function_call>{{"name": "w", "args": {{"a": {S}\none\n{E}, "b": {S}\ntwo\nlines\n{E}, "n": 3}}}}'
         "</function_call>",
-        [Ok("w", {"a": "one", "b": "two\nlines", "n": 3})],
+        [Ok("w", {"a": "one\n", "b": "two\nlines\n", "n": 3})],
         id="payload-several-fields",
     ),
     pytest.param(
         f'<function_call>{{"name": "w", "args": {{"files": [{S}\nA\n{E}, {{"body": {S}\nB "q"\n{E}}}]}}}}'
         "</function_call>",
-        [Ok("w", {"files": ["A", {"body": 'B "q"'}]})],
+        [Ok("w", {"files": ["A\n", {"body": 'B "q"\n'}]})],
         id="payload-nested-in-array-and-object",
     ),
     pytest.param(
         f'<function_call>{{"name": "save", "args": {{"text": {S}\n'
         f"see </function_call> and <think> here\n{E}}}}}</function_call>",
-        [Ok("save", {"text": "see </function_call> and <think> here"})],
+        [Ok("save", {"text": "see </function_call> and <think> here\n"})],
         id="payload-with-closing-tag",
     ),
     pytest.param(
         f'<function_call>{{"name": "q", "args": {{"sql": "{S}\nSELECT "a" FROM t\n{E}"}}}}</function_call>',
-        [Ok("q", {"sql": 'SELECT "a" FROM t'})],
+        [Ok("q", {"sql": 'SELECT "a" FROM t\n'})],
         id="payload-markers-in-quotes",
     ),
     pytest.param(
         f'<function_call>{{"name": "py", "args": {{"code": {S}\nd = {{"k": [1, 2,]}}  # \\n stays\\\n'
         f"s = 'it''s'\n{E}}}}}</function_call>",
-        [Ok("py", {"code": "d = {\"k\": [1, 2,]}  # \\n stays\\\ns = 'it''s'"})],
+        [Ok("py", {"code": "d = {\"k\": [1, 2,]}  # \\n stays\\\ns = 'it''s'\n"})],
         id="payload-with-quotes-backslashes-braces-verbatim",
     ),
     pytest.param(
@@ -127,13 +127,59 @@ CASES = [
     pytest.param(
         f'<function_call>\n{{"name": "e", "args": {{"v": {S}   \n'
         f"  indented\n\n    {E}\n  }}}}\n</function_call>",
-        [Ok("e", {"v": "  indented\n"})],
-        id="payload-blank-marker-lines-trimmed-once",
+        [Ok("e", {"v": "  indented\n\n"})],
+        id="payload-blank-start-line-and-end-marker-indentation-dropped",
     ),
     pytest.param(
         f'<function_call>{{"name": "e", "args": {{"v": {S}\n{E}}}}}</function_call>',
         [Ok("e", {"v": ""})],
         id="payload-empty",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "e", "args": {{"v": {S}\n\n{E}}}}}</function_call>',
+        [Ok("e", {"v": "\n"})],
+        id="payload-one-empty-line",
+    ),
+    # -- the heredoc rule (DESIGN.md, function-call protocol) ------------------------------------
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S}\nline 1\nline 2\n{E}}}}}</function_call>',
+        [Ok("w", {"file": "line 1\nline 2\n"})],
+        id="heredoc-file-keeps-its-final-newline",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S}\nline 1\nline 2{E}}}}}</function_call>',
+        [Ok("w", {"file": "line 1\nline 2"})],
+        id="heredoc-end-marker-after-text-no-final-newline",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S}\nend\n\n{E}}}}}</function_call>',
+        [Ok("w", {"file": "end\n\n"})],
+        id="heredoc-trailing-blank-line-kept",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S}\n\nafter a blank line\n{E}}}}}</function_call>',
+        [Ok("w", {"file": "\nafter a blank line\n"})],
+        id="heredoc-only-one-newline-after-start-dropped",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S}first\nsecond\n{E}}}}}</function_call>',
+        [Ok("w", {"file": "first\nsecond\n"})],
+        id="heredoc-text-on-the-start-line-kept",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S}\nx = 1\n\t  {E}\n}}}}</function_call>',
+        [Ok("w", {"file": "x = 1\n"})],
+        id="heredoc-indented-end-marker-keeps-newline-drops-indentation",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": {S} \t\r\nx = 1\r\n{E}}}}}</function_call>',
+        [Ok("w", {"file": "x = 1\r\n"})],
+        id="heredoc-crlf-start-line-dropped-crlf-end-kept",
+    ),
+    pytest.param(
+        f'<function_call>{{"name": "w", "args": {{"file": "{S}\nquoted\n{E}"}}}}</function_call>',
+        [Ok("w", {"file": "quoted\n"})],
+        id="heredoc-quoted-markers-same-rule",
     ),
     pytest.param(
         f'<function_call>{{"name": "e", "args": {{"v": {S}\nno end</function_call>' + call("next", {"i": 1}),
@@ -189,7 +235,7 @@ CASES = [
     pytest.param(
         f'<function_call>\r\n{{"name": "c", "args": {{"code": {S}\r\n'
         f"a = 1\r\nb = 2\r\n{E}}}}}\r\n</function_call>",
-        [Ok("c", {"code": "a = 1\r\nb = 2"})],
+        [Ok("c", {"code": "a = 1\r\nb = 2\r\n"})],
         id="crlf-payload-keeps-inner-line-endings",
     ),
     pytest.param(
@@ -227,7 +273,7 @@ CASES = [
     pytest.param(
         f'<function_call>{{"name": "w", "args": {{"t": {S}\n<shallow_thinking>\n{E}}}}}</function_call>'
         + call("after"),
-        [Ok("w", {"t": "<shallow_thinking>"}), Ok("after", {}, "go")],
+        [Ok("w", {"t": "<shallow_thinking>\n"}), Ok("after", {}, "go")],
         id="thinking-tag-inside-a-payload",
     ),
     # -- fences ----------------------------------------------------------------------------------
@@ -429,7 +475,7 @@ def test_guide_covers_the_protocol_and_its_examples_parse() -> None:
         assert needle in guide, needle
     examples = [c for c in parse_function_calls(guide) if c.ok]
     assert [c.name for c in examples] == ["search_docs", "run_python"]
-    assert examples[1].args["code"] == 'sentence = "the quick brown fox"\nprint(len(sentence.split()))'
+    assert examples[1].args["code"] == 'sentence = "the quick brown fox"\nprint(len(sentence.split()))\n'
 
 
 # -- strip_thinking and extract_tag ------------------------------------------------------------
@@ -627,7 +673,12 @@ def test_any_json_args_round_trip(args: dict[str, Any], ascii_only: bool) -> Non
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_characters="\r")).filter(lambda t: E not in t))
 def test_any_payload_text_round_trips(value: str) -> None:
+    # The heredoc rule: the newline after the start marker is dropped, the text's last line break
+    # (before an end marker on its own line) is kept; on one line the text is taken as it is.
     body = f'{{"name": "t", "args": {{"v": {S}\n{value}\n{E}, "w": "{S}\n{value}\n{E}"}}}}'
     [parsed] = parse_function_calls(call("", body=body))
     assert parsed.error is None, parsed.error
-    assert parsed.args == {"v": value, "w": value}
+    assert parsed.args == {"v": value + "\n", "w": value + "\n"}
+    one_line = value.replace("\n", " ")
+    [parsed] = parse_function_calls(call("", body=f'{{"name": "t", "args": {{"v": {S}{one_line}{E}}}}}'))
+    assert parsed.args == {"v": one_line}

@@ -1,4 +1,4 @@
-"""A forgiving JSON reader for the ``<function_call>`` blocks models write (private to ``reasoner``).
+"""A lenient JSON reader for the ``<function_call>`` blocks models write (used by ``function_calling``).
 
 ``JsonReader.read_value(pos)`` reads one JSON value that starts at ``pos`` inside a larger text and
 returns it with the index where it ended, so the caller looks for a closing tag *after* the value:
@@ -7,7 +7,7 @@ whatever a string or a payload holds can never end a block early.
 What it accepts beyond strict JSON (the repairs never touch the inside of a string):
 
 - payload wrappers: ``__PAYLOAD_START__`` ... ``__PAYLOAD_END__`` in place of a value, bare or wrapped
-  in double quotes, hold raw text taken verbatim (see ``read_payload`` for the trimmed newlines); a
+  in double quotes, hold raw text taken verbatim (see ``read_payload`` for the heredoc rule); a
   quoted start marker with no end marker after it is an ordinary string;
 - raw control characters (newlines, tabs) inside strings, read as if escaped;
 - an unknown escape such as ``\\d`` inside a string, kept as written (backslash included);
@@ -306,21 +306,27 @@ class JsonReader:
     def read_payload(self, marker: int, body_start: int) -> tuple[str, int]:
         """Read the payload whose start marker is at ``marker``; return its text and the index after it.
 
-        The text between the markers is taken verbatim, with one friendly exception each side: when
-        nothing but spaces or tabs follows ``__PAYLOAD_START__`` on its line, that rest of the line and
-        its line break are dropped; when nothing but spaces or tabs precedes ``__PAYLOAD_END__`` on its
-        line, those and the one line break (``\\n`` or ``\\r\\n``) before them are dropped. So a marker on
-        its own line adds nothing, and ``__PAYLOAD_START__x__PAYLOAD_END__`` reads ``"x"``.
+        The heredoc rule: the value is the text between the markers, verbatim, except that
+
+        * when nothing but spaces or tabs follows ``__PAYLOAD_START__`` on its line, that rest of the
+          line and its line break (``\\n`` or ``\\r\\n``) are not part of the value;
+        * when nothing but spaces or tabs precedes ``__PAYLOAD_END__`` on its line, those (the marker's
+          indentation) are not part of the value, but the line break before them is: a file written
+          as ``...last line\\n__PAYLOAD_END__`` keeps its final newline.
+
+        So ``__PAYLOAD_START__x__PAYLOAD_END__`` reads ``"x"`` and a start marker, two lines and an end
+        marker each on its own line read ``"line 1\\nline 2\\n"``.
         """
         end = self._find(PAYLOAD_END, body_start)
         if end < 0:
             raise JsonReadError(marker, f"{PAYLOAD_START} has no {PAYLOAD_END}: end the raw text with it")
-        body = self.text[body_start:end]
-        low, high = 0, len(body)
-        first_break = body.find("\n")
-        if first_break >= 0 and not body[:first_break].strip(" \t\r"):
+        text = self.text
+        low = body_start
+        first_break = text.find("\n", body_start, end)
+        if first_break >= 0 and not text[body_start:first_break].strip(" \t\r"):
             low = first_break + 1
-        last_break = body.rfind("\n")
-        if last_break >= 0 and not body[last_break + 1 :].strip(" \t"):
-            high = last_break - 1 if body[last_break - 1 : last_break] == "\r" else last_break
-        return (body[low:high] if high > low else ""), end + len(PAYLOAD_END)
+        high = end
+        last_break = text.rfind("\n", low, end)
+        if last_break >= 0 and not text[last_break + 1 : end].strip(" \t"):
+            high = last_break + 1
+        return text[low:high], end + len(PAYLOAD_END)
