@@ -8,8 +8,8 @@ Think-tag formats (``<think>…</think>`` unless noted), and what ``thinking=Non
 * ``qwen3``, ``glm45``: reasoning only if the output opens with ``<think>``; a ``<tool_call>``
   written before ``</think>`` ends reasoning and stays in the content.
 * ``kimi``: ``◁think▷…◁/think▷``; reasoning only if the output opens with ``◁think▷``.
-* ``kimi-k2``: reasoning only if the output opens with ``<think>``; a
-  ``<|tool_calls_section_begin|>`` written before ``</think>`` ends reasoning, kept as content.
+* ``kimi-k2``: the output starts in reasoning (Kimi K2 thinks by default; vLLM's parser agrees);
+  a ``<|tool_calls_section_begin|>`` written before ``</think>`` ends reasoning, kept as content.
 
 And the others: ``gpt-oss`` (Harmony channels, see :mod:`tandem.reasoner.parsing.harmony`) and
 ``none`` (everything is content).
@@ -37,7 +37,9 @@ _PARSERS: dict[str, ReasoningParser] = {
         ThinkTagParser("qwen3", interrupt_tags=("<tool_call>",)),
         ThinkTagParser("glm45", interrupt_tags=("<tool_call>",)),
         ThinkTagParser("kimi", start_tag="◁think▷", end_tag="◁/think▷"),
-        ThinkTagParser("kimi-k2", interrupt_tags=("<|tool_calls_section_begin|>",)),
+        ThinkTagParser(
+            "kimi-k2", interrupt_tags=("<|tool_calls_section_begin|>",), reasoning_by_default=True
+        ),
         HarmonyParser("gpt-oss"),
         PlainParser("none"),
     )

@@ -5,7 +5,8 @@ look for and where the output starts. The machine has three states:
 
 ``opening``
     Nothing but whitespace seen yet. Whitespace followed by the start tag is consumed and
-    reasoning begins; anything else decides the starting state (reasoning when the request
+    reasoning begins (the start tag repeated right after it is consumed too: it is a marker,
+    not thinking); anything else decides the starting state (reasoning when the request
     enabled thinking or the format always thinks, content otherwise) and is replayed there.
 ``reasoning``
     Text is reasoning until the end tag (consumed) or an interrupting tag such as
@@ -84,7 +85,7 @@ class ThinkTagParser(ReasoningParser):
 class _ThinkTagStream(ReasoningStream):
     """The state machine described in the module docstring, for one reply."""
 
-    __slots__ = ("_fast", "_fmt", "_held", "_implicit", "_mark", "_state", "_whitespace")
+    __slots__ = ("_fast", "_fmt", "_fresh", "_held", "_implicit", "_mark", "_state", "_whitespace")
 
     def __init__(self, fmt: ThinkTagParser, state: int, *, implicit_reasoning: bool) -> None:
         self._fmt = fmt
@@ -95,6 +96,8 @@ class _ThinkTagStream(ReasoningStream):
         """Text that may still turn out to be (the start of) a tag."""
         self._whitespace: list[str] = []
         """Leading whitespace seen in the opening state (dropped if the start tag follows)."""
+        self._fresh = False
+        """Reasoning has just begun with the start tag: the same tag repeated here is dropped."""
         self._fast = state
         """The state when it is ``_REASONING`` or ``_CONTENT`` and nothing is held back, else
         ``_OPENING``: one load tells ``feed`` whether a chunk may skip the slow path."""
@@ -137,9 +140,11 @@ class _ThinkTagStream(ReasoningStream):
             text = self._held + chunk
             self._held = ""
         reasoning = ""
-        if self._state == _REASONING:
+        if self._state == _REASONING and self._fresh:
+            text = self._skip_repeated_start(text)
+        if self._state == _REASONING and not self._held:
             reasoning, text = self._scan_reasoning(text)
-        self._fast = _OPENING if self._held else self._state
+        self._fast = _OPENING if self._held or self._fresh else self._state
         if self._state == _CONTENT:
             return ReasoningDelta(reasoning, text)
         return reasoning_delta(reasoning)
@@ -159,6 +164,7 @@ class _ThinkTagStream(ReasoningStream):
             self._held = ""
             self._whitespace = []
             self._state = _REASONING
+            self._fresh = True
             return rest[len(start) :]
         if start.startswith(rest):
             self._held = rest
@@ -167,6 +173,17 @@ class _ThinkTagStream(ReasoningStream):
         text = "".join(self._whitespace) + rest if self._whitespace else rest
         self._whitespace = []
         self._state = _REASONING if self._implicit else _CONTENT
+        return text
+
+    def _skip_repeated_start(self, text: str) -> str:
+        """Drop start tags repeated right after the first; hold what may still become one."""
+        start = self._fmt.start_tag
+        while text.startswith(start):
+            text = text[len(start) :]
+        if start.startswith(text):  # empty, or the beginning of one more start tag
+            self._held = text
+            return ""
+        self._fresh = False
         return text
 
     def _scan_reasoning(self, text: str) -> tuple[str, str]:

@@ -146,6 +146,12 @@ CASES = [
     pytest.param("kimi", None, "◁think▷a◁/thi", "a◁/thi", "", id="kimi-truncated-inside-end-tag"),
     pytest.param("kimi", False, "◁think▷a◁/think▷b", "", "◁think▷a◁/think▷b", id="kimi-thinking-false"),
     pytest.param("kimi", None, "◁think▷a ◁ b▷◁/think▷c", "a ◁ b▷", "c", id="kimi-lone-delimiter-chars"),
+    pytest.param("qwen3", None, "<think><think>a</think>b", "a", "b", id="repeated-start-tag-dropped"),
+    pytest.param("kimi", None, "◁think▷◁think▷a◁/think▷b", "a", "b", id="kimi-repeated-start-tag-dropped"),
+    pytest.param(
+        "qwen3", None, "<think> <think>a</think>b", " <think>a", "b", id="start-tag-after-space-is-reasoning"
+    ),
+    pytest.param("qwen3", None, "<think><thin", "<thin", "", id="truncated-inside-repeated-start-tag"),
     # kimi-k2: <think> tags; its tool-call section may open before </think>.
     pytest.param("kimi-k2", None, "<think>a</think>b", "a", "b", id="k2-standard"),
     pytest.param("kimi-k2", None, f"<think>a{K2_CALLS}", "a", K2_CALLS, id="k2-tool-section-ends-reasoning"),
@@ -157,7 +163,8 @@ CASES = [
         f"b{K2_CALLS}",
         id="k2-tool-section-after-reasoning",
     ),
-    pytest.param("kimi-k2", None, "answer", "", "answer", id="k2-none-no-tag"),
+    pytest.param("kimi-k2", None, "answer", "answer", "", id="k2-none-starts-in-reasoning"),
+    pytest.param("kimi-k2", False, "answer", "", "answer", id="k2-thinking-false-no-tag"),
     pytest.param("kimi-k2", True, "a</think>b", "a", "b", id="k2-thinking-true-start-tag-absent"),
     pytest.param("kimi-k2", False, "<think>a</think>b", "", "<think>a</think>b", id="k2-thinking-false"),
     pytest.param(
