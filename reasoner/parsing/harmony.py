@@ -15,7 +15,9 @@ Where a body goes:
 
 * any channel with a recipient → a :class:`ParsedToolCall` (``to=functions.NAME`` gives name
   ``NAME``; any other recipient, such as ``browser.search``, is kept whole as the name), released
-  when its message ends, or at ``finish`` if the output stops inside it;
+  when its message ends, or at ``finish`` if the output stops inside it. The recipient
+  ``assistant`` is the exception: that message is a tool's answer addressed to the model
+  (``<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>…``), shown as content;
 * ``analysis`` → reasoning (content when ``thinking=False``: gpt-oss cannot stop thinking, so a
   disabled request still gets every word, just not labelled as reasoning);
 * ``final``, ``commentary`` without recipient (a preamble the user may see), a missing or
@@ -24,9 +26,23 @@ Where a body goes:
 Text outside any message is held while it could still be a header (``assistant`` before a
 ``<|channel|>``). It is content once it holds a non-blank character and either a newline or
 more than :data:`HEADER_LIMIT` characters, or when a ``<|start|>`` or end token follows it or
-the output ends; blank text between messages is dropped. So plain text without any Harmony
-token is all content. A header the output never completes is dropped. ``<|`` that begins no
+the output ends; blank text between messages is dropped. Before a ``<|channel|>`` or
+``<|message|>`` it is the message's header only when it reads like one: a role (``assistant``,
+``functions.NAME``), a channel name written as filler between messages, or ``… to=NAME``; any
+other text there (``Some text <|channel|>…``) is content. So plain text without any Harmony token
+is all content. A header the output never completes is dropped, and so is the beginning of a
+token at the very end of the output (``…<|ret``: the token was cut off). ``<|`` that begins no
 token is ordinary text. ``thinking=None`` and ``thinking=True`` behave alike.
+
+**The stripped form.** A host that removes special tokens (``skip_special_tokens``) turns the reply
+above into ``analysisthinking…assistantcommentary to=functions.lookup json{"q": 1}assistantfinalthe
+answer``. An output that starts (after white space) with ``analysis``, ``commentary`` or ``final``,
+bare or after ``assistant``, and goes on after that word is read in this form: ``assistant``
+followed by a channel name starts the next message; ``to=NAME`` after the channel name, and a
+``json`` constraint after it, make the message a tool call; white space around each body is
+dropped, since the words carry no delimiters of their own. The words are matched as written (lower
+case), anywhere in a body. A Harmony token met later switches back to the token form. Streamed or
+whole, the result is the same: a tail that may be the beginning of ``assistantfinal`` is held back.
 """
 
 from __future__ import annotations
@@ -58,10 +74,19 @@ _LONGEST = max(len(token) for token in TOKENS)
 HEADER_LIMIT = 256
 """Text outside a message longer than this (or with a newline) is content, not a header."""
 
+CHANNELS = ("analysis", "commentary", "final")
+"""The channels gpt-oss writes; in the stripped form, the words that open a message."""
+_ASSISTANT = "assistant"
+_OPENERS = (*CHANNELS, *(_ASSISTANT + channel for channel in CHANNELS))
+"""What a stripped-form output starts with (before more text)."""
+_LONGEST_OPENER = max(len(opener) for opener in _OPENERS)
+_LONGEST_CHANNEL = max(len(channel) for channel in CHANNELS)
+
 _OUTSIDE = 0
 _HEADER = 1
 _BODY = 2
 _FINISHED = 3
+_STRIPPED_HEADER = 4
 
 _REASONING = 0
 _CONTENT = 1
@@ -72,6 +97,11 @@ _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slowe
 
 _CHANNEL_RE = re.compile(r"<\|channel\|>\s*([^\s<]*)")
 _RECIPIENT_RE = re.compile(r"(?:^|[\s>])to=([^\s<]+)")
+_HEADER_START_RE = re.compile(
+    r"\s*(?:(?:assistant|analysis|commentary|final|[\w-]+(?:\.[\w-]+)+)(?:\s+to=\S+)?|(?:[\w.-]+\s+)?to=\S+)?\s*"
+)
+"""Outside text that may begin a header: a role, a channel name as filler, ``… to=NAME``."""
+_STRIPPED_NAME_RE = re.compile(r"[^\s{\[\"<]*")
 
 
 def read_header(header: str) -> tuple[str, str | None]:
@@ -79,6 +109,33 @@ def read_header(header: str) -> tuple[str, str | None]:
     channel = _CHANNEL_RE.search(header)
     recipient = _RECIPIENT_RE.search(header)
     return (channel.group(1) if channel else ""), (recipient.group(1) if recipient else None)
+
+
+def read_stripped_header(head: str, *, final: bool) -> tuple[str | None, str] | None:
+    """Split the text after a stripped-form channel name into ``(recipient, body start)``.
+
+    ``head`` is what followed the channel name so far; ``final`` says no more header text can
+    come. ``None`` while more text could still change the answer (``" to=functions.ge"``).
+    """
+    text = head.lstrip(" \t")
+    if not text.startswith("to="):
+        if not final and "to=".startswith(text):
+            return None
+        return None, head
+    name = _STRIPPED_NAME_RE.match(text, 3)
+    name_end = name.end() if name else 3
+    if name_end == len(text) and not final:
+        return None
+    recipient = text[3:name_end]
+    after = text[name_end:]
+    constraint = after.lstrip()
+    if constraint.startswith("json"):
+        after = constraint[4:]
+    elif not final and "json".startswith(constraint):
+        return None
+    if not recipient:
+        return None, head
+    return recipient, after
 
 
 class HarmonyParser(ReasoningParser):
@@ -95,14 +152,20 @@ class HarmonyParser(ReasoningParser):
 class _HarmonyStream(ReasoningStream):
     __slots__ = (
         "_analysis_kind",
+        "_body_inked",
+        "_channel",
         "_fast",
         "_held",
         "_kind",
+        "_lead",
+        "_opening",
         "_outside_chars",
         "_outside_inked",
         "_outside_newline",
         "_parts",
+        "_pending_space",
         "_state",
+        "_stripped",
         "_tool_name",
     )
 
@@ -110,7 +173,7 @@ class _HarmonyStream(ReasoningStream):
         self._analysis_kind = _REASONING if analysis_is_reasoning else _CONTENT
         self._state = _OUTSIDE
         self._held = ""
-        """A tail that may be the beginning of a token."""
+        """A tail that may be the beginning of a token (or, in the stripped form, of a marker)."""
         self._kind = _CONTENT
         """Where the current body goes (state ``_BODY`` only)."""
         self._tool_name = ""
@@ -119,8 +182,19 @@ class _HarmonyStream(ReasoningStream):
         self._outside_inked = False
         self._outside_newline = False
         self._outside_chars = 0
+        self._opening = True
+        """No token and no non-blank text yet: the output may still be the stripped form."""
+        self._lead = ""
+        """The output's first non-blank text while it may still open the stripped form."""
+        self._stripped = False
+        """The current body is in the stripped form: scanned for markers, white space trimmed."""
+        self._channel = ""
+        """The channel of the stripped-form message being read."""
+        self._body_inked = False
+        self._pending_space: list[str] = []
+        """Stripped form: white space at the end of the body so far (dropped if the body ends)."""
         self._fast = _SLOW
-        """The body kind when inside a body with nothing held back, else ``_SLOW``."""
+        """The body kind when inside a token-form body with nothing held back, else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
         # Inside a body with nothing held back, a chunk without "<" holds no token: route it
@@ -142,9 +216,14 @@ class _HarmonyStream(ReasoningStream):
         reasoning: list[str] = []
         content: list[str] = []
         calls: list[ParsedToolCall] = []
-        if self._held:
-            self._take(self._held, reasoning, content)
-            self._held = ""
+        held, self._held = self._held, ""
+        cut = held.find("<|")
+        if cut >= 0:  # the beginning of a token cut off by the end of output: dropped
+            held = held[:cut]
+        self._take(held, False, reasoning, content, calls)
+        self._flush_lead(content)
+        while self._state == _STRIPPED_HEADER:
+            self._end_stripped_header(reasoning, content, calls)
         if self._state == _OUTSIDE:
             self._flush_outside(content)
         elif self._state == _BODY:
@@ -169,61 +248,133 @@ class _HarmonyStream(ReasoningStream):
             close = find("|>", i + 2, i + _LONGEST)
             token = text[i : close + 2] if close >= 0 else ""
             if token in _TOKEN_SET:
-                self._take(text[pos:i], reasoning, content)
-                self._on_token(token, content, calls)
+                self._take(text[pos:i], False, reasoning, content, calls)
+                self._on_token(token, reasoning, content, calls)
                 pos = i + len(token)
                 i = find("<|", pos)
             elif close < 0 and text[i:] in _TOKEN_PREFIXES:  # a token cut by the chunk's end
-                self._take(text[pos:i], reasoning, content)
-                self._held = text[i:]
+                # What comes next may not complete the token: the text before it is undecided too.
+                self._take(text[pos:i], True, reasoning, content, calls)
+                self._held += text[i:]
                 break
             else:  # "<|" that begins no token: ordinary text
                 i = find("<|", i + 1)
         else:
             end = len(text)
             if end > pos and text[-1] == "<":
-                self._held = "<"
                 end -= 1
-            self._take(text[pos:end], reasoning, content)
-        self._fast = self._kind if self._state == _BODY and not self._held else _SLOW
+            self._take(text[pos:end], True, reasoning, content, calls)
+            self._held += text[end:]
+        self._fast = self._kind if self._state == _BODY and not (self._held or self._stripped) else _SLOW
         return _delta(reasoning, content, calls)
 
-    def _take(self, text: str, reasoning: list[str], content: list[str]) -> None:
-        """Route ordinary text according to the current state."""
-        if not text:
-            return
-        state = self._state
-        if state == _BODY:
-            kind = self._kind
-            if kind == _REASONING:
-                reasoning.append(text)
-            elif kind == _CONTENT:
-                content.append(text)
-            else:
-                self._parts.append(text)
-        elif state == _HEADER:
-            self._parts.append(text)
-        elif state == _OUTSIDE:
-            self._parts.append(text)
-            self._outside_chars += len(text)
-            self._outside_inked = self._outside_inked or not text.isspace()
-            self._outside_newline = self._outside_newline or "\n" in text
-            if self._outside_inked and (self._outside_newline or self._outside_chars > HEADER_LIMIT):
-                # Too long or multi-line for a header: a body without one, shown as content.
-                content.extend(self._parts)
-                self._enter_body(_CONTENT)
+    def _take(
+        self,
+        text: str,
+        at_end: bool,
+        reasoning: list[str],
+        content: list[str],
+        calls: list[ParsedToolCall],
+    ) -> None:
+        """Route ordinary text according to the current state.
 
-    def _on_token(self, token: str, content: list[str], calls: list[ParsedToolCall]) -> None:
+        ``at_end``: more text may follow (the chunk ends, or with what may begin a token), so a
+        tail that may begin a stripped-form marker is held back; otherwise a token or the end of
+        output follows and everything is decided.
+        """
+        while text:
+            state = self._state
+            if state == _BODY:
+                if self._stripped:
+                    text = self._stripped_body(text, at_end, reasoning, content, calls)
+                    continue
+                kind = self._kind
+                if kind == _REASONING:
+                    reasoning.append(text)
+                elif kind == _CONTENT:
+                    content.append(text)
+                else:
+                    self._parts.append(text)
+                return
+            if state == _HEADER:
+                self._parts.append(text)
+                return
+            if state == _STRIPPED_HEADER:
+                text = self._stripped_header(text, at_end)
+                continue
+            if self._opening:
+                text = self._open(text, at_end, content)
+                continue
+            self._outside_text(text, content)
+            return
+
+    # -- outside messages -------------------------------------------------------------------
+
+    def _open(self, text: str, at_end: bool, content: list[str]) -> str:
+        """Decide between the token form and the stripped form; return text left to route."""
+        if not self._lead:
+            ink = text.lstrip()
+            if len(ink) != len(text):
+                self._outside_text(text[: len(text) - len(ink)], content)
+            if not ink:
+                return ""
+            text = ink
+        lead = self._lead + text
+        for opener in _OPENERS:
+            if lead.startswith(opener) and len(lead) > len(opener):
+                self._opening = False
+                self._lead = ""
+                self._enter_outside()  # the blank text before it is dropped
+                self._enter_stripped_header(opener.removeprefix(_ASSISTANT))
+                return lead[len(opener) :]
+        if at_end and len(lead) <= _LONGEST_OPENER and any(o.startswith(lead) for o in _OPENERS):
+            self._lead = lead
+            return ""
+        self._opening = False
+        self._lead = ""
+        return lead
+
+    def _flush_lead(self, content: list[str]) -> None:
+        """A token or the end of output came: the opening text was not the stripped form."""
+        if self._opening:
+            self._opening = False
+            lead, self._lead = self._lead, ""
+            if lead:
+                self._outside_text(lead, content)
+
+    def _outside_text(self, text: str, content: list[str]) -> None:
+        self._parts.append(text)
+        self._outside_chars += len(text)
+        self._outside_inked = self._outside_inked or not text.isspace()
+        self._outside_newline = self._outside_newline or "\n" in text
+        if self._outside_inked and (self._outside_newline or self._outside_chars > HEADER_LIMIT):
+            # Too long or multi-line for a header: a body without one, shown as content.
+            content.extend(self._parts)
+            self._enter_body(_CONTENT)
+
+    def _on_token(
+        self, token: str, reasoning: list[str], content: list[str], calls: list[ParsedToolCall]
+    ) -> None:
+        self._flush_lead(content)
+        while self._state == _STRIPPED_HEADER:
+            self._end_stripped_header(reasoning, content, calls)
+        if self._stripped:  # a token: back to the token form
+            self._stripped = False
         state = self._state
         if state == _OUTSIDE:
             if token == START or token in _TERMINATORS:
                 self._flush_outside(content)
                 if token == START:
                     self._state = _HEADER
-            elif token == MESSAGE:
-                self._open_body("".join(self._parts))
-            else:  # the outside text was the header's start: role and maybe recipient
-                self._parts.append(token)
+                return
+            header = "".join(self._parts)
+            if not _HEADER_START_RE.fullmatch(header):  # prose, not a role: content
+                self._flush_outside(content)
+                header = ""
+            if token == MESSAGE:
+                self._open_body(header)
+            else:  # the header goes on: channel or constraint
+                self._parts = [header, token]
                 self._state = _HEADER
         elif state == _HEADER:
             if token == START:
@@ -244,15 +395,20 @@ class _HarmonyStream(ReasoningStream):
                 self._state = _HEADER
                 self._parts = [] if token == START else [token]
 
+    # -- token-form messages ----------------------------------------------------------------
+
     def _open_body(self, header: str) -> None:
         channel, recipient = read_header(header)
-        if recipient is not None:
+        self._enter_body(self._kind_of(channel, recipient))
+
+    def _kind_of(self, channel: str, recipient: str | None) -> int:
+        """Where a message's body goes; a tool call also sets the tool's name."""
+        if recipient is not None and recipient != _ASSISTANT:
             self._tool_name = recipient.removeprefix("functions.")
-            self._enter_body(_TOOL)
-        elif channel == "analysis":
-            self._enter_body(self._analysis_kind)
-        else:
-            self._enter_body(_CONTENT)
+            return _TOOL
+        if channel == "analysis":
+            return self._analysis_kind
+        return _CONTENT
 
     def _enter_body(self, kind: int) -> None:
         self._state = _BODY
@@ -263,6 +419,8 @@ class _HarmonyStream(ReasoningStream):
         if self._kind == _TOOL:
             calls.append(ParsedToolCall(name=self._tool_name, arguments="".join(self._parts)))
         self._parts = []
+        self._pending_space = []
+        self._body_inked = False
 
     def _enter_outside(self) -> None:
         self._state = _OUTSIDE
@@ -275,6 +433,101 @@ class _HarmonyStream(ReasoningStream):
         if self._outside_inked:
             content.extend(self._parts)
         self._enter_outside()
+
+    # -- stripped-form messages -------------------------------------------------------------
+
+    def _enter_stripped_header(self, channel: str) -> None:
+        self._state = _STRIPPED_HEADER
+        self._channel = channel
+        self._parts = []
+
+    def _stripped_header(self, text: str, at_end: bool) -> str:
+        """Read what follows a stripped-form channel name; return the body text once decided."""
+        self._parts.append(text)
+        head = "".join(self._parts) if len(self._parts) > 1 else text
+        decided = read_stripped_header(head, final=not at_end or len(head) > HEADER_LIMIT)
+        if decided is None:
+            self._parts = [head]
+            return ""
+        self._open_stripped_body(decided[0])
+        return decided[1]
+
+    def _end_stripped_header(
+        self, reasoning: list[str], content: list[str], calls: list[ParsedToolCall]
+    ) -> None:
+        """A token or the end of output ends the header: decide it and route what it held."""
+        head = "".join(self._parts)
+        recipient, rest = read_stripped_header(head, final=True) or (None, head)
+        self._open_stripped_body(recipient)
+        self._take(rest, False, reasoning, content, calls)
+
+    def _open_stripped_body(self, recipient: str | None) -> None:
+        self._enter_body(self._kind_of(self._channel, recipient))
+        self._stripped = True
+        self._body_inked = False
+        self._pending_space = []
+
+    def _stripped_body(
+        self,
+        text: str,
+        at_end: bool,
+        reasoning: list[str],
+        content: list[str],
+        calls: list[ParsedToolCall],
+    ) -> str:
+        """Route stripped-form body text up to the next marker; return the text after the marker."""
+        find = text.find
+        i = find(_ASSISTANT)
+        while i >= 0:
+            after = i + len(_ASSISTANT)
+            for channel in CHANNELS:
+                if text.startswith(channel, after):
+                    self._emit(text[:i], reasoning, content)
+                    self._close_body(calls)
+                    self._enter_stripped_header(channel)
+                    return text[after + len(channel) :]
+            if at_end and len(text) - after < _LONGEST_CHANNEL:
+                rest = text[after:]
+                if any(channel.startswith(rest) for channel in CHANNELS):
+                    self._emit(text[:i], reasoning, content)
+                    self._held = text[i:]
+                    return ""
+            i = find(_ASSISTANT, i + 1)
+        if at_end:  # a tail that may still grow into "assistant…"
+            k = find("a", max(0, len(text) - len(_ASSISTANT) + 1))
+            while k >= 0:
+                if _ASSISTANT.startswith(text[k:]):
+                    self._emit(text[:k], reasoning, content)
+                    self._held = text[k:]
+                    return ""
+                k = find("a", k + 1)
+        self._emit(text, reasoning, content)
+        return ""
+
+    def _emit(self, text: str, reasoning: list[str], content: list[str]) -> None:
+        """Route stripped-form body text, trimming the white space around the whole body."""
+        if not self._body_inked:
+            text = text.lstrip()
+            if not text:
+                return
+            self._body_inked = True
+        ink_end = len(text.rstrip())
+        if ink_end == 0:
+            self._pending_space.append(text)
+            return
+        out = text[:ink_end] if ink_end < len(text) else text
+        if self._pending_space:
+            out = "".join(self._pending_space) + out
+            self._pending_space = []
+        if ink_end < len(text):
+            self._pending_space.append(text[ink_end:])
+        kind = self._kind
+        if kind == _REASONING:
+            reasoning.append(out)
+        elif kind == _CONTENT:
+            content.append(out)
+        else:
+            self._parts.append(out)
 
 
 def _delta(reasoning: list[str], content: list[str], calls: list[ParsedToolCall]) -> ReasoningDelta:

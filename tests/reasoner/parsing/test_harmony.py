@@ -36,7 +36,7 @@ CASES = [
         id="truncated-analysis",
     ),
     pytest.param(
-        None, "<|channel|>analysis<|message|>abc<|en", "abc<|en", "", [], id="truncated-inside-end-token"
+        None, "<|channel|>analysis<|message|>abc<|en", "abc", "", [], id="token-cut-off-at-the-end-is-dropped"
     ),
     pytest.param(None, ANALYSIS + WEATHER_CALL, "Think.", "", [WEATHER], id="tool-call-on-commentary"),
     pytest.param(

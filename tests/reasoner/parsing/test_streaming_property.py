@@ -17,6 +17,9 @@ FRAGMENTS = [
     "<|constrain|>", "<|en", "channel", "analysis", "final", "commentary", "message", "end",
     " to=functions.f", "assistant", "json", "<tool_call>", "<tool_", "tool_call",
     "<|tool_calls_section_begin|>", "a", "b", "x y", " ", "\n", "{}",
+    # gpt-oss with its special tokens stripped by the host
+    "assistantfinal", "assistantanalysis", "assistantcommentary", "assis", "assistant", "to=", " json",
+    "to=functions.g", "=", "<think><think>",
 ]  # fmt: skip
 
 texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=3)), max_size=25).map("".join)
