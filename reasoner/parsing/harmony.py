@@ -26,7 +26,8 @@ Where a body goes:
 Text outside any message is held while it could still be a header (``assistant`` before a
 ``<|channel|>``). It is content once it holds a non-blank character and either a newline or
 more than :data:`HEADER_LIMIT` characters, or when a ``<|start|>`` or end token follows it or
-the output ends; blank text between messages is dropped. Before a ``<|channel|>`` or
+the output ends. Blank text between messages is dropped, and so is a channel name standing alone
+there (filler some hosts leave: ``<|call|>commentary<|start|>…``). Before a ``<|channel|>`` or
 ``<|message|>`` it is the message's header only when it reads like one: a role (``assistant``,
 ``functions.NAME``), a channel name written as filler between messages, or ``… to=NAME``; any
 other text there (``Some text <|channel|>…``) is content. So plain text without any Harmony token
@@ -40,14 +41,15 @@ answer``. An output that starts (after white space) with ``analysis``, ``comment
 bare or after ``assistant``, and goes on after that word is read in this form: ``assistant``
 followed by a channel name starts the next message; ``to=NAME`` after the channel name, and a
 ``json`` constraint after it, make the message a tool call; white space around each body is
-dropped, since the words carry no delimiters of their own. The words are matched as written (lower
-case), anywhere in a body. A Harmony token met later switches back to the token form. Streamed or
-whole, the result is the same: a tail that may be the beginning of ``assistantfinal`` is held back.
+dropped, since the words carry no delimiters of their own. The words match in any letter case (as
+SGLang's reader does), anywhere in a body. A Harmony token met later switches back to the token
+form. Streamed or whole, the result is the same: a tail that may begin ``assistantfinal`` is held.
 """
 
 from __future__ import annotations
 
 import re
+import string
 
 from tandem.reasoner.parsing.base import (
     EMPTY_DELTA,
@@ -81,6 +83,8 @@ _OPENERS = (*CHANNELS, *(_ASSISTANT + channel for channel in CHANNELS))
 """What a stripped-form output starts with (before more text)."""
 _LONGEST_OPENER = max(len(opener) for opener in _OPENERS)
 _LONGEST_CHANNEL = max(len(channel) for channel in CHANNELS)
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+"""Stripped-form words match in any case; this lowers ASCII only, so indexes stay valid."""
 
 _OUTSIDE = 0
 _HEADER = 1
@@ -320,14 +324,15 @@ class _HarmonyStream(ReasoningStream):
                 return ""
             text = ink
         lead = self._lead + text
+        low = lead[: _LONGEST_OPENER + 1].translate(_ASCII_LOWER)
         for opener in _OPENERS:
-            if lead.startswith(opener) and len(lead) > len(opener):
+            if low.startswith(opener) and len(lead) > len(opener):
                 self._opening = False
                 self._lead = ""
                 self._enter_outside()  # the blank text before it is dropped
                 self._enter_stripped_header(opener.removeprefix(_ASSISTANT))
                 return lead[len(opener) :]
-        if at_end and len(lead) <= _LONGEST_OPENER and any(o.startswith(lead) for o in _OPENERS):
+        if at_end and len(lead) <= _LONGEST_OPENER and any(o.startswith(low) for o in _OPENERS):
             self._lead = lead
             return ""
         self._opening = False
@@ -429,8 +434,8 @@ class _HarmonyStream(ReasoningStream):
         self._outside_chars = 0
 
     def _flush_outside(self, content: list[str]) -> None:
-        """Outside text followed by no header: content unless blank."""
-        if self._outside_inked:
+        """Outside text followed by no header: content, unless blank or a channel name (filler)."""
+        if self._outside_inked and "".join(self._parts).strip() not in CHANNELS:
             content.extend(self._parts)
         self._enter_outside()
 
@@ -476,18 +481,19 @@ class _HarmonyStream(ReasoningStream):
         calls: list[ParsedToolCall],
     ) -> str:
         """Route stripped-form body text up to the next marker; return the text after the marker."""
-        find = text.find
+        low = text.translate(_ASCII_LOWER)
+        find = low.find
         i = find(_ASSISTANT)
         while i >= 0:
             after = i + len(_ASSISTANT)
             for channel in CHANNELS:
-                if text.startswith(channel, after):
+                if low.startswith(channel, after):
                     self._emit(text[:i], reasoning, content)
                     self._close_body(calls)
                     self._enter_stripped_header(channel)
                     return text[after + len(channel) :]
             if at_end and len(text) - after < _LONGEST_CHANNEL:
-                rest = text[after:]
+                rest = low[after:]
                 if any(channel.startswith(rest) for channel in CHANNELS):
                     self._emit(text[:i], reasoning, content)
                     self._held = text[i:]
@@ -496,7 +502,7 @@ class _HarmonyStream(ReasoningStream):
         if at_end:  # a tail that may still grow into "assistant…"
             k = find("a", max(0, len(text) - len(_ASSISTANT) + 1))
             while k >= 0:
-                if _ASSISTANT.startswith(text[k:]):
+                if _ASSISTANT.startswith(low[k:]):
                     self._emit(text[:k], reasoning, content)
                     self._held = text[k:]
                     return ""

@@ -19,7 +19,7 @@ FRAGMENTS = [
     "<|tool_calls_section_begin|>", "a", "b", "x y", " ", "\n", "{}",
     # gpt-oss with its special tokens stripped by the host
     "assistantfinal", "assistantanalysis", "assistantcommentary", "assis", "assistant", "to=", " json",
-    "to=functions.g", "=", "<think><think>",
+    "to=functions.g", "=", "<think><think>", "ANALYSIS", "AssistantFinal",
 ]  # fmt: skip
 
 texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=3)), max_size=25).map("".join)
