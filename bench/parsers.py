@@ -1,8 +1,9 @@
 """Reasoning-parser throughput: ``python -m bench.parsers [--quick]``.
 
-For each format family (think tags, measured with ``qwen3``; Harmony, with ``gpt-oss``) it builds
-about 1 MB of realistic output: a long reasoning section with prose, code and stray ``<``
-characters, then an answer (Harmony adds a preamble and a tool call). It prints, one per line:
+For each format family (think tags, measured with ``qwen3``; Harmony, with ``gpt-oss``, in its
+token form and in the stripped form a host that drops special tokens sends) it builds about 1 MB
+of realistic output: a long reasoning section with prose, code and stray ``<`` characters, then an
+answer (Harmony adds a preamble and a tool call). It prints, one per line:
 
 * ``parser_<family>_<feed>_mb_per_s``: throughput when the output is fed in one chunk
   (``whole``) and in chunks of 1, 4 and 16 characters (``chunk1``, ``chunk4``, ``chunk16``);
@@ -28,7 +29,7 @@ from collections.abc import Callable
 
 from tandem.reasoner.parsing import ReasoningSplit, get_reasoning_parser
 
-FAMILIES = {"think_tags": "qwen3", "harmony": "gpt-oss"}
+FAMILIES = {"think_tags": "qwen3", "harmony": "gpt-oss", "harmony_stripped": "gpt-oss"}
 """Family name in the figures → the parser that stands for it."""
 
 CHUNK_SIZES = (1, 4, 16)
@@ -72,6 +73,19 @@ def harmony_output(size: int = 1_000_000) -> str:
     )
 
 
+def harmony_stripped_output(size: int = 1_000_000) -> str:
+    """:func:`harmony_output` as a host that skips special tokens sends it (``analysis…assistantfinal…``)."""
+    reasoning = _repeat(_REASONING_PARAGRAPH, size * 35 // 100)
+    content = _repeat(_CONTENT_PARAGRAPH, size * 3 // 10)
+    return (
+        f"analysis{reasoning}"
+        "assistantcommentaryLet me look up the price."
+        'assistantcommentary to=functions.lookup_price json{"item": "widget", "currency": "EUR"}'
+        f"assistantanalysis{reasoning}"
+        f"assistantfinal{content}"
+    )
+
+
 def _feed_seconds(parser_name: str, chunks: list[str], repeats: int) -> float:
     parser = get_reasoning_parser(parser_name)
     best = float("inf")
@@ -108,7 +122,11 @@ def run(quick: bool = False) -> dict[str, float]:
     """
     size = 250_000 if quick else 1_000_000
     repeats = 2 if quick else 5
-    builders: dict[str, Callable[[int], str]] = {"think_tags": think_tags_output, "harmony": harmony_output}
+    builders: dict[str, Callable[[int], str]] = {
+        "think_tags": think_tags_output,
+        "harmony": harmony_output,
+        "harmony_stripped": harmony_stripped_output,
+    }
     figures: dict[str, float] = {}
     for family, parser_name in FAMILIES.items():
         text = builders[family](size)

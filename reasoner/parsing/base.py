@@ -68,7 +68,8 @@ class ReasoningStream(ABC):
     Contract:
 
     * ``feed(chunk)`` returns only text not returned before. Text that may be the beginning of a
-      tag is held back (at most one tag's length) until the next chunk or ``finish`` decides it.
+      tag is held back (at most one tag's length) until the next chunk or ``finish`` decides it;
+      in gpt-oss's stripped form, so is white space that may end a message (it is trimmed).
     * ``finish()`` releases what was held back and ends the stream; ``feed`` after it raises
       ``ValueError``.
     * Concatenating every delta's fields gives exactly ``parser.parse(text)`` for any chunking

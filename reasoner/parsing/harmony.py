@@ -82,9 +82,12 @@ _ASSISTANT = "assistant"
 _OPENERS = (*CHANNELS, *(_ASSISTANT + channel for channel in CHANNELS))
 """What a stripped-form output starts with (before more text)."""
 _LONGEST_OPENER = max(len(opener) for opener in _OPENERS)
-_LONGEST_CHANNEL = max(len(channel) for channel in CHANNELS)
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 """Stripped-form words match in any case; this lowers ASCII only, so indexes stay valid."""
+_MARKERS = tuple(_ASSISTANT + channel for channel in CHANNELS)
+"""What starts the next message in the stripped form."""
+_LONGEST_MARKER = max(len(marker) for marker in _MARKERS)
+_MARKER_RE = re.compile(r"assistant(analysis|commentary|final)", re.IGNORECASE | re.ASCII)
 
 _OUTSIDE = 0
 _HEADER = 1
@@ -95,7 +98,11 @@ _STRIPPED_HEADER = 4
 _REASONING = 0
 _CONTENT = 1
 _TOOL = 2
+_STRIPPED = 3
+"""Added to a body kind in ``_fast``: a stripped-form body (its fast path checks chunk ends)."""
 _SLOW = -1
+_MARKER_LETTERS = frozenset("asitnASITN")
+"""The letters a prefix of ``assistant`` can end with: a chunk ending otherwise holds no marker tail."""
 
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
 
@@ -212,7 +219,65 @@ class _HarmonyStream(ReasoningStream):
             if fast == _TOOL:
                 self._parts.append(chunk)
                 return EMPTY_DELTA
+            if fast >= _STRIPPED:
+                last = chunk[-1:]
+                if (
+                    len(chunk) < len(_ASSISTANT)
+                    and last
+                    and (last not in _MARKER_LETTERS or ("a" not in chunk and "A" not in chunk))
+                    and not last.isspace()
+                ):
+                    # Too short to hold a marker, and ends neither with a marker's beginning
+                    # (which starts with "a") nor with white space that may precede one.
+                    if self._pending_space:
+                        chunk = "".join(self._pending_space) + chunk
+                        self._pending_space = []
+                    if fast == _REASONING + _STRIPPED:
+                        return _new_tuple(ReasoningDelta, (chunk, "", ()))
+                    if fast == _CONTENT + _STRIPPED:
+                        return _new_tuple(ReasoningDelta, ("", chunk, ()))
+                    self._parts.append(chunk)
+                    return EMPTY_DELTA
+                return self._feed_stripped(chunk, fast - _STRIPPED)
         return self._feed_slow(chunk)
+
+    def _feed_stripped(self, chunk: str, kind: int) -> ReasoningDelta:
+        """``_feed_slow`` for a stripped-form chunk without ``<`` in an inked body, nothing held.
+
+        Unless it holds ``assistant`` (then the full path runs), it may only end with the
+        beginning of a marker (held back) or with white space (kept pending until ink follows).
+        Same result, fewer steps.
+        """
+        low = chunk.lower() if chunk.isascii() else chunk.translate(_ASCII_LOWER)
+        if _ASSISTANT in low:
+            return self._feed_slow(chunk)
+        end = len(chunk)
+        if chunk[-1:] in _MARKER_LETTERS:
+            k = low.find("a", max(0, end - len(_ASSISTANT) + 1))
+            while k >= 0 and not _ASSISTANT.startswith(low[k:]):
+                k = low.find("a", k + 1)
+            if k >= 0:
+                end = k
+                self._held = chunk[k:]
+                self._fast = _SLOW
+        text = chunk[:end] if end < len(chunk) else chunk
+        ink_end = len(text.rstrip())
+        if ink_end == 0:
+            if text:
+                self._pending_space.append(text)
+            return EMPTY_DELTA
+        out = text[:ink_end] if ink_end < len(text) else text
+        if self._pending_space:
+            out = "".join(self._pending_space) + out
+            self._pending_space = []
+        if ink_end < len(text):
+            self._pending_space.append(text[ink_end:])
+        if kind == _REASONING:
+            return _new_tuple(ReasoningDelta, (out, "", ()))
+        if kind == _CONTENT:
+            return _new_tuple(ReasoningDelta, ("", out, ()))
+        self._parts.append(out)
+        return EMPTY_DELTA
 
     def finish(self) -> ReasoningDelta:
         if self._state == _FINISHED:
@@ -269,7 +334,13 @@ class _HarmonyStream(ReasoningStream):
                 end -= 1
             self._take(text[pos:end], True, reasoning, content, calls)
             self._held += text[end:]
-        self._fast = self._kind if self._state == _BODY and not (self._held or self._stripped) else _SLOW
+        fast = _SLOW
+        if self._state == _BODY and not self._held:
+            if not self._stripped:
+                fast = self._kind
+            elif self._body_inked:
+                fast = self._kind + _STRIPPED
+        self._fast = fast
         return _delta(reasoning, content, calls)
 
     def _take(
@@ -481,32 +552,24 @@ class _HarmonyStream(ReasoningStream):
         calls: list[ParsedToolCall],
     ) -> str:
         """Route stripped-form body text up to the next marker; return the text after the marker."""
-        low = text.translate(_ASCII_LOWER)
-        find = low.find
-        i = find(_ASSISTANT)
-        while i >= 0:
-            after = i + len(_ASSISTANT)
-            for channel in CHANNELS:
-                if low.startswith(channel, after):
-                    self._emit(text[:i], reasoning, content)
-                    self._close_body(calls)
-                    self._enter_stripped_header(channel)
-                    return text[after + len(channel) :]
-            if at_end and len(text) - after < _LONGEST_CHANNEL:
-                rest = low[after:]
-                if any(channel.startswith(rest) for channel in CHANNELS):
-                    self._emit(text[:i], reasoning, content)
-                    self._held = text[i:]
-                    return ""
-            i = find(_ASSISTANT, i + 1)
-        if at_end:  # a tail that may still grow into "assistant…"
-            k = find("a", max(0, len(text) - len(_ASSISTANT) + 1))
+        marker = _find_marker(text)
+        if marker is not None:
+            at, channel = marker
+            self._emit(text[:at], reasoning, content)
+            self._close_body(calls)
+            self._enter_stripped_header(channel)
+            return text[at + len(_ASSISTANT) + len(channel) :]
+        if at_end:  # a tail that may still grow into a marker
+            start = max(0, len(text) - _LONGEST_MARKER + 1)
+            tail = text[start:].translate(_ASCII_LOWER)
+            k = tail.find("a")
             while k >= 0:
-                if _ASSISTANT.startswith(low[k:]):
-                    self._emit(text[:k], reasoning, content)
-                    self._held = text[k:]
+                rest = tail[k:]
+                if any(marker.startswith(rest) for marker in _MARKERS):
+                    self._emit(text[: start + k], reasoning, content)
+                    self._held = text[start + k :]
                     return ""
-                k = find("a", k + 1)
+                k = tail.find("a", k + 1)
         self._emit(text, reasoning, content)
         return ""
 
@@ -534,6 +597,22 @@ class _HarmonyStream(ReasoningStream):
             content.append(out)
         else:
             self._parts.append(out)
+
+
+def _find_marker(text: str) -> tuple[int, str] | None:
+    """Where the first stripped-form marker (``assistantfinal``…, any case) starts, and its channel."""
+    if not text.isascii():  # lower() could change the length: search case-insensitively instead
+        match = _MARKER_RE.search(text)
+        return None if match is None else (match.start(), match.group(1).lower())
+    low = text.lower()
+    i = low.find(_ASSISTANT)
+    while i >= 0:
+        after = i + len(_ASSISTANT)
+        for channel in CHANNELS:
+            if low.startswith(channel, after):
+                return i, channel
+        i = low.find(_ASSISTANT, after)
+    return None
 
 
 def _delta(reasoning: list[str], content: list[str], calls: list[ParsedToolCall]) -> ReasoningDelta:

@@ -188,6 +188,88 @@ CASES = [
         id="header-without-body-ignored",
     ),
     pytest.param(None, "  ", "", "", [], id="blank-output-dropped"),
+    # -- tool answers, prose before a header, filler, cut-off tokens ------------------------------
+    pytest.param(
+        None,
+        '<|start|>functions.f to=assistant<|channel|>commentary<|message|>{"ok": 1}<|end|>' + FINAL,
+        "",
+        '{"ok": 1}Answer.',
+        [],
+        id="tool-answer-addressed-to-assistant-is-content",
+    ),
+    pytest.param(
+        None, "Hi <|channel|>final<|message|>x", "", "Hi x", [], id="prose-before-channel-is-content"
+    ),
+    pytest.param(None, "Hi<|message|>x<|end|>", "", "Hix", [], id="prose-before-message-is-content"),
+    pytest.param(
+        None,
+        "assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>",
+        "",
+        "",
+        [call("f", "{}")],
+        id="role-and-recipient-before-channel-without-start",
+    ),
+    pytest.param(
+        None,
+        WEATHER_CALL + "final<|start|>assistant<|channel|>final<|message|>Done",
+        "",
+        "Done",
+        [WEATHER],
+        id="channel-name-filler-before-start-dropped",
+    ),
+    pytest.param(
+        None,
+        '<|channel|>commentary to=functions.f<|message|>{"a": 1}<|ca',
+        "",
+        "",
+        [call("f", '{"a": 1}')],
+        id="call-token-cut-off-at-the-end-is-dropped",
+    ),
+    pytest.param(None, "a <", "", "a <", [], id="lone-bracket-at-the-end-is-text"),
+    # -- the stripped form (special tokens removed by the host) ----------------------------------
+    pytest.param(
+        None,
+        'analysisNeed the weather.assistantcommentary to=functions.get_weather json{"city": "Paris"}',
+        "Need the weather.",
+        "",
+        [WEATHER],
+        id="stripped-tool-call-with-constraint",
+    ),
+    pytest.param(
+        None,
+        'analysisA.assistantcommentary to=functions.get_weather{"city": "Paris"}assistantfinalSunny.',
+        "A.",
+        "Sunny.",
+        [WEATHER],
+        id="stripped-tool-call-then-final",
+    ),
+    pytest.param(
+        None,
+        "assistantanalysis Think. assistantcommentary Checking. assistantfinal Answer.",
+        "Think.",
+        "Checking.Answer.",
+        [],
+        id="stripped-preamble-and-final",
+    ),
+    pytest.param(
+        False, "analysisThink.assistantfinalAnswer.", "", "Think.Answer.", [], id="stripped-thinking-false"
+    ),
+    pytest.param(
+        None,
+        "analysisthe assistant said so\n assistantfin",
+        "the assistant said so\n assistantfin",
+        "",
+        [],
+        id="stripped-marker-prefix-at-the-end-is-text",
+    ),
+    pytest.param(None, "analysis to be sure", "to be sure", "", [], id="stripped-to-without-equals-is-text"),
+    pytest.param(None, "final", "", "", [], id="channel-name-alone-is-an-empty-message"),
+    pytest.param(None, "analysisx<|end|>tail", "x", "tail", [], id="stripped-then-token-form"),
+    # The price of reading the stripped form: gpt-oss output opening with a channel name is read so.
+    pytest.param(
+        None, "Analysis: fine", ": fine", "", [], id="output-opening-with-a-channel-name-is-the-stripped-form"
+    ),
+    pytest.param(None, "Analyses: fine", "", "Analyses: fine", [], id="other-words-are-content"),
 ]
 
 
@@ -264,3 +346,27 @@ def test_holdback_in_a_body_never_exceeds_a_token() -> None:
     for fed, char in enumerate("<|en<|star<|<|constrai<<|x|>" * 50, start=1):
         released += len(stream.feed(char).content)
         assert fed - released < len("<|constrain|>")
+
+
+def test_stripped_form_holdback_never_exceeds_a_marker() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    stream.feed("analysis")
+    released = 0
+    for fed, char in enumerate("assistan-assistantfinx-Assistantcommentar!a" * 40, start=1):
+        released += len(stream.feed(char).reasoning)
+        assert fed - released < len("assistantcommentary")
+
+
+def test_stripped_form_streams_before_the_message_ends() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed("analysisLet") == ("Let", "", ())
+    assert stream.feed(" me think.assis") == (" me think.", "", ())
+    assert stream.feed("tantfinalIt is ") == ("", "It is", ())
+    assert stream.feed("4.") == ("", " 4.", ())
+    assert stream.finish() == ("", "", ())
+
+
+def test_stripped_tool_call_is_reported_when_the_next_message_starts() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed('commentary to=functions.f json{"a": 1}') == ("", "", ())
+    assert stream.feed("assistantfinalok") == ("", "ok", (call("f", '{"a": 1}'),))
