@@ -87,6 +87,7 @@ _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _MARKERS = tuple(_ASSISTANT + channel for channel in CHANNELS)
 """What starts the next message in the stripped form."""
 _LONGEST_MARKER = max(len(marker) for marker in _MARKERS)
+_MARKER_PREFIXES = frozenset(marker[:n] for marker in _MARKERS for n in range(1, len(marker)))
 _MARKER_RE = re.compile(r"assistant(analysis|commentary|final)", re.IGNORECASE | re.ASCII)
 
 _OUTSIDE = 0
@@ -100,9 +101,13 @@ _CONTENT = 1
 _TOOL = 2
 _STRIPPED = 3
 """Added to a body kind in ``_fast``: a stripped-form body (its fast path checks chunk ends)."""
+_STRIPPED_HELD = 6
+"""Added to a body kind in ``_fast``: a stripped-form body holding the beginning of a marker."""
 _SLOW = -1
 _MARKER_LETTERS = frozenset("asitnASITN")
 """The letters a prefix of ``assistant`` can end with: a chunk ending otherwise holds no marker tail."""
+_SLOW_ENDINGS = _MARKER_LETTERS | {chr(c) for c in range(0x110000) if chr(c).isspace()} | {""}
+"""Stripped form: chunk endings that may need holding back (a marker's beginning, white space)."""
 
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
 
@@ -219,13 +224,13 @@ class _HarmonyStream(ReasoningStream):
             if fast == _TOOL:
                 self._parts.append(chunk)
                 return EMPTY_DELTA
+            if fast >= _STRIPPED_HELD:
+                return self._feed_stripped(chunk, fast - _STRIPPED_HELD)
             if fast >= _STRIPPED:
                 last = chunk[-1:]
-                if (
-                    len(chunk) < len(_ASSISTANT)
-                    and last
-                    and (last not in _MARKER_LETTERS or ("a" not in chunk and "A" not in chunk))
-                    and not last.isspace()
+                if len(chunk) < 9 and (  # 9: too short to hold "assistant"
+                    last not in _SLOW_ENDINGS
+                    or (last in _MARKER_LETTERS and "a" not in chunk and "A" not in chunk)
                 ):
                     # Too short to hold a marker, and ends neither with a marker's beginning
                     # (which starts with "a") nor with white space that may precede one.
@@ -242,12 +247,16 @@ class _HarmonyStream(ReasoningStream):
         return self._feed_slow(chunk)
 
     def _feed_stripped(self, chunk: str, kind: int) -> ReasoningDelta:
-        """``_feed_slow`` for a stripped-form chunk without ``<`` in an inked body, nothing held.
+        """``_feed_slow`` for a stripped-form chunk without ``<`` in an inked body.
 
         Unless it holds ``assistant`` (then the full path runs), it may only end with the
         beginning of a marker (held back) or with white space (kept pending until ink follows).
         Same result, fewer steps.
         """
+        if self._held:  # the beginning of a marker, held back by the previous chunk
+            chunk = self._held + chunk
+            self._held = ""
+            self._fast = kind + _STRIPPED
         low = chunk.lower() if chunk.isascii() else chunk.translate(_ASCII_LOWER)
         if _ASSISTANT in low:
             return self._feed_slow(chunk)
@@ -259,7 +268,7 @@ class _HarmonyStream(ReasoningStream):
             if k >= 0:
                 end = k
                 self._held = chunk[k:]
-                self._fast = _SLOW
+                self._fast = kind + _STRIPPED_HELD
         text = chunk[:end] if end < len(chunk) else chunk
         ink_end = len(text.rstrip())
         if ink_end == 0:
@@ -335,11 +344,15 @@ class _HarmonyStream(ReasoningStream):
             self._take(text[pos:end], True, reasoning, content, calls)
             self._held += text[end:]
         fast = _SLOW
-        if self._state == _BODY and not self._held:
+        if self._state == _BODY:
             if not self._stripped:
-                fast = self._kind
+                if not self._held:
+                    fast = self._kind
             elif self._body_inked:
-                fast = self._kind + _STRIPPED
+                if not self._held:
+                    fast = self._kind + _STRIPPED
+                elif "<" not in self._held:
+                    fast = self._kind + _STRIPPED_HELD
         self._fast = fast
         return _delta(reasoning, content, calls)
 
@@ -564,8 +577,7 @@ class _HarmonyStream(ReasoningStream):
             tail = text[start:].translate(_ASCII_LOWER)
             k = tail.find("a")
             while k >= 0:
-                rest = tail[k:]
-                if any(marker.startswith(rest) for marker in _MARKERS):
+                if tail[k:] in _MARKER_PREFIXES:
                     self._emit(text[: start + k], reasoning, content)
                     self._held = text[start + k :]
                     return ""
