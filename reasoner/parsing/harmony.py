@@ -79,13 +79,13 @@ HEADER_LIMIT = 256
 CHANNELS = ("analysis", "commentary", "final")
 """The channels gpt-oss writes; in the stripped form, the words that open a message."""
 _ASSISTANT = "assistant"
-_OPENERS = (*CHANNELS, *(_ASSISTANT + channel for channel in CHANNELS))
+_MARKERS = tuple(_ASSISTANT + channel for channel in CHANNELS)
+"""What starts the next message in the stripped form."""
+_OPENERS = (*CHANNELS, *_MARKERS)
 """What a stripped-form output starts with (before more text)."""
 _LONGEST_OPENER = max(len(opener) for opener in _OPENERS)
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 """Stripped-form words match in any case; this lowers ASCII only, so indexes stay valid."""
-_MARKERS = tuple(_ASSISTANT + channel for channel in CHANNELS)
-"""What starts the next message in the stripped form."""
 _LONGEST_MARKER = max(len(marker) for marker in _MARKERS)
 _MARKER_PREFIXES = frozenset(marker[:n] for marker in _MARKERS for n in range(1, len(marker)))
 _MARKER_RE = re.compile(r"assistant(analysis|commentary|final)", re.IGNORECASE | re.ASCII)
@@ -106,7 +106,12 @@ _STRIPPED_HELD = 6
 _SLOW = -1
 _MARKER_LETTERS = frozenset("asitnASITN")
 """The letters a prefix of ``assistant`` can end with: a chunk ending otherwise holds no marker tail."""
-_SLOW_ENDINGS = _MARKER_LETTERS | {chr(c) for c in range(0x110000) if chr(c).isspace()} | {""}
+WHITE_SPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+"""Every character ``str.isspace`` accepts (what ``str.strip`` removes)."""
+_SLOW_ENDINGS = _MARKER_LETTERS | frozenset(WHITE_SPACE) | {""}
 """Stripped form: chunk endings that may need holding back (a marker's beginning, white space)."""
 
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
-from tandem.reasoner.parsing.harmony import HEADER_LIMIT, read_header
+from tandem.reasoner.parsing.harmony import HEADER_LIMIT, WHITE_SPACE, read_header
 from tests.reasoner.parsing.chunking import chunkings, feed_all
 
 ANALYSIS = "<|channel|>analysis<|message|>Think.<|end|>"
@@ -370,3 +370,8 @@ def test_stripped_tool_call_is_reported_when_the_next_message_starts() -> None:
     stream = get_reasoning_parser("gpt-oss").stream()
     assert stream.feed('commentary to=functions.f json{"a": 1}') == ("", "", ())
     assert stream.feed("assistantfinalok") == ("", "ok", (call("f", '{"a": 1}'),))
+
+
+def test_white_space_list_is_what_isspace_accepts() -> None:
+    every = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
+    assert every == WHITE_SPACE
