@@ -104,6 +104,7 @@ _STRIPPED = 3
 _STRIPPED_HELD = 6
 """Added to a body kind in ``_fast``: a stripped-form body holding the beginning of a marker."""
 _SLOW = -1
+_ASSISTANT_PREFIXES = tuple(_ASSISTANT[:n] for n in range(1, len(_ASSISTANT)))
 _MARKER_LETTERS = frozenset("asitnASITN")
 """The letters a prefix of ``assistant`` can end with: a chunk ending otherwise holds no marker tail."""
 WHITE_SPACE = (
@@ -111,7 +112,8 @@ WHITE_SPACE = (
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 """Every character ``str.isspace`` accepts (what ``str.strip`` removes)."""
-_SLOW_ENDINGS = _MARKER_LETTERS | frozenset(WHITE_SPACE) | {""}
+_WHITE_SPACE_SET = frozenset(WHITE_SPACE)
+_SLOW_ENDINGS = _MARKER_LETTERS | _WHITE_SPACE_SET | {""}
 """Stripped form: chunk endings that may need holding back (a marker's beginning, white space)."""
 
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
@@ -235,7 +237,12 @@ class _HarmonyStream(ReasoningStream):
                 last = chunk[-1:]
                 if len(chunk) < 9 and (  # 9: too short to hold "assistant"
                     last not in _SLOW_ENDINGS
-                    or (last in _MARKER_LETTERS and "a" not in chunk and "A" not in chunk)
+                    or (
+                        last in _MARKER_LETTERS
+                        and not (
+                            chunk.lower() if chunk.isascii() else chunk.translate(_ASCII_LOWER)
+                        ).endswith(_ASSISTANT_PREFIXES)
+                    )
                 ):
                     # Too short to hold a marker, and ends neither with a marker's beginning
                     # (which starts with "a") nor with white space that may precede one.
@@ -247,6 +254,21 @@ class _HarmonyStream(ReasoningStream):
                     if fast == _CONTENT + _STRIPPED:
                         return _new_tuple(ReasoningDelta, ("", chunk, ()))
                     self._parts.append(chunk)
+                    return EMPTY_DELTA
+                if last in _WHITE_SPACE_SET and len(chunk) < 9:
+                    # Ends with white space, which waits for the next ink (dropped if a marker
+                    # comes first); what precedes it cannot begin a marker any more.
+                    ink = chunk.rstrip()
+                    if not ink:
+                        self._pending_space.append(chunk)
+                        return EMPTY_DELTA
+                    out = "".join(self._pending_space) + ink if self._pending_space else ink
+                    self._pending_space = [chunk[len(ink) :]]
+                    if fast == _REASONING + _STRIPPED:
+                        return _new_tuple(ReasoningDelta, (out, "", ()))
+                    if fast == _CONTENT + _STRIPPED:
+                        return _new_tuple(ReasoningDelta, ("", out, ()))
+                    self._parts.append(out)
                     return EMPTY_DELTA
                 return self._feed_stripped(chunk, fast - _STRIPPED)
         return self._feed_slow(chunk)
