@@ -48,9 +48,6 @@ form. Streamed or whole, the result is the same: a tail that may begin ``assista
 
 from __future__ import annotations
 
-import re
-import string
-
 from tandem.reasoner.parsing.base import (
     EMPTY_DELTA,
     ParsedToolCall,
@@ -58,37 +55,30 @@ from tandem.reasoner.parsing.base import (
     ReasoningParser,
     ReasoningStream,
 )
-
-START = "<|start|>"
-CHANNEL = "<|channel|>"
-MESSAGE = "<|message|>"
-CONSTRAIN = "<|constrain|>"
-END = "<|end|>"
-RETURN = "<|return|>"
-CALL = "<|call|>"
-TOKENS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL)
-"""Every Harmony token this parser acts on; they all begin with ``<|``."""
-_TERMINATORS = frozenset((END, RETURN, CALL))
-_TOKEN_SET = frozenset(TOKENS)
-_TOKEN_PREFIXES = frozenset(token[:n] for token in TOKENS for n in range(1, len(token)))
-_LONGEST = max(len(token) for token in TOKENS)
-
-HEADER_LIMIT = 256
-"""Text outside a message longer than this (or with a newline) is content, not a header."""
-
-CHANNELS = ("analysis", "commentary", "final")
-"""The channels gpt-oss writes; in the stripped form, the words that open a message."""
-_ASSISTANT = "assistant"
-_MARKERS = tuple(_ASSISTANT + channel for channel in CHANNELS)
-"""What starts the next message in the stripped form."""
-_OPENERS = (*CHANNELS, *_MARKERS)
-"""What a stripped-form output starts with (before more text)."""
-_LONGEST_OPENER = max(len(opener) for opener in _OPENERS)
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-"""Stripped-form words match in any case; this lowers ASCII only, so indexes stay valid."""
-_LONGEST_MARKER = max(len(marker) for marker in _MARKERS)
-_MARKER_PREFIXES = frozenset(marker[:n] for marker in _MARKERS for n in range(1, len(marker)))
-_MARKER_RE = re.compile(r"assistant(analysis|commentary|final)", re.IGNORECASE | re.ASCII)
+from tandem.reasoner.parsing.harmony_format import (
+    ASCII_LOWER,
+    ASSISTANT,
+    ASSISTANT_PREFIXES,
+    CHANNELS,
+    HEADER_LIMIT,
+    HEADER_START_RE,
+    LONGEST_MARKER,
+    LONGEST_OPENER,
+    LONGEST_TOKEN,
+    MARKER_LETTERS,
+    MARKER_PREFIXES,
+    MESSAGE,
+    OPENERS,
+    SLOW_ENDINGS,
+    START,
+    TERMINATORS,
+    TOKEN_PREFIXES,
+    TOKEN_SET,
+    WHITE_SPACE_SET,
+    find_marker,
+    read_header,
+    read_stripped_header,
+)
 
 _OUTSIDE = 0
 _HEADER = 1
@@ -104,61 +94,7 @@ _STRIPPED = 3
 _STRIPPED_HELD = 6
 """Added to a body kind in ``_fast``: a stripped-form body holding the beginning of a marker."""
 _SLOW = -1
-_ASSISTANT_PREFIXES = tuple(_ASSISTANT[:n] for n in range(1, len(_ASSISTANT)))
-_MARKER_LETTERS = frozenset("asitnASITN")
-"""The letters a prefix of ``assistant`` can end with: a chunk ending otherwise holds no marker tail."""
-WHITE_SPACE = (
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-"""Every character ``str.isspace`` accepts (what ``str.strip`` removes)."""
-_WHITE_SPACE_SET = frozenset(WHITE_SPACE)
-_SLOW_ENDINGS = _MARKER_LETTERS | _WHITE_SPACE_SET | {""}
-"""Stripped form: chunk endings that may need holding back (a marker's beginning, white space)."""
-
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
-
-_CHANNEL_RE = re.compile(r"<\|channel\|>\s*([^\s<]*)")
-_RECIPIENT_RE = re.compile(r"(?:^|[\s>])to=([^\s<]+)")
-_HEADER_START_RE = re.compile(
-    r"\s*(?:(?:assistant|analysis|commentary|final|[\w-]+(?:\.[\w-]+)+)(?:\s+to=\S+)?|(?:[\w.-]+\s+)?to=\S+)?\s*"
-)
-"""Outside text that may begin a header: a role, a channel name as filler, ``… to=NAME``."""
-_STRIPPED_NAME_RE = re.compile(r"[^\s{\[\"<]*")
-
-
-def read_header(header: str) -> tuple[str, str | None]:
-    """Return ``(channel, recipient)`` of a header; each may be missing (``""`` / ``None``)."""
-    channel = _CHANNEL_RE.search(header)
-    recipient = _RECIPIENT_RE.search(header)
-    return (channel.group(1) if channel else ""), (recipient.group(1) if recipient else None)
-
-
-def read_stripped_header(head: str, *, final: bool) -> tuple[str | None, str] | None:
-    """Split the text after a stripped-form channel name into ``(recipient, body start)``.
-
-    ``head`` is what followed the channel name so far; ``final`` says no more header text can
-    come. ``None`` while more text could still change the answer (``" to=functions.ge"``).
-    """
-    text = head.lstrip(" \t")
-    if not text.startswith("to="):
-        if not final and "to=".startswith(text):
-            return None
-        return None, head
-    name = _STRIPPED_NAME_RE.match(text, 3)
-    name_end = name.end() if name else 3
-    if name_end == len(text) and not final:
-        return None
-    recipient = text[3:name_end]
-    after = text[name_end:]
-    constraint = after.lstrip()
-    if constraint.startswith("json"):
-        after = constraint[4:]
-    elif not final and "json".startswith(constraint):
-        return None
-    if not recipient:
-        return None, head
-    return recipient, after
 
 
 class HarmonyParser(ReasoningParser):
@@ -236,12 +172,12 @@ class _HarmonyStream(ReasoningStream):
             if fast >= _STRIPPED:
                 last = chunk[-1:]
                 if len(chunk) < 9 and (  # 9: too short to hold "assistant"
-                    last not in _SLOW_ENDINGS
+                    last not in SLOW_ENDINGS
                     or (
-                        last in _MARKER_LETTERS
-                        and not (
-                            chunk.lower() if chunk.isascii() else chunk.translate(_ASCII_LOWER)
-                        ).endswith(_ASSISTANT_PREFIXES)
+                        last in MARKER_LETTERS
+                        and not (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER)).endswith(
+                            ASSISTANT_PREFIXES
+                        )
                     )
                 ):
                     # Too short to hold a marker, and ends neither with a marker's beginning
@@ -255,7 +191,7 @@ class _HarmonyStream(ReasoningStream):
                         return _new_tuple(ReasoningDelta, ("", chunk, ()))
                     self._parts.append(chunk)
                     return EMPTY_DELTA
-                if last in _WHITE_SPACE_SET and len(chunk) < 9:
+                if last in WHITE_SPACE_SET and len(chunk) < 9:
                     # Ends with white space, which waits for the next ink (dropped if a marker
                     # comes first); what precedes it cannot begin a marker any more.
                     ink = chunk.rstrip()
@@ -284,13 +220,13 @@ class _HarmonyStream(ReasoningStream):
             chunk = self._held + chunk
             self._held = ""
             self._fast = kind + _STRIPPED
-        low = chunk.lower() if chunk.isascii() else chunk.translate(_ASCII_LOWER)
-        if _ASSISTANT in low:
+        low = chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER)
+        if ASSISTANT in low:
             return self._feed_slow(chunk)
         end = len(chunk)
-        if chunk[-1:] in _MARKER_LETTERS:
-            k = low.find("a", max(0, end - len(_ASSISTANT) + 1))
-            while k >= 0 and not _ASSISTANT.startswith(low[k:]):
+        if chunk[-1:] in MARKER_LETTERS:
+            k = low.find("a", max(0, end - len(ASSISTANT) + 1))
+            while k >= 0 and not ASSISTANT.startswith(low[k:]):
                 k = low.find("a", k + 1)
             if k >= 0:
                 end = k
@@ -350,14 +286,14 @@ class _HarmonyStream(ReasoningStream):
         pos = 0
         i = find("<|")
         while i >= 0:
-            close = find("|>", i + 2, i + _LONGEST)
+            close = find("|>", i + 2, i + LONGEST_TOKEN)
             token = text[i : close + 2] if close >= 0 else ""
-            if token in _TOKEN_SET:
+            if token in TOKEN_SET:
                 self._take(text[pos:i], False, reasoning, content, calls)
                 self._on_token(token, reasoning, content, calls)
                 pos = i + len(token)
                 i = find("<|", pos)
-            elif close < 0 and text[i:] in _TOKEN_PREFIXES:  # a token cut by the chunk's end
+            elif close < 0 and text[i:] in TOKEN_PREFIXES:  # a token cut by the chunk's end
                 # What comes next may not complete the token: the text before it is undecided too.
                 self._take(text[pos:i], True, reasoning, content, calls)
                 self._held += text[i:]
@@ -435,15 +371,15 @@ class _HarmonyStream(ReasoningStream):
                 return ""
             text = ink
         lead = self._lead + text
-        low = lead[: _LONGEST_OPENER + 1].translate(_ASCII_LOWER)
-        for opener in _OPENERS:
+        low = lead[: LONGEST_OPENER + 1].translate(ASCII_LOWER)
+        for opener in OPENERS:
             if low.startswith(opener) and len(lead) > len(opener):
                 self._opening = False
                 self._lead = ""
                 self._enter_outside()  # the blank text before it is dropped
-                self._enter_stripped_header(opener.removeprefix(_ASSISTANT))
+                self._enter_stripped_header(opener.removeprefix(ASSISTANT))
                 return lead[len(opener) :]
-        if at_end and len(lead) <= _LONGEST_OPENER and any(o.startswith(low) for o in _OPENERS):
+        if at_end and len(lead) <= LONGEST_OPENER and any(o.startswith(low) for o in OPENERS):
             self._lead = lead
             return ""
         self._opening = False
@@ -478,13 +414,13 @@ class _HarmonyStream(ReasoningStream):
             self._stripped = False
         state = self._state
         if state == _OUTSIDE:
-            if token == START or token in _TERMINATORS:
+            if token == START or token in TERMINATORS:
                 self._flush_outside(content)
                 if token == START:
                     self._state = _HEADER
                 return
             header = "".join(self._parts)
-            if not _HEADER_START_RE.fullmatch(header):  # prose, not a role: content
+            if not HEADER_START_RE.fullmatch(header):  # prose, not a role: content
                 self._flush_outside(content)
                 header = ""
             if token == MESSAGE:
@@ -497,13 +433,13 @@ class _HarmonyStream(ReasoningStream):
                 self._parts = []
             elif token == MESSAGE:
                 self._open_body("".join(self._parts))
-            elif token in _TERMINATORS:  # a header without a body: nothing to report
+            elif token in TERMINATORS:  # a header without a body: nothing to report
                 self._enter_outside()
             else:
                 self._parts.append(token)
         else:
             self._close_body(calls)
-            if token in _TERMINATORS:
+            if token in TERMINATORS:
                 self._enter_outside()
             elif token == MESSAGE:
                 self._open_body("")
@@ -519,7 +455,7 @@ class _HarmonyStream(ReasoningStream):
 
     def _kind_of(self, channel: str, recipient: str | None) -> int:
         """Where a message's body goes; a tool call also sets the tool's name."""
-        if recipient is not None and recipient != _ASSISTANT:
+        if recipient is not None and recipient != ASSISTANT:
             self._tool_name = recipient.removeprefix("functions.")
             return _TOOL
         if channel == "analysis":
@@ -592,19 +528,19 @@ class _HarmonyStream(ReasoningStream):
         calls: list[ParsedToolCall],
     ) -> str:
         """Route stripped-form body text up to the next marker; return the text after the marker."""
-        marker = _find_marker(text)
+        marker = find_marker(text)
         if marker is not None:
             at, channel = marker
             self._emit(text[:at], reasoning, content)
             self._close_body(calls)
             self._enter_stripped_header(channel)
-            return text[at + len(_ASSISTANT) + len(channel) :]
+            return text[at + len(ASSISTANT) + len(channel) :]
         if at_end:  # a tail that may still grow into a marker
-            start = max(0, len(text) - _LONGEST_MARKER + 1)
-            tail = text[start:].translate(_ASCII_LOWER)
+            start = max(0, len(text) - LONGEST_MARKER + 1)
+            tail = text[start:].translate(ASCII_LOWER)
             k = tail.find("a")
             while k >= 0:
-                if tail[k:] in _MARKER_PREFIXES:
+                if tail[k:] in MARKER_PREFIXES:
                     self._emit(text[: start + k], reasoning, content)
                     self._held = text[start + k :]
                     return ""
@@ -636,22 +572,6 @@ class _HarmonyStream(ReasoningStream):
             content.append(out)
         else:
             self._parts.append(out)
-
-
-def _find_marker(text: str) -> tuple[int, str] | None:
-    """Where the first stripped-form marker (``assistantfinal``…, any case) starts, and its channel."""
-    if not text.isascii():  # lower() could change the length: search case-insensitively instead
-        match = _MARKER_RE.search(text)
-        return None if match is None else (match.start(), match.group(1).lower())
-    low = text.lower()
-    i = low.find(_ASSISTANT)
-    while i >= 0:
-        after = i + len(_ASSISTANT)
-        for channel in CHANNELS:
-            if low.startswith(channel, after):
-                return i, channel
-        i = low.find(_ASSISTANT, after)
-    return None
 
 
 def _delta(reasoning: list[str], content: list[str], calls: list[ParsedToolCall]) -> ReasoningDelta:

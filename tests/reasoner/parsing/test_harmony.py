@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
-from tandem.reasoner.parsing.harmony import HEADER_LIMIT, WHITE_SPACE, read_header
+from tandem.reasoner.parsing.harmony_format import HEADER_LIMIT, WHITE_SPACE, read_header
 from tests.reasoner.parsing.chunking import chunkings, feed_all
 
 ANALYSIS = "<|channel|>analysis<|message|>Think.<|end|>"
