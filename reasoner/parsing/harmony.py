@@ -153,7 +153,9 @@ class _HarmonyStream(ReasoningStream):
         self._pending_space: list[str] = []
         """Stripped form: white space at the end of the body so far (dropped if the body ends)."""
         self._fast = _SLOW
-        """The body kind when inside a token-form body with nothing held back, else ``_SLOW``."""
+        """What ``feed`` may do without ``_feed_slow``: the body kind inside a token-form body with
+        nothing held back; plus ``_STRIPPED`` in an inked stripped-form body (plus
+        ``_STRIPPED_HELD`` when it holds a marker's beginning); else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
         # Inside a body with nothing held back, a chunk without "<" holds no token: route it
