@@ -5,14 +5,18 @@ Workers load the toolkit YAML that ``test_security.py`` writes (these tools and 
 
 from __future__ import annotations
 
+import logging
 import time
 
 from tandem.toolkit import ToolCallContext
 from tests.integration.tools import add  # noqa: F401  (named by the YAML; records its calls)
 
+log = logging.getLogger("tests.security_tools")
+
 
 def leak(ctx: ToolCallContext) -> str:
-    """Report the job's token (a careless tool)."""
+    """Report (and log) the job's token (a careless tool)."""
+    log.warning("leak: the token is %s", ctx.secrets.get("tok", "(none)"))
     return f"the token is {ctx.secrets.get('tok', '(none)')}"
 
 
