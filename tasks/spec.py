@@ -81,6 +81,30 @@ def _depth_over(value: Any, limit: int) -> bool:
     return False
 
 
+def _at_least_bytes(value: Any, limit: int) -> int:
+    """A lower bound of ``value``'s JSON size, walked without recursion; the walk stops once the
+    bound passes ``limit`` (so a 70 MB spec costs a few string lengths, not a 70 MB ``dumps``)."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 2
+            for k, v in item.items():
+                total += (len(k) if isinstance(k, str) else 1) + 3
+                stack.append(v)
+        elif isinstance(item, list | tuple):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 1
+        if total > limit:
+            return total
+    return total
+
+
 def _json_size(value: Any, what: str) -> int:
     try:
         return len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
@@ -98,10 +122,12 @@ def check_limits(raw: dict[str, Any], limits: Limits) -> None:
             f"nests where it should not): flatten it (limit TANDEM_MAX_METADATA_DEPTH="
             f"{limits.metadata_depth})"
         )
-    size = _json_size(raw, "the spec")
+    size = _at_least_bytes(raw, limits.spec_bytes)
+    if size <= limits.spec_bytes:
+        size = _json_size(raw, "the spec")
     if size > limits.spec_bytes:
         raise SpecLimitError(
-            f"the spec is {size} bytes of JSON, over the limit of {limits.spec_bytes} "
+            f"the spec is at least {size} bytes of JSON, over the limit of {limits.spec_bytes} "
             "(TANDEM_MAX_SPEC_BYTES): pass large inputs by reference (a URL or a key a tool can read)"
         )
     for field_name, limit, var in (
@@ -115,10 +141,13 @@ def check_limits(raw: dict[str, Any], limits: Limits) -> None:
             )
     metadata = raw.get("metadata")
     if metadata is not None:
-        meta_size = _json_size(metadata, "field 'metadata'")
+        meta_size = _at_least_bytes(metadata, limits.metadata_bytes)
+        if meta_size <= limits.metadata_bytes:
+            meta_size = _json_size(metadata, "field 'metadata'")
         if meta_size > limits.metadata_bytes:
             raise SpecLimitError(
-                f"field 'metadata' is {meta_size} bytes of JSON, over the limit of {limits.metadata_bytes} "
+                f"field 'metadata' is at least {meta_size} bytes of JSON, over the limit of "
+                f"{limits.metadata_bytes} "
                 "(TANDEM_MAX_METADATA_BYTES): keep metadata to labels and ids"
             )
     secrets = raw.get("secrets")

@@ -41,6 +41,8 @@ _PAIR = re.compile(
     rf"(?i)(?P<head>[\"']?\b{_SECRET_NAME}[\"']?\s*[:=]\s*[\"']?)(?P<value>[^\s\"',;&}})\]]{{4,}})"
 )
 _KEY_NAME = re.compile(rf"(?i){_SECRET_NAME}")
+# Cheap pre-checks: the full patterns run only on texts that can match them.
+_PAIR_HINT = re.compile(rf"(?i){_SECRET_WORDS}[\"']?\s*[:=]")
 
 
 class SecretRegistry:
@@ -51,6 +53,7 @@ class SecretRegistry:
         self._capacity = capacity
         self._lock = threading.Lock()
         self._ordered: tuple[str, ...] = ()
+        self._by_prefix: dict[str, tuple[str, ...]] = {}
 
     def add(self, value: object) -> None:
         """Remember ``value`` (ignored when not a string or shorter than ``MIN_SECRET_CHARS``)."""
@@ -62,10 +65,28 @@ class SecretRegistry:
             while len(self._values) > self._capacity:
                 self._values.popitem(last=False)
             self._ordered = tuple(sorted(self._values, key=len, reverse=True))
+            by_prefix: dict[str, list[str]] = {}
+            for known in self._ordered:
+                by_prefix.setdefault(known[:MIN_SECRET_CHARS], []).append(known)
+            self._by_prefix = {k: tuple(v) for k, v in by_prefix.items()}
 
     def values(self) -> tuple[str, ...]:
         """The registered values, longest first."""
         return self._ordered
+
+    def found_in(self, text: str) -> list[str]:
+        """The registered values that occur in ``text``, longest first.
+
+        With many values and a long text, only the values whose first characters occur in the
+        text are searched (one pass over the text instead of one per value).
+        """
+        ordered, by_prefix = self._ordered, self._by_prefix
+        if len(ordered) * len(text) < 200_000:
+            return [v for v in ordered if v in text]
+        n = MIN_SECRET_CHARS
+        grams = {text[i : i + n] for i in range(len(text) - n + 1)}
+        candidates = [v for gram in grams.intersection(by_prefix) for v in by_prefix[gram]]
+        return sorted((v for v in candidates if v in text), key=len, reverse=True)
 
 
 secrets = SecretRegistry()
@@ -89,8 +110,10 @@ def register_url(url: str | None) -> None:
 
 
 def _replace_known(text: str, extra: Iterable[str]) -> str:
-    for value in (*sorted((v for v in extra if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS),
-                          key=len, reverse=True), *secrets.values()):
+    given = sorted(
+        (v for v in extra if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS), key=len, reverse=True
+    )
+    for value in (*given, *secrets.found_in(text)):
         if value in text:
             text = text.replace(value, MASK)
     return text
@@ -101,10 +124,16 @@ def redact(text: Any, extra: Iterable[str] = ()) -> str:
     try:
         out = text if isinstance(text, str) else str(text)
         out = _replace_known(out, extra)
-        out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
-        out = _QUERY_SECRET.sub(lambda m: f"{m.group('head')}{MASK}", out)
-        out = _BEARER.sub(lambda m: f"{m.group('head')} {MASK}", out)
-        return _PAIR.sub(lambda m: f"{m.group('head')}{MASK}", out)
+        if "://" in out and "@" in out:
+            out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
+        if "=" in out:
+            out = _QUERY_SECRET.sub(lambda m: f"{m.group('head')}{MASK}", out)
+        lowered = out.lower()
+        if "bearer" in lowered or "basic" in lowered:
+            out = _BEARER.sub(lambda m: f"{m.group('head')} {MASK}", out)
+        if _PAIR_HINT.search(out):
+            out = _PAIR.sub(lambda m: f"{m.group('head')}{MASK}", out)
+        return out
     except Exception:  # never lose the caller's text to a redaction bug; hide it all instead
         return MASK
 
