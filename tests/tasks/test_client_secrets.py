@@ -27,7 +27,7 @@ class FakeApp:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
 
-    def AsyncResult(self, task_id: str) -> Any:  # noqa: N802 - Celery's name
+    def AsyncResult(self, task_id: str) -> Any:
         class Pending:
             def ready(self) -> bool:
                 return False
