@@ -130,8 +130,10 @@ def _fan_out(job_id: str, round_no: int, count: int) -> Signature:
     if count > cap:
         reply = rt.store.memory(job_id).get_message(round_no, "actor")
         calls = steps.calls_of(reply) if reply is not None else []
+        native = reply.tool_calls if reply is not None else []
         for i in range(cap + 1, count + 1):
-            result = rt.runner.run_call({}, calls[i - 1], i)  # over the cap: answered, never run
+            call_id = native[i - 1].id if native else None  # a native call needs its answer by id
+            result = rt.runner.run_call({}, calls[i - 1], i, call_id=call_id)  # over the cap: never run
             rt.store.save_tool_result(job_id, round_no, result)
     header = [run_tool.si(job_id, round_no, i) for i in range(1, cap + 1)]
     return chord(header, collect_tools.si(job_id, round_no, count))
