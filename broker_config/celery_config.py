@@ -32,6 +32,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
       lease (``tandem.tasks.leases``), after ``lease_seconds``.
     """
     visibility = int(settings.task_time_limit + 4 * settings.lease_seconds + 60)
+    # Every Redis connection (broker, result backend) times out and keeps itself alive, so a
+    # half-open connection raises (and the step is retried) instead of blocking for ever.
+    sockets = {
+        "socket_timeout": settings.redis_socket_timeout,
+        "socket_connect_timeout": settings.redis_connect_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+    }
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     return {
@@ -51,13 +59,34 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_track_started": True,
         "task_send_sent_event": True,
         "worker_send_task_events": True,
-        "result_extended": True,
+        # Not ``result_extended``: it would copy every task's arguments (a whole spec) into the
+        # result backend, where Flower and any backend reader see them.
+        "result_extended": False,
         "result_expires": settings.result_expires,
         "task_time_limit": settings.task_time_limit,
         "task_soft_time_limit": max(settings.task_time_limit - 30, settings.task_time_limit * 0.9),
-        "broker_transport_options": {"visibility_timeout": visibility},
+        "broker_transport_options": {"visibility_timeout": visibility, **sockets},
         "result_backend_transport_options": {"visibility_timeout": visibility},
+        "redis_socket_timeout": settings.redis_socket_timeout,
+        "redis_socket_connect_timeout": settings.redis_connect_timeout,
+        "redis_socket_keepalive": True,
+        "redis_backend_health_check_interval": 30,
         "broker_connection_retry_on_startup": True,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
+        **_signing(settings),
+    }
+
+
+def _signing(settings: Settings) -> dict[str, Any]:
+    """Celery's message signing (the ``auth`` serializer) when ``TANDEM_SIGNING_*`` is set."""
+    if settings.signing is None:
+        return {}
+    return {
+        "security_key": settings.signing.key,
+        "security_certificate": settings.signing.cert,
+        "security_cert_store": settings.signing.cert_store,
+        "security_digest": "sha256",
+        "task_serializer": "auth",
+        "accept_content": ["auth"],
     }

@@ -16,6 +16,8 @@ from tandem.broker_config.errors import SettingsError
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
 RoleName = Literal["thinker", "actor"]
+DEFAULT_MAX_TOKENS: dict[str, int] = {"thinker": 8192, "actor": 4096}
+"""What a role's model may write per reply when ``TANDEM_<ROLE>_MAX_TOKENS`` is unset (``0`` = no cap)."""
 
 
 def _number(
@@ -82,6 +84,42 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     return raw
 
 
+def _secrets_key(env: Mapping[str, str]) -> str | None:
+    raw = env.get("TANDEM_SECRETS_KEY", "").strip()
+    if not raw:
+        return None
+    import base64
+    import binascii
+
+    try:
+        ok = len(base64.urlsafe_b64decode(raw.encode())) == 32
+    except (binascii.Error, ValueError):
+        ok = False
+    if not ok:
+        raise SettingsError(
+            "TANDEM_SECRETS_KEY is not a Fernet key (32 url-safe base64-encoded bytes): make one with "
+            "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+        )
+    return raw
+
+
+def _signing(env: Mapping[str, str]) -> Signing | None:
+    names = ("TANDEM_SIGNING_KEY", "TANDEM_SIGNING_CERT", "TANDEM_SIGNING_CERT_STORE")
+    values = [env.get(n, "").strip() for n in names]
+    if not any(values):
+        return None
+    missing = [n for n, v in zip(names, values, strict=True) if not v]
+    if missing:
+        raise SettingsError(
+            f"message signing needs {', '.join(names)}; {', '.join(missing)} is not set "
+            "(the key and certificate are PEM files, the store a directory or glob of trusted certificates)"
+        )
+    for name, value in zip(names[:2], values[:2], strict=True):
+        if not os.path.isfile(value):
+            raise SettingsError(f"{name}={value!r} is not a readable file: point it at a PEM file")
+    return Signing(key=values[0], cert=values[1], cert_store=values[2])
+
+
 @dataclass(frozen=True)
 class RoleSettings:
     """The model of one role (``TANDEM_<ROLE>_*``); ``model=None`` means the offline demo model."""
@@ -116,7 +154,6 @@ class RoleSettings:
         if temperature is not None and temperature > 2:
             raw = env[f"{p}TEMPERATURE"].strip()
             raise SettingsError(f"{p}TEMPERATURE={raw!r} must be between 0 and 2")
-        max_tokens = env.get(f"{p}MAX_TOKENS", "").strip()
         api_base = env.get(f"{p}API_BASE", "").strip() or None
         if api_base and not api_base.startswith(("http://", "https://")):
             raise SettingsError(f"{p}API_BASE={api_base!r} must be an http:// or https:// URL")
@@ -127,16 +164,91 @@ class RoleSettings:
             api_key=env.get(f"{p}API_KEY", "").strip() or None,
             reasoning_parser=parser,
             temperature=temperature,
-            max_tokens=_integer(env, f"{p}MAX_TOKENS", 0, minimum=1) if max_tokens else None,
+            max_tokens=(
+                _integer(env, f"{p}MAX_TOKENS", DEFAULT_MAX_TOKENS[role], minimum=0)
+                if env.get(f"{p}MAX_TOKENS", "").strip()
+                else None
+            ),
             timeout=_number(env, f"{p}TIMEOUT", 120.0, minimum=1.0) or 120.0,
             thinking=_flag(env, f"{p}THINKING"),
             function_calling=_function_calling(env, f"{p}FUNCTION_CALLING"),
         )
 
     @property
+    def reply_tokens(self) -> int | None:
+        """The cap on one reply: ``max_tokens``, else the role's default (``DEFAULT_MAX_TOKENS``);
+        ``None`` (no cap) when ``TANDEM_<ROLE>_MAX_TOKENS=0``."""
+        if self.max_tokens is None:
+            return DEFAULT_MAX_TOKENS[self.role]
+        return self.max_tokens or None
+
+    @property
     def is_demo(self) -> bool:
         """True when no model is configured and the offline demo model stands in."""
         return self.model is None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on every input a job brings; each error that enforces one names it and its variable.
+
+    ``0`` is never "unlimited" here: every limit has a sensible default (README, "Security").
+    """
+
+    spec_bytes: int = 1_000_000
+    """``TANDEM_MAX_SPEC_BYTES``: a spec's JSON size; a bigger one is refused at submit."""
+    goal_chars: int = 100_000
+    """``TANDEM_MAX_GOAL_CHARS``: characters of ``goal``."""
+    context_chars: int = 400_000
+    """``TANDEM_MAX_CONTEXT_CHARS``: characters of ``context``."""
+    metadata_bytes: int = 64_000
+    """``TANDEM_MAX_METADATA_BYTES``: ``metadata``'s JSON size."""
+    metadata_depth: int = 16
+    """``TANDEM_MAX_METADATA_DEPTH``: how deep ``metadata`` (and the whole spec) may nest."""
+    secrets: int = 32
+    """``TANDEM_MAX_SECRETS``: entries of ``secrets`` (each value at most 8 KB)."""
+    tool_calls: int = 16
+    """``TANDEM_MAX_TOOL_CALLS``: tool calls run per reply; the rest get a FAILED result naming the cap."""
+    tool_args_bytes: int = 64_000
+    """``TANDEM_MAX_TOOL_ARGS_BYTES``: one call's arguments as JSON; bigger calls are not run."""
+    memory_bytes: int = 20_000_000
+    """``TANDEM_MAX_MEMORY_BYTES``: a job's conversation; past it the job ends ``failed``, memory kept."""
+    hung_tools: int = 16
+    """``TANDEM_MAX_HUNG_TOOLS``: tool threads past their timeout a process tolerates before it
+    refuses to start more (restart the worker to get them back)."""
+    description_chars: int = 1000
+    """``TANDEM_MAX_TOOL_DESCRIPTION_CHARS``: a tool's (e.g. an MCP server's) description in prompts."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        """Read the ``TANDEM_MAX_*`` variables (each a whole number of at least 1)."""
+        d = cls()
+        return cls(
+            spec_bytes=_integer(env, "TANDEM_MAX_SPEC_BYTES", d.spec_bytes, minimum=1024),
+            goal_chars=_integer(env, "TANDEM_MAX_GOAL_CHARS", d.goal_chars, minimum=1),
+            context_chars=_integer(env, "TANDEM_MAX_CONTEXT_CHARS", d.context_chars, minimum=1),
+            metadata_bytes=_integer(env, "TANDEM_MAX_METADATA_BYTES", d.metadata_bytes, minimum=2),
+            metadata_depth=_integer(env, "TANDEM_MAX_METADATA_DEPTH", d.metadata_depth, minimum=1),
+            secrets=_integer(env, "TANDEM_MAX_SECRETS", d.secrets, minimum=0),
+            tool_calls=_integer(env, "TANDEM_MAX_TOOL_CALLS", d.tool_calls, minimum=1),
+            tool_args_bytes=_integer(env, "TANDEM_MAX_TOOL_ARGS_BYTES", d.tool_args_bytes, minimum=2),
+            memory_bytes=_integer(env, "TANDEM_MAX_MEMORY_BYTES", d.memory_bytes, minimum=10_000),
+            hung_tools=_integer(env, "TANDEM_MAX_HUNG_TOOLS", d.hung_tools, minimum=1),
+            description_chars=_integer(
+                env, "TANDEM_MAX_TOOL_DESCRIPTION_CHARS", d.description_chars, minimum=50
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Signing:
+    """Celery message signing (``TANDEM_SIGNING_KEY``, ``_CERT``, ``_CERT_STORE``): Celery's ``auth``
+    serializer signs every message with the key; workers accept only messages signed by a
+    certificate in the store."""
+
+    key: str
+    cert: str
+    cert_store: str
 
 
 @dataclass(frozen=True)
@@ -162,6 +274,16 @@ class Settings:
     tool_timeout: float = 60.0
     max_output_chars: int = 8000
     prefix: str = "tandem"
+    limits: Limits = field(default_factory=Limits)
+    tool_policy: str | None = None
+    """``TANDEM_TOOL_POLICY``: the tool policy as JSON/YAML text or a file path (overrides the toolkit's)."""
+    redis_socket_timeout: float = 30.0
+    """``TANDEM_REDIS_SOCKET_TIMEOUT``: seconds a Redis read or write may wait (broker, backend, store)."""
+    redis_connect_timeout: float = 10.0
+    """``TANDEM_REDIS_CONNECT_TIMEOUT``: seconds to open a Redis connection."""
+    secrets_key: str | None = field(default=None, repr=False)
+    """``TANDEM_SECRETS_KEY``: the Fernet key that seals ``JobSpec.secrets`` at rest."""
+    signing: Signing | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -205,7 +327,26 @@ class Settings:
             tool_timeout=_number(env, "TANDEM_TOOL_TIMEOUT", 60.0, minimum=0.1) or 60.0,
             max_output_chars=_integer(env, "TANDEM_MAX_OUTPUT_CHARS", 8000, minimum=100),
             prefix=env.get("TANDEM_PREFIX", "").strip() or "tandem",
+            limits=Limits.from_env(env),
+            tool_policy=env.get("TANDEM_TOOL_POLICY", "").strip() or None,
+            redis_socket_timeout=_number(env, "TANDEM_REDIS_SOCKET_TIMEOUT", 30.0, minimum=2.0) or 30.0,
+            redis_connect_timeout=_number(env, "TANDEM_REDIS_CONNECT_TIMEOUT", 10.0, minimum=0.5) or 10.0,
+            secrets_key=_secrets_key(env),
+            signing=_signing(env),
         )
+
+    def register_secrets(self) -> None:
+        """Have ``tandem.toolkit.redaction`` mask this configuration's credentials wherever they appear:
+        the model API keys, the passwords in the Redis URLs, the secrets key and the role API bases
+        (which may carry credentials of their own)."""
+        from tandem.toolkit.redaction import register_secret, register_url
+
+        for url in (self.broker_url, self.result_backend, self.redis_url):
+            register_url(url)
+        for conf in (self.thinker, self.actor):
+            register_secret(conf.api_key)
+            register_url(conf.api_base)
+        register_secret(self.secrets_key)
 
     def role(self, name: str) -> RoleSettings:
         """The settings of ``thinker`` or ``actor``."""
@@ -218,3 +359,36 @@ class Settings:
     def with_urls(self, url: str) -> Settings:
         """The same settings with broker, backend and Redis all at ``url`` (the embedded runtime)."""
         return replace(self, broker_url=url, result_backend=url, redis_url=url)
+
+
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+
+
+def flower_basic_auth(env: Mapping[str, str] | None = None, file: str | None = None) -> str | None:
+    """Flower's ``user:password[,user:password]`` from ``file`` (or ``FLOWER_BASIC_AUTH_FILE``), else from
+    ``FLOWER_BASIC_AUTH``; ``None`` when neither is set. ``SettingsError`` for a malformed value
+    (the message never quotes the password)."""
+    env = os.environ if env is None else env
+    path = file or env.get("FLOWER_BASIC_AUTH_FILE", "").strip()
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                raw = handle.read().strip()
+        except OSError as exc:
+            raise SettingsError(
+                f"Flower's credentials file {path!r} cannot be read: {exc.strerror}"
+            ) from None
+        where = f"the credentials file {path!r}"
+    else:
+        raw = env.get("FLOWER_BASIC_AUTH", "").strip()
+        where = "FLOWER_BASIC_AUTH"
+    if not raw:
+        return None
+    for entry in raw.split(","):
+        user, sep, password = entry.strip().partition(":")
+        if not sep or not user or len(password) < 8:
+            raise SettingsError(
+                f"{where} must hold user:password pairs (comma-separated) with passwords of at least 8 "
+                f"characters; the entry for user {user!r} does not"
+            )
+    return raw

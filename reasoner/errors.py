@@ -6,6 +6,7 @@ The tree::
     ├── ConfigurationError        a developer's mistake: bad settings, unknown parser, bad tool
     ├── ModelCallError            a model host failed; ``model`` and ``api_base`` name it
     │   └── TransientModelError   the failure may pass (429, 5xx, timeout); retried before it escapes
+    └── MemoryLimitError          a run's conversation grew past ``Task.max_memory_bytes``
 
 Errors of tools and toolkits have their own root, ``tandem.toolkit.errors.ToolkitError``.
 
@@ -47,3 +48,7 @@ class TransientModelError(ModelCallError):
     def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: object) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.retry_after = retry_after
+
+
+class MemoryLimitError(ReasonerError):
+    """The conversation grew past ``Task.max_memory_bytes``: the run stops, its memory is kept."""

@@ -272,9 +272,11 @@ def react_step(
             raise ReasonerError(
                 f"round {round_no} cannot start: the tool results of round {round_no - 1} are not stored"
             )
+    history = memory.get_messages()
+    steps.check_memory_size(task, history)
     reply = model.generate(
         react_prompt(tools, mode),
-        react_view(task, memory.get_messages(), round_no, mode),
+        react_view(task, history, round_no, mode),
         tools=list(tools) if mode == "native" and tools else None,
         on_delta=on_delta,
     )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from tandem.reasoner.errors import MemoryLimitError
 from tandem.reasoner.function_calling import (
     ParsedFunctionCall,
     extract_tag,
@@ -119,6 +120,22 @@ def _store(
     return memory.get_message(round_no, role) or message, stored
 
 
+def check_memory_size(task: Task, history: Sequence[ModelMessage]) -> None:
+    """``MemoryLimitError`` when ``history`` (as JSON) is over ``task.max_memory_bytes``."""
+    limit = task.max_memory_bytes
+    if not limit:
+        return
+    size = 0
+    for message in history:
+        size += len(message.model_dump_json().encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise MemoryLimitError(
+                f"the job's memory is over {limit} bytes (limit Task.max_memory_bytes, "
+                "TANDEM_MAX_MEMORY_BYTES on workers): the job stops here and its memory is kept; "
+                "split the work into smaller jobs or raise the limit"
+            )
+
+
 def thinker_step(
     model: ModelService,
     task: Task,
@@ -133,9 +150,9 @@ def thinker_step(
     existing = memory.get_message(round_no, "thinker")
     if existing is not None:
         return existing
-    reply = model.generate(
-        thinker_prompt(tools), thinker_view(task, memory.get_messages(), round_no), on_delta=on_delta
-    )
+    history = memory.get_messages()
+    check_memory_size(task, history)
+    reply = model.generate(thinker_prompt(tools), thinker_view(task, history, round_no), on_delta=on_delta)
     message, stored = _store(memory, reply, round_no, "thinker")
     if stored:
         hooks.model_replied(message)
@@ -159,9 +176,11 @@ def actor_step(
     if existing is not None:
         return existing
     prompt_fn = actor_prompt if mode == "dual" else mono_prompt
+    history = memory.get_messages()
+    check_memory_size(task, history)
     reply = model.generate(
         prompt_fn(tools, actions, task.toolkit),
-        actor_view(task, memory.get_messages(), round_no, mode),
+        actor_view(task, history, round_no, mode),
         on_delta=on_delta,
     )
     message, stored = _store(memory, reply, round_no, "actor")
@@ -229,7 +248,13 @@ def calls_of(message: ModelMessage) -> list[ParsedFunctionCall]:
 
 def tool_context(task: Task, round_no: int) -> ToolCallContext:
     """The context injected into the tools of ``round_no``."""
-    return ToolCallContext(job_id=task.job_id, round=round_no, role="actor", metadata=dict(task.metadata))
+    return ToolCallContext(
+        job_id=task.job_id,
+        round=round_no,
+        role="actor",
+        metadata=dict(task.metadata),
+        secrets=dict(task.secrets),
+    )
 
 
 def apply_tool_results(

@@ -38,6 +38,10 @@ class Task:
     allowed_tools: list[str] | None = None
     job_id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    """Credentials for the tools, injected as ``ToolCallContext.secrets``; never put in a prompt."""
+    max_memory_bytes: int | None = None
+    """The conversation's size (JSON bytes) past which the next model step fails the run."""
 
     def __post_init__(self) -> None:
         if not self.goal or not self.goal.strip():

@@ -17,19 +17,29 @@ from tandem.reasoner.function_calling import ParsedFunctionCall, format_parse_er
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.toolkit.context import InjectionMapping, ToolCallContext
 from tandem.toolkit.errors import ToolArgumentsError
+from tandem.toolkit.redaction import redact, redact_data
 from tandem.toolkit.tool import InjectedPolicy, Tool
 
 
 def render_output(value: Any) -> str:
-    """A tool's return value as text: strings as they are, the rest as JSON when it can be."""
+    """A tool's return value as text: strings as they are, the rest as JSON when it can be.
+
+    Never raises: a value that neither JSON nor ``str`` can render (a huge int, a broken
+    ``__str__``) is described by its type instead.
+    """
     if isinstance(value, str):
         return value
     if value is None:
         return "(no output)"
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except Exception:
+        pass
+    try:
         return str(value)
+    except Exception as exc:
+        kind = type(value).__name__
+        return f"(a {kind} value that cannot be shown as text: {type(exc).__name__})"
 
 
 def cut_output(text: str, limit: int) -> str:
@@ -39,10 +49,41 @@ def cut_output(text: str, limit: int) -> str:
     return f"{text[:limit]}\n[output cut: showing the first {limit} of {len(text)} characters]"
 
 
+class HungTools:
+    """The tool threads still running past their timeout in this process.
+
+    A Python thread cannot be killed, so a tool that ignores its timeout keeps its thread until it
+    returns. Those threads are counted here; once ``limit`` of them are alive, ``ToolRunner``
+    refuses to start more calls (the call gets a FAILED result saying why) instead of leaking a
+    thread per call. Restarting the worker process reclaims them; MCP tools run in their own
+    processes and are killed by their group's timeout instead.
+    """
+
+    def __init__(self) -> None:
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def add(self, thread: threading.Thread) -> None:
+        """Count ``thread`` as hung."""
+        with self._lock:
+            self._threads.add(thread)
+
+    def count(self) -> int:
+        """How many hung threads are still alive (finished ones are forgotten)."""
+        with self._lock:
+            self._threads = {t for t in self._threads if t.is_alive()}
+            return len(self._threads)
+
+
+hung_tools = HungTools()
+"""The process-wide count of hung tool threads."""
+
+
 def _call_with_timeout(fn: Any, timeout: float) -> Any:
     """Run ``fn()`` in a daemon thread; ``TimeoutError`` if it has not returned in ``timeout``.
 
-    A thread cannot be killed: a hung tool keeps its thread until it returns, but the job moves on.
+    A thread cannot be killed: a hung tool keeps its thread until it returns (it is counted in
+    ``hung_tools``), but the job moves on.
     """
     box: dict[str, Any] = {}
 
@@ -56,10 +97,18 @@ def _call_with_timeout(fn: Any, timeout: float) -> Any:
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
+        hung_tools.add(thread)
         raise TimeoutError(f"the tool did not finish within {timeout:g} s")
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def _describe_error(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return type(exc).__name__
 
 
 @dataclass
@@ -68,7 +117,11 @@ class ToolRunner:
 
     ``timeout`` applies to tools without their own; ``max_output_chars`` cuts long outputs;
     ``services`` overrides the process-wide injection mapping; ``max_parallel`` bounds how many
-    calls of one reply run at once.
+    calls of one reply run at once; ``max_calls`` is how many calls of one reply run at all (the
+    rest get a FAILED result naming the cap); ``max_args_bytes`` bounds one call's arguments as
+    JSON; ``max_hung`` is how many timed-out tool threads may still run before no more are started.
+    Every output and error is passed through ``tandem.toolkit.redaction.redact`` (with the call
+    context's secrets) before the model or any record sees it.
     """
 
     timeout: float = 60.0
@@ -76,6 +129,9 @@ class ToolRunner:
     max_parallel: int = 8
     services: InjectionMapping | None = None
     on_injected: InjectedPolicy = "refuse"
+    max_calls: int = 16
+    max_args_bytes: int = 64_000
+    max_hung: int = 16
 
     def call_function(
         self,
@@ -117,19 +173,73 @@ class ToolRunner:
         *,
         call_id: str | None = None,
     ) -> FunctionCallResult:
-        """Run one call; never raises for anything the tool or the model did wrong."""
+        """Run one call and report its real outcome; never raises.
 
+        Whatever goes wrong (bad arguments, a tool error, a timeout, an output that cannot be
+        rendered, a bug here) becomes a FAILED result the model can read, and an output is only
+        reported FAILED when the tool itself failed: once the tool has run, its success stands.
+        """
+        secrets = tuple(ctx.secrets.values()) if ctx is not None else ()
+        try:
+            return self._run_call(tools, call, index, ctx, call_id, secrets)
+        except Exception as exc:  # the contract: a result, whatever happened
+            output = f"the call could not be handled ({_describe_error(exc)})"
+            return self._result(call, index, call_id, secrets, FunctionCallStatus.FAILED, output)
+
+    def _result(
+        self,
+        call: ParsedFunctionCall,
+        index: int,
+        call_id: str | None,
+        secrets: tuple[str, ...],
+        status: FunctionCallStatus,
+        output: str,
+        *,
+        name: str | None = None,
+        return_direct: bool = False,
+    ) -> FunctionCallResult:
+        try:
+            args = json.loads(json.dumps(call.args, default=str))
+            if not isinstance(args, dict):
+                args = {}
+        except Exception:
+            args = {"(arguments)": "cannot be shown"}
+        if len(json.dumps(args, ensure_ascii=False)) > self.max_args_bytes:
+            args = {"(arguments)": f"over {self.max_args_bytes} bytes, not kept"}
+        objective = call.call_objective
+        try:
+            shown = cut_output(redact(output, secrets), self.max_output_chars)
+        except Exception:
+            shown = "(the output could not be shown)"
+        return FunctionCallResult(
+            index=index,
+            name=name or (call.name if isinstance(call.name, str) and call.name else "(unnamed)"),
+            call_objective=redact(objective, secrets) if isinstance(objective, str) else "",
+            args=redact_data(args, secrets),
+            status=status,
+            output=shown,
+            call_id=call_id,
+            return_direct=return_direct,
+        )
+
+    def _run_call(
+        self,
+        tools: Mapping[str, Tool],
+        call: ParsedFunctionCall,
+        index: int,
+        ctx: ToolCallContext | None,
+        call_id: str | None,
+        secrets: tuple[str, ...],
+    ) -> FunctionCallResult:
         def failed(output: str) -> FunctionCallResult:
-            return FunctionCallResult(
-                index=index,
-                name=call.name or "(unnamed)",
-                call_objective=call.call_objective,
-                args=dict(call.args),
-                status=FunctionCallStatus.FAILED,
-                output=cut_output(output, self.max_output_chars),  # an error's text can be long too
-                call_id=call_id,
-            )
+            return self._result(call, index, call_id, secrets, FunctionCallStatus.FAILED, output)
 
+        if index > self.max_calls:
+            return failed(
+                f"The call was not run: at most {self.max_calls} tool calls run per reply "
+                f"(TANDEM_MAX_TOOL_CALLS) and this was call {index}. Ask for the most important "
+                "calls first and fewer at a time."
+            )
         if call.error:
             if call_id is not None:  # a native call: no <function_call> block to correct
                 return failed(
@@ -137,6 +247,16 @@ class ToolRunner:
                     "that are a JSON object matching its parameters."
                 )
             return failed(format_parse_error(call))
+        try:
+            text = json.dumps(call.args, ensure_ascii=False, default=str)
+            size = len(text.encode("utf-8", "surrogatepass"))
+        except Exception:
+            size = self.max_args_bytes + 1
+        if size > self.max_args_bytes:
+            return failed(
+                f"The call was not run: its arguments are {size} bytes of JSON, over the limit of "
+                f"{self.max_args_bytes} (TANDEM_MAX_TOOL_ARGS_BYTES). Send smaller arguments."
+            )
         tool = tools.get(call.name)
         if tool is None:
             valid = ", ".join(sorted(tools)) or "(no tools are available in this step)"
@@ -148,6 +268,18 @@ class ToolRunner:
                 f"Invalid arguments for {tool.name!r}: field {exc.field!r}: {exc.reason}. "
                 "Fix this argument and call the tool again."
             )
+        except Exception as exc:  # e.g. an MCP server's input schema that is not valid JSON Schema
+            return failed(
+                f"{tool.name!r} was not run: its arguments could not be checked ({_describe_error(exc)}); "
+                "the tool's definition is broken, use another tool."
+            )
+        hung = hung_tools.count()
+        if hung >= self.max_hung:
+            return failed(
+                f"{tool.name!r} was not run: {hung} earlier tool calls in this worker are still running "
+                f"past their timeout (limit TANDEM_MAX_HUNG_TOOLS={self.max_hung}). Try again later or "
+                "without this tool."
+            )
         timeout = tool.timeout if tool.timeout is not None else self.timeout
         try:
             value = _call_with_timeout(
@@ -156,14 +288,14 @@ class ToolRunner:
         except TimeoutError as exc:
             return failed(f"{tool.name!r} timed out: {exc}. Try smaller input or another approach.")
         except Exception as exc:
-            return failed(f"{tool.name!r} raised {type(exc).__name__}: {exc}")
-        return FunctionCallResult(
-            index=index,
+            return failed(f"{tool.name!r} raised {_describe_error(exc)}")
+        return self._result(
+            call,
+            index,
+            call_id,
+            secrets,
+            FunctionCallStatus.SUCCEEDED,
+            render_output(value),
             name=tool.name,
-            call_objective=call.call_objective,
-            args=dict(call.args),
-            status=FunctionCallStatus.SUCCEEDED,
-            output=cut_output(render_output(value), self.max_output_chars),
-            call_id=call_id,
             return_direct=tool.return_direct,
         )

@@ -1,4 +1,9 @@
-"""The Celery application. Workers start with ``celery -A tandem.tasks.app worker`` (or ``tandem worker``)."""
+"""The Celery application. Workers start with ``celery -A tandem.tasks.app worker`` (or ``tandem worker``).
+
+``Settings`` never enter ``app.conf``: Flower's worker-config page and ``celery inspect conf`` show
+``app.conf``, and Celery masks only the keys it knows. The tasks read the settings from
+``tandem.tasks.app.settings`` (through ``tandem.tasks.runtime``) instead.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,17 @@ from tandem.broker_config import Settings, celery_config
 
 
 def create_app(settings: Settings) -> Celery:
-    """A Celery app configured for ``settings``, with tandem's tasks registered."""
-    celery_app = Celery("tandem")
+    """A Celery app configured for ``settings``, with tandem's tasks registered.
+
+    Its tasks show no secrets in Flower or logs (``tandem.tasks.task_base``). With
+    ``settings.signing`` every task message is signed (Celery's ``auth`` serializer) and only
+    signed messages are accepted; the credentials in ``settings`` are registered for redaction.
+    """
+    settings.register_secrets()
+    celery_app = Celery("tandem", task_cls="tandem.tasks.task_base:TandemTask")
     celery_app.conf.update(celery_config(settings))
-    celery_app.conf.tandem_settings = settings
+    if settings.signing is not None:
+        celery_app.setup_security(allowed_serializers=["json"], serializer="json")
     return celery_app
 
 

@@ -3,7 +3,8 @@
 The tree::
 
     JobError                  root of everything raised by ``tandem.tasks``
-    ├── JobSpecError          a job spec is invalid; the message names the field and the reason
+    ├── JobSpecError          a job spec is invalid; the message names the field and the reason (``code`` 400)
+    │   └── SpecLimitError    a spec (or a part of it) is over a size or depth limit (``code`` 413)
     ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
     └── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
 
@@ -19,7 +20,18 @@ class JobError(Exception):
 
 
 class JobSpecError(JobError, ValueError):
-    """A job spec is invalid: not an object, a missing or wrong field, an unknown tool or action."""
+    """A job spec is invalid: not an object, a missing or wrong field, an unknown tool or action.
+
+    ``code`` is the HTTP status an API answering the submit would use.
+    """
+
+    code = 400
+
+
+class SpecLimitError(JobSpecError):
+    """A spec, or one of its parts, is over a limit; the message names the limit and its variable."""
+
+    code = 413
 
 
 class UnknownJobError(JobError, LookupError):

@@ -16,12 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task as CeleryTask
-from celery import chord
 
 from tandem.reasoner import react
 from tandem.tasks.events import EventHooks
 from tandem.tasks.runtime import Runtime, get_runtime
-from tandem.tasks.turns import _advance, _failure, _load, _step, collect_tools, finalize, finish, run_tool
+from tandem.tasks.turns import _advance, _failure, _fan_out, _load, _step, finalize, finish
 
 
 def function_calling(rt: Runtime) -> react.FunctionCalling:
@@ -63,6 +62,4 @@ def react_step(task_self: CeleryTask, job_id: str, round_no: int) -> Any:
         if nxt.kind == "truncated":
             return _advance(task_self, job_id, step_id, "finalize", finalize.si(job_id, "truncated"))
         count = len(nxt.calls)
-        header = [run_tool.si(job_id, round_no, i) for i in range(1, count + 1)]
-        fan_out = chord(header, collect_tools.si(job_id, round_no, count))
-        return _advance(task_self, job_id, step_id, f"tools x{count}", fan_out)
+        return _advance(task_self, job_id, step_id, f"tools x{count}", _fan_out(job_id, round_no, count))

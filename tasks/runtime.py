@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from functools import cached_property
+from typing import Any
 
 from redis import Redis
 
@@ -12,13 +13,27 @@ from tandem.broker_config import Settings
 from tandem.reasoner.model_service import ModelService
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
+from tandem.tasks.errors import JobSpecError
 from tandem.tasks.leases import LeaseKeys
+from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.store import JobStore
 from tandem.toolkit.graph import Toolkit
+from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
 
 log = logging.getLogger("tandem.runtime")
+
+
+def redis_options(settings: Settings) -> dict[str, Any]:
+    """The keyword arguments of every redis-py client tandem builds: timeouts, keepalive, health checks."""
+    return {
+        "socket_timeout": settings.redis_socket_timeout,
+        "socket_connect_timeout": settings.redis_connect_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "retry_on_timeout": False,
+    }
 
 
 class Runtime:
@@ -28,11 +43,19 @@ class Runtime:
         self.settings = settings
         self._lock = threading.Lock()
         self._models: dict[str, ModelService] = {}
+        self._toolkit: Toolkit | None = None
+        self._toolkit_loaded = False
+        self._toolkit_error: Exception | None = None
 
     @cached_property
     def redis(self) -> Redis:
-        """A client of ``TANDEM_REDIS_URL`` (thread-safe connection pool)."""
-        return Redis.from_url(self.settings.redis_url, health_check_interval=30)
+        """A client of ``TANDEM_REDIS_URL`` (thread-safe connection pool).
+
+        Reads and connects time out (``TANDEM_REDIS_SOCKET_TIMEOUT``, ``_CONNECT_TIMEOUT``) and TCP
+        keepalive is on, so a half-open connection fails a step (which is retried) instead of
+        blocking it for ever.
+        """
+        return Redis.from_url(self.settings.redis_url, **redis_options(self.settings))
 
     @cached_property
     def store(self) -> JobStore:
@@ -46,17 +69,105 @@ class Runtime:
 
     @cached_property
     def runner(self) -> ToolRunner:
-        """The tool runner, with the configured timeout and output limit."""
-        return ToolRunner(timeout=self.settings.tool_timeout, max_output_chars=self.settings.max_output_chars)
+        """The tool runner, with the configured timeout and limits."""
+        limits = self.settings.limits
+        return ToolRunner(
+            timeout=self.settings.tool_timeout,
+            max_output_chars=self.settings.max_output_chars,
+            max_calls=limits.tool_calls,
+            max_args_bytes=limits.tool_args_bytes,
+            max_hung=limits.hung_tools,
+        )
+
+    @property
+    def toolkit(self) -> Toolkit | None:
+        """The toolkit of ``TANDEM_TOOLKIT``, or ``None`` (the demo tools are used then).
+
+        Loaded once per process, at worker start (``load_toolkit``): MCP groups are listed then.
+        A failed load is kept and raised again, never retried on every step; restart the worker
+        once the toolkit is fixed.
+        """
+        return self.load_toolkit()
+
+    def load_toolkit(self) -> Toolkit | None:
+        """Load (once) and return the toolkit; ``ToolkitError`` (the same one each time) if it fails."""
+        with self._lock:
+            if self._toolkit_error is not None:
+                raise self._toolkit_error
+            if self._toolkit_loaded:
+                return self._toolkit
+            if self.settings.toolkit:
+                from tandem.toolkit.loader import load_toolkit
+
+                try:
+                    self._toolkit = load_toolkit(self.settings.toolkit)
+                except Exception as exc:
+                    from tandem.toolkit.errors import ToolkitError
+
+                    failure = exc if isinstance(exc, ToolkitError) else None
+                    self._toolkit_error = failure or ToolkitError(f"loading the toolkit failed: {exc}")
+                    raise self._toolkit_error from None
+                self._cap_descriptions(self._toolkit)
+            self._toolkit_loaded = True
+            return self._toolkit
+
+    def _cap_descriptions(self, toolkit: Toolkit) -> None:
+        """Cut tool descriptions (an MCP server writes its own) to ``TANDEM_MAX_TOOL_DESCRIPTION_CHARS``."""
+        import dataclasses
+
+        limit = self.settings.limits.description_chars
+        for tool in toolkit.tools():
+            if len(tool.description) > limit:
+                cut = tool.description[: limit - 1].rstrip() + "…"
+                toolkit.add_vertex(tool.id, data=dataclasses.replace(tool, description=cut))
 
     @cached_property
-    def toolkit(self) -> Toolkit | None:
-        """The toolkit of ``TANDEM_TOOLKIT``, or ``None`` (the demo tools are used then)."""
-        if not self.settings.toolkit:
-            return None
-        from tandem.toolkit.loader import load_toolkit
+    def policy(self) -> ToolPolicy:
+        """The worker's tool policy: ``TANDEM_TOOL_POLICY``, else the toolkit's ``policy:``, else every
+        tool."""
+        if self.settings.tool_policy:
+            return ToolPolicy.from_text(self.settings.tool_policy)
+        toolkit = self.toolkit
+        if toolkit is not None and toolkit.policy is not None:
+            return toolkit.policy
+        return ToolPolicy()
 
-        return load_toolkit(self.settings.toolkit)
+    @cached_property
+    def secret_box(self) -> SecretBox:
+        """Seals and unseals ``JobSpec.secrets`` with ``TANDEM_SECRETS_KEY``."""
+        return SecretBox(self.settings.secrets_key)
+
+    def known_tools(self) -> list[str]:
+        """The names of every tool this worker has (the toolkit's, or the demo tools)."""
+        toolkit = self.toolkit
+        tools = toolkit.tools() if toolkit is not None else self.default_tools
+        return [t.name for t in tools]
+
+    def check_spec(self, spec: JobSpec) -> JobSpec:
+        """Refuse what this worker cannot run (``JobSpecError`` naming it and the valid ones), and
+        return the spec as it may be stored: secrets sealed.
+
+        Unknown actions, actions without a toolkit, and tools the policy does not permit are refused.
+        """
+        toolkit = self.toolkit
+        if spec.actions:
+            if toolkit is None:
+                raise JobSpecError(
+                    f"field 'actions': {spec.actions!r} names actions, but this worker has no toolkit "
+                    "(TANDEM_TOOLKIT): drop 'actions' or configure a toolkit"
+                )
+            known = [a.id for a in toolkit.actions()]
+            unknown = [a for a in spec.actions if a not in known]
+            if unknown:
+                raise JobSpecError(
+                    f"field 'actions': unknown actions {unknown}; the toolkit's actions: "
+                    f"{', '.join(known) or '(none)'}"
+                )
+        try:
+            self.policy.for_job(self.known_tools(), spec.tools)
+        except ToolPolicyError as exc:
+            raise JobSpecError(str(exc)) from None
+        return self.secret_box.seal_spec(spec)
 
     @cached_property
     def default_tools(self) -> tuple[Tool, ...]:
@@ -95,14 +206,19 @@ class Runtime:
             api_key=conf.api_key,
             reasoning_parser=conf.reasoning_parser,
             temperature=conf.temperature,
-            max_tokens=conf.max_tokens,
+            max_tokens=conf.reply_tokens,
             timeout=conf.timeout,
             thinking=conf.thinking,
             role=role,
         )
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
-        """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one)."""
+        """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one),
+        narrowed to what the tool policy permits it, with its secrets unsealed for the tools."""
+        try:
+            allowed = self.policy.for_job(self.known_tools(), spec.tools)
+        except ToolPolicyError as exc:
+            raise JobSpecError(str(exc)) from None
         return Task(
             goal=spec.goal,
             context=spec.context,
@@ -112,9 +228,11 @@ class Runtime:
             actions=list(spec.actions),
             threshold=spec.threshold,
             hops=spec.hops,
-            allowed_tools=spec.tools,
+            allowed_tools=allowed,
             job_id=job_id,
             metadata=dict(spec.metadata),
+            secrets=self.secret_box.unseal(spec),
+            max_memory_bytes=self.settings.limits.memory_bytes,
         )
 
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tandem.broker_config.settings import Limits
 from tandem.reasoner.messages import Usage
-from tandem.tasks.errors import JobSpecError
+from tandem.tasks.errors import JobSpecError, SpecLimitError
+from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
 JobState = Literal["queued", "running", "completed", "truncated", "failed", "cancelled"]
 FINAL_STATES: frozenset[str] = frozenset({"completed", "truncated", "failed", "cancelled"})
+MAX_SECRET_CHARS = 8192
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 
 class JobSpec(BaseModel):
@@ -28,6 +34,31 @@ class JobSpec(BaseModel):
     hops: int = Field(default=0, ge=0, le=10)
     max_rounds: int = Field(default=20, ge=1, le=500)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="Per-job credentials for tools, by name: injected into tools only (ToolCallContext."
+        "secrets), sealed at rest with TANDEM_SECRETS_KEY, never shown to a model or in events.",
+    )
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, secret in value.items():
+            if not _SECRET_NAME.fullmatch(name):
+                raise ValueError(f"secret name {name!r} must be letters, digits, '_' or '-' (at most 64)")
+            if len(secret) > MAX_SECRET_CHARS:
+                raise ValueError(f"secret {name!r} is longer than {MAX_SECRET_CHARS} characters")
+        return value
+
+    def public_dump(self) -> dict[str, Any]:
+        """The spec as JSON data with every secret value replaced by ``***`` (events, logs, displays)."""
+        data = self.model_dump(mode="json")
+        data["secrets"] = dict.fromkeys(self.secrets, MASK)
+        return data
+
+    def __repr_args__(self) -> Any:
+        return [(k, v) for k, v in super().__repr_args__() if k != "secrets"]
 
     @field_validator("goal")
     @classmethod
@@ -37,12 +68,107 @@ class JobSpec(BaseModel):
         return value
 
 
-def validate_spec(raw: JobSpec | dict[str, Any]) -> JobSpec:
-    """A ``JobSpec`` from a dict; ``JobSpecError`` naming the field and the reason if invalid."""
+def _depth_over(value: Any, limit: int) -> bool:
+    """True when ``value`` nests deeper than ``limit`` lists/objects (iterative: no recursion to blow)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth + 1 > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _at_least_bytes(value: Any, limit: int) -> int:
+    """A lower bound of ``value``'s JSON size, walked without recursion; the walk stops once the
+    bound passes ``limit`` (so a 70 MB spec costs a few string lengths, not a 70 MB ``dumps``)."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 2
+            for k, v in item.items():
+                total += (len(k) if isinstance(k, str) else 1) + 3
+                stack.append(v)
+        elif isinstance(item, list | tuple):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 1
+        if total > limit:
+            return total
+    return total
+
+
+def _json_size(value: Any, what: str) -> int:
+    try:
+        return len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise JobSpecError(f"{what} is not plain JSON data ({type(exc).__name__}: {exc})"[:300]) from None
+
+
+def check_limits(raw: dict[str, Any], limits: Limits) -> None:
+    """Refuse a raw spec over a size or depth limit (``SpecLimitError`` naming the limit and its
+    variable); done before any other parsing, so a hostile spec costs a walk and one ``dumps``."""
+    # The spec's own fields nest 2 deep (a list of names); metadata gets its limit on top.
+    if _depth_over(raw, limits.metadata_depth + 1):
+        raise SpecLimitError(
+            f"the spec nests deeper than {limits.metadata_depth} levels inside 'metadata' (or a field "
+            f"nests where it should not): flatten it (limit TANDEM_MAX_METADATA_DEPTH="
+            f"{limits.metadata_depth})"
+        )
+    size = _at_least_bytes(raw, limits.spec_bytes)
+    if size <= limits.spec_bytes:
+        size = _json_size(raw, "the spec")
+    if size > limits.spec_bytes:
+        raise SpecLimitError(
+            f"the spec is at least {size} bytes of JSON, over the limit of {limits.spec_bytes} "
+            "(TANDEM_MAX_SPEC_BYTES): pass large inputs by reference (a URL or a key a tool can read)"
+        )
+    for field_name, limit, var in (
+        ("goal", limits.goal_chars, "TANDEM_MAX_GOAL_CHARS"),
+        ("context", limits.context_chars, "TANDEM_MAX_CONTEXT_CHARS"),
+    ):
+        value = raw.get(field_name)
+        if isinstance(value, str) and len(value) > limit:
+            raise SpecLimitError(
+                f"field {field_name!r} has {len(value)} characters, over the limit of {limit} ({var})"
+            )
+    metadata = raw.get("metadata")
+    if metadata is not None:
+        meta_size = _at_least_bytes(metadata, limits.metadata_bytes)
+        if meta_size <= limits.metadata_bytes:
+            meta_size = _json_size(metadata, "field 'metadata'")
+        if meta_size > limits.metadata_bytes:
+            raise SpecLimitError(
+                f"field 'metadata' is at least {meta_size} bytes of JSON, over the limit of "
+                f"{limits.metadata_bytes} "
+                "(TANDEM_MAX_METADATA_BYTES): keep metadata to labels and ids"
+            )
+    secrets = raw.get("secrets")
+    if isinstance(secrets, dict) and len(secrets) > limits.secrets:
+        raise SpecLimitError(
+            f"field 'secrets' has {len(secrets)} entries, over the limit of {limits.secrets} "
+            "(TANDEM_MAX_SECRETS)"
+        )
+
+
+def validate_spec(raw: JobSpec | dict[str, Any], limits: Limits | None = None) -> JobSpec:
+    """A ``JobSpec`` from a dict; ``JobSpecError`` naming the field and the reason if invalid,
+    ``SpecLimitError`` naming the limit and its setting if too big or too deep (``limits``, default
+    ``Limits()``)."""
+    limits = limits or Limits()
     if isinstance(raw, JobSpec):
+        check_limits(raw.model_dump(mode="json"), limits)
         return raw
     if not isinstance(raw, dict):
         raise JobSpecError(f"a job spec must be a JSON object, got {type(raw).__name__}")
+    check_limits(raw, limits)
     try:
         return JobSpec.model_validate(raw)
     except ValidationError as exc:
@@ -50,8 +176,17 @@ def validate_spec(raw: JobSpec | dict[str, Any]) -> JobSpec:
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"]) or "(spec)"
             reason = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-            problems.append(f"field {where!r}: {reason} (got {err.get('input')!r})"[:300])
+            shown = MASK if where.startswith("secrets") else _short(err.get("input"))
+            problems.append(f"field {where!r}: {reason} (got {shown})"[:300])
         raise JobSpecError("invalid job spec: " + "; ".join(problems)) from None
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 class JobStatus(BaseModel):

@@ -17,6 +17,7 @@ from redis.client import Pipeline
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus
+from tandem.toolkit.redaction import redact, redact_data, redact_known
 
 _FIXED_KEYS = ("spec", "status", "result", "events", "cancel", "tools", "done", "memory")
 
@@ -58,6 +59,8 @@ class JobStore:
         ``running`` cannot overwrite a final state that ``finish`` wrote in between.
         """
         key = self.key(job_id, "status")
+        if fields.get("error"):
+            fields["error"] = redact(fields["error"])
 
         def update(pipe: Pipeline) -> JobStatus:
             raw: Any = pipe.get(key)  # watched, so executed at once: the stored value
@@ -80,6 +83,10 @@ class JobStore:
         """Store the final result (the first one stored wins), set the status, expire the job's keys
         ``ttl`` seconds from now, and return the stored result."""
         job_id = result.job_id
+        result = result.model_copy(
+            update={"error": redact(result.error) if result.error else result.error,
+                    "deliverable": redact_known(result.deliverable)}
+        )
         first = self.redis.set(self.key(job_id, "result"), result.model_dump_json(), nx=True)
         stored = self.result(job_id) or result
         self.set_status(job_id, state=stored.status, error=stored.error, step="finalize")
@@ -138,12 +145,12 @@ class JobStore:
         return RedisReasonerMemory(self.redis, job_id, prefix=self.prefix)
 
     def publish(self, job_id: str, kind: str, data: dict[str, Any]) -> None:
-        """Append an event to the job's stream (capped near 10,000 entries)."""
+        """Append an event to the job's stream (capped near 10,000 entries), secrets redacted."""
         self.redis.xadd(
             self.key(job_id, "events"),
             {
                 "type": kind,
-                "data": json.dumps(data, ensure_ascii=False, default=str),
+                "data": json.dumps(redact_data(data), ensure_ascii=False, default=str),
                 "at": f"{time.time():.3f}",
             },
             maxlen=10000,

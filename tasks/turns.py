@@ -27,10 +27,13 @@ from tandem.reasoner.errors import ReasonerError
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.reasoner.task import Task
 from tandem.tasks.app import app
+from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.leases import StepLease
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
+from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.tasks")
 
@@ -114,9 +117,26 @@ def finish(job_id: str, status: str, error: str | None = None) -> dict[str, Any]
 
 
 def _failure(exc: BaseException) -> str:
-    if not isinstance(exc, ReasonerError):
+    if not isinstance(exc, ReasonerError | JobError | ToolkitError):
         log.exception("step failed unexpectedly")
-    return f"{type(exc).__name__}: {exc}"
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+def _fan_out(job_id: str, round_no: int, count: int) -> Signature:
+    """The chord that runs the reply's tool calls: at most ``TANDEM_MAX_TOOL_CALLS`` ``run_tool``
+    tasks; the calls past the cap get their FAILED result (naming the cap) stored here, unrun."""
+    rt = get_runtime()
+    cap = min(count, rt.runner.max_calls)
+    if count > cap:
+        reply = rt.store.memory(job_id).get_message(round_no, "actor")
+        calls = steps.calls_of(reply) if reply is not None else []
+        native = reply.tool_calls if reply is not None else []
+        for i in range(cap + 1, count + 1):
+            call_id = native[i - 1].id if native else None  # a native call needs its answer by id
+            result = rt.runner.run_call({}, calls[i - 1], i, call_id=call_id)  # over the cap: never run
+            rt.store.save_tool_result(job_id, round_no, result)
+    header = [run_tool.si(job_id, round_no, i) for i in range(1, cap + 1)]
+    return chord(header, collect_tools.si(job_id, round_no, count))
 
 
 def first_step(spec: JobSpec, job_id: str, round_no: int) -> Signature:
@@ -133,15 +153,16 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     """Start a job from its spec; the id of this task is the job id, its result the JobResult."""
     job_id = self.request.id
     rt = get_runtime()
-    try:
-        job_spec = validate_spec(spec)
-        rt.task_for(job_id, job_spec).recommend()  # unknown actions or tools fail here, not later
+    try:  # a refused spec stores nothing: the answer is this task's result only
+        job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))
+        rt.task_for(job_id, job_spec).recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
-        return JobResult(job_id=job_id, status="failed", error=str(exc)).model_dump(mode="json")
+        error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else _failure(exc)
+        return JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
     rt.store.create(job_id, job_spec)
-    with _step(self, job_id, "start", (spec,)):
+    with _step(self, job_id, "start", (job_spec.model_dump(mode="json"),)):  # secrets sealed
         rt.store.set_status(job_id, state="running", reasoner=job_spec.reasoner, step="start")
-        rt.store.publish(job_id, "job_started", {"spec": job_spec.model_dump(mode="json")})
+        rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()})
         return _advance(self, job_id, "start", "round 0", first_step(job_spec, job_id, 0))
 
 
@@ -197,10 +218,7 @@ def actor_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
         if nxt.kind == "continue":
             return _advance(self, job_id, step_id, "next round", first_step(spec, job_id, round_no + 1))
         count = len(nxt.calls)
-        header = [run_tool.si(job_id, round_no, i) for i in range(1, count + 1)]
-        return _advance(
-            self, job_id, step_id, f"tools x{count}", chord(header, collect_tools.si(job_id, round_no, count))
-        )
+        return _advance(self, job_id, step_id, f"tools x{count}", _fan_out(job_id, round_no, count))
 
 
 def _cancelled_call(index: int) -> dict[str, Any]:
@@ -290,7 +308,12 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, count: int) -> A
 
 @app.task(name="tandem.finalize", bind=True)
 def finalize(self: CeleryTask, job_id: str, status: str, error: str | None = None) -> dict[str, Any]:
-    """Store and return the final ``JobResult``; running it twice returns the stored result."""
+    """Store and return the final ``JobResult``; running it twice returns the stored result.
+
+    A job this store never started (a forged or stale message) is ignored: nothing is written.
+    """
+    if get_runtime().store.spec(job_id) is None:
+        raise Ignore()
     return finish(job_id, status, error)
 
 

@@ -1,4 +1,5 @@
-"""Worker start-up: every worker process runs a lease watchdog (see ``tandem.tasks.leases``)."""
+"""Worker start-up: the toolkit is loaded (a broken one stops the start), log lines are redacted,
+and every worker process runs a lease watchdog (see ``tandem.tasks.leases``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,18 @@ import gc
 import logging
 from typing import Any
 
-from celery.signals import worker_init, worker_ready, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 from tandem.tasks.app import app
 from tandem.tasks.leases import Watchdog
 from tandem.tasks.runtime import get_runtime
+from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _watchdog: Watchdog | None = None
@@ -27,6 +35,48 @@ def _give_up(step_id: str, dispatch: dict[str, Any]) -> None:
     job_id = step_id.split(":", 1)[0]
     result = finish(job_id, "failed", f"step {step_id} lost its worker too many times; giving up")
     app.backend.store_result(job_id, result, "SUCCESS")
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _redact_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Every handler of the worker's loggers masks secrets (``tandem.toolkit.redaction``)."""
+    install_log_redaction()
+    if logger is not None:
+        install_log_redaction(logger)
+
+
+def check_start() -> str | None:
+    """Load the toolkit (listing its MCP servers) and the tool policy, as a worker does at start;
+    the problem as one line, or ``None`` when the worker can start."""
+    from tandem.broker_config.errors import SettingsError
+    from tandem.reasoner.errors import ReasonerError
+    from tandem.toolkit.errors import ToolkitError
+
+    rt = get_runtime()
+    try:
+        toolkit = rt.load_toolkit()
+        policy = rt.policy
+    except (ToolkitError, ReasonerError, SettingsError) as exc:
+        return redact(f"the toolkit (TANDEM_TOOLKIT={rt.settings.toolkit!r}) cannot be loaded: {exc}")
+    if toolkit is not None:
+        log.info(
+            "toolkit loaded: %d tools, %d actions; the tool policy permits %d",
+            len(toolkit.tools()),
+            len(toolkit.actions()),
+            len(policy.permitted(rt.known_tools())),
+        )
+    return None
+
+
+@worker_init.connect
+def _load_toolkit(**_: Any) -> None:
+    """A worker whose toolkit cannot be loaded does not start: the first job would fail instead."""
+    install_log_redaction()
+    problem = check_start()
+    if problem is not None:
+        log.critical("tandem: %s", problem)
+        raise SystemExit(f"tandem: {problem}")  # SystemExit passes through Celery's signal dispatch
 
 
 @worker_init.connect

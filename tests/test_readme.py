@@ -43,11 +43,18 @@ def test_the_two_commands_exist_and_ci_runs_the_test_command() -> None:
     assert "make --no-print-directory test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_docker_compose_has_redis_with_aof_one_service_per_role_and_flower_with_auth() -> None:
+def test_docker_compose_has_redis_with_aof_and_a_password_one_service_per_role_and_flower_with_auth() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     assert "--appendonly" in services["redis"]["command"]
     for role in ("thinker", "actor", "tools"):
         assert services[role]["command"][:3] == ["tandem", "worker", role]
         assert services[role]["image"] == services["flower"]["image"]
-    assert any("--basic-auth" in part for part in services["flower"]["command"])
+    flower = services["flower"]
+    assert flower["environment"]["FLOWER_BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH:?")  # no default
+    assert not any("--basic-auth" in part for part in flower["command"])  # never on the command line
+    assert all(str(p).startswith("127.0.0.1:") for p in flower["ports"])
+    assert not any("API_KEY" in k or "MODEL" in k or "SECRETS" in k for k in flower["environment"])
+    assert "--requirepass" in services["redis"]["command"] and "ports" not in services["redis"]
+    for role in ("thinker", "actor", "tools"):
+        assert ":${REDIS_PASSWORD:?" in services[role]["environment"]["TANDEM_BROKER_URL"]

@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 class ToolCallContext(BaseModel):
     """Facts about the call in progress, injected into any tool parameter annotated with this type.
 
-    It crosses Redis with the tool call, so it holds plain data only.
+    It holds plain data only. ``secrets`` (the job's ``JobSpec.secrets``, unsealed) is left out of
+    every dump and repr, so the context can be logged or stored without them.
     """
 
     job_id: str = ""
@@ -19,6 +20,7 @@ class ToolCallContext(BaseModel):
     role: str = "actor"
     call_index: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
 
 class InjectionMapping:

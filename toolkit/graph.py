@@ -26,6 +26,7 @@ import networkx as nx
 from tandem.toolkit.action import Action
 from tandem.toolkit.errors import ToolDefinitionError, UnknownVertexError
 from tandem.toolkit.group import ToolGroup
+from tandem.toolkit.policy import ToolPolicy
 from tandem.toolkit.tool import Tool
 
 VertexData = Action | Tool | ToolGroup
@@ -68,6 +69,8 @@ class Toolkit:
 
     def __init__(self) -> None:
         self._graph: nx.DiGraph = nx.DiGraph()
+        self.policy: ToolPolicy | None = None
+        """The toolkit's own tool policy (the YAML ``policy:`` section), if it declares one."""
 
     # -- vertices -------------------------------------------------------------------------
 

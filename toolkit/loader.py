@@ -1,6 +1,7 @@
 """``load_toolkit``: a toolkit from a YAML file or from a ``package.module:attr`` reference.
 
-The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``::
+The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``, and an optional
+``policy`` mapping (``allow``, ``grant``, ``deny``: see ``tandem.toolkit.policy``)::
 
     tools:
       - function: mypkg.tools:add          # name defaults to the function's name
@@ -51,6 +52,7 @@ from tandem.toolkit.errors import ToolDefinitionError, ToolkitError
 from tandem.toolkit.graph import Toolkit, check_score
 from tandem.toolkit.group import ToolGroup
 from tandem.toolkit.mcp_group import McpToolGroup
+from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
 
 logger = logging.getLogger(__name__)
@@ -141,7 +143,15 @@ class _Loader:
         for i, row in rows:
             self._action_head(i, row)
         edges = [edge for i, row in rows for edge in self._action_edges(i, row)]
-        return self._build(edges)
+        policy = None
+        if "policy" in doc:
+            try:
+                policy = ToolPolicy.from_mapping(doc["policy"], f"{self.path}: policy")
+            except ToolPolicyError as exc:
+                raise ToolkitError(str(exc)) from None
+        graph = self._build(edges)
+        graph.policy = policy
+        return graph
 
     # -- reading --------------------------------------------------------------------------
 
@@ -160,9 +170,9 @@ class _Loader:
             return {}
         if not isinstance(doc, dict):
             self.fail("top level", f"expected a mapping with tools/groups/actions, got {type(doc).__name__}")
-        unknown = sorted(set(map(str, doc)) - {"tools", "groups", "actions"})
+        unknown = sorted(set(map(str, doc)) - {"tools", "groups", "actions", "policy"})
         if unknown:
-            self.fail("top level", f"unknown keys {unknown}; the keys are tools, groups and actions")
+            self.fail("top level", f"unknown keys {unknown}; the keys are tools, groups, actions and policy")
         return doc
 
     def _rows(self, doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # the SDK takes ~0.7 s to import: loaded on first use, not by
 
 from tandem.toolkit.errors import McpCallError, McpToolError
 from tandem.toolkit.group import ToolGroup
+from tandem.toolkit.redaction import redact, register_secret, register_url
 from tandem.toolkit.tool import Tool
 
 McpTransport = Literal["stdio", "streamable-http"]
@@ -162,12 +165,20 @@ class McpToolGroup(ToolGroup):
         self.prefix = prefix
         self._lock = threading.Lock()
         self._tools: list[Tool] | None = None
+        # Whatever may hold a credential is masked in every message from here on.
+        register_secret(*(self.env or {}).values(), *(self.headers or {}).values())
+        register_url(self.url)
 
     def where(self) -> str:
-        """The server, for messages: the command line or the URL."""
+        """The server, for messages: the program (not its arguments, which may hold tokens) or the
+        URL's scheme, host and path (not its user, password or query)."""
         if self.transport == "stdio":
-            return " ".join([str(self.command), *self.args])
-        return str(self.url)
+            program = os.path.basename(str(self.command))
+            return f"{program} with {len(self.args)} argument{'s' if len(self.args) != 1 else ''}"
+        parts = urlsplit(str(self.url))
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -213,7 +224,7 @@ class McpToolGroup(ToolGroup):
                 ) from None
             if isinstance(leaf, McpCallError):
                 raise leaf from None
-            detail = str(leaf) or type(leaf).__name__
+            detail = redact(str(leaf) or type(leaf).__name__, self.args)
             raise McpCallError(
                 f"{what} on MCP server {self.name!r} ({self.transport}: {self.where()}) failed: "
                 f"{type(leaf).__name__}: {detail}"

@@ -53,10 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cancel", help="cancel a job")
     c.add_argument("job_id")
 
-    f = sub.add_parser("flower", help="start Flower, the Celery monitoring UI")
+    f = sub.add_parser(
+        "flower",
+        help="start Flower, the Celery monitoring UI",
+        description="Credentials come from FLOWER_BASIC_AUTH (user:password) or a file, never from "
+        "the command line; Flower refuses to listen beyond loopback without them.",
+    )
     f.add_argument("--port", type=int, default=5555)
     f.add_argument("--address", default="127.0.0.1")
-    f.add_argument("--basic-auth", default=None, help="user:password")
+    f.add_argument(
+        "--basic-auth-file", default=None, help="a file holding user:password (else FLOWER_BASIC_AUTH)"
+    )
+    f.add_argument("--basic-auth", default=None, help=argparse.SUPPRESS)  # refused: argv is public
     return p
 
 
@@ -85,6 +93,12 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
 
 def _worker(args: argparse.Namespace) -> int:
     from tandem.tasks.app import app, settings
+    from tandem.tasks.worker_signals import check_start
+
+    problem = check_start()  # before Celery starts: a broken toolkit is a clear one-line error
+    if problem is not None:
+        print(f"tandem: {problem}", file=sys.stderr)
+        return 2
 
     queues = ["thinker", "actor", "tools"] if args.role == "all" else [args.role]
     if not args.no_intake:
@@ -153,6 +167,45 @@ def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
         return _follow(spec, args)
 
 
+def _flower(args: argparse.Namespace) -> int:
+    """Exec ``celery flower`` with its credentials in the environment (``FLOWER_BASIC_AUTH``, which
+    Flower reads itself), never in argv where ``ps`` shows them to every user of the host."""
+    from tandem.broker_config.settings import LOOPBACK_ADDRESSES, flower_basic_auth
+
+    if args.basic_auth is not None:
+        print(
+            "tandem: --basic-auth puts the password on the command line, where any local user can read "
+            "it: set FLOWER_BASIC_AUTH=user:password or use --basic-auth-file instead",
+            file=sys.stderr,
+        )
+        return 2
+    auth = flower_basic_auth(file=args.basic_auth_file)
+    dropped = ("FLOWER_BASIC_AUTH", "FLOWER_UNAUTHENTICATED_API")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    if auth is None and args.address not in LOOPBACK_ADDRESSES:
+        print(
+            f"tandem: Flower would listen on {args.address!r} with no authentication, and its API can start "
+            "tasks, revoke jobs and stop workers: set FLOWER_BASIC_AUTH=user:password (or "
+            "--basic-auth-file), or keep --address 127.0.0.1 behind an authenticating proxy",
+            file=sys.stderr,
+        )
+        return 2
+    if auth is not None:
+        env["FLOWER_BASIC_AUTH"] = auth
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tandem.tasks.app",
+        "flower",
+        f"--port={args.port}",
+        f"--address={args.address}",
+    ]
+    os.execve(sys.executable, cmd, env)
+    return 0  # not reached
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tandem`` console script."""
     args = _parser().parse_args(argv)
@@ -182,19 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"job {args.job_id}: cancellation requested")
             return 0
         if args.command == "flower":
-            cmd = [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tandem.tasks.app",
-                "flower",
-                f"--port={args.port}",
-                f"--address={args.address}",
-            ]
-            if args.basic_auth:
-                cmd.append(f"--basic-auth={args.basic_auth}")
-            os.execv(sys.executable, cmd)
+            return _flower(args)
     except (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError) as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2

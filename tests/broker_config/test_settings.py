@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, RoleSettings, Settings, celery_config
@@ -107,7 +109,7 @@ def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.
         pytest.param("TANDEM_ACTOR_TEMPERATURE", "2.50", id="temperature-high"),
         pytest.param("TANDEM_ACTOR_TEMPERATURE", "-0.1", id="temperature-negative"),
         pytest.param("TANDEM_ACTOR_TEMPERATURE", "nan", id="temperature-nan"),
-        pytest.param("TANDEM_THINKER_MAX_TOKENS", "0", id="max-tokens-zero"),
+        pytest.param("TANDEM_THINKER_MAX_TOKENS", "-1", id="max-tokens-negative"),
         pytest.param("TANDEM_ACTOR_MAX_TOKENS", "lots", id="max-tokens-text"),
         pytest.param("TANDEM_THINKER_TIMEOUT", "0.5", id="model-timeout-low"),
         pytest.param("TANDEM_ACTOR_TIMEOUT", "-inf", id="model-timeout-inf"),
@@ -137,7 +139,7 @@ def test_an_unknown_parser_lists_the_known_ones() -> None:
 
 
 def test_a_text_where_a_whole_number_goes_suggests_a_valid_one() -> None:
-    with pytest.raises(SettingsError, match=r"set it to e\.g\. 1\b"):
+    with pytest.raises(SettingsError, match=r"set it to e\.g\. 4096\b"):
         Settings.from_env({"TANDEM_ACTOR_MAX_TOKENS": "lots"})
 
 
@@ -296,3 +298,37 @@ def test_function_calling_mode_of_a_role() -> None:
     assert Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "prompt"}).actor.function_calling == "prompt"
     with pytest.raises(SettingsError, match="TANDEM_ACTOR_FUNCTION_CALLING='xml'"):
         Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "xml"})
+
+
+def test_each_role_caps_its_replies_by_default() -> None:
+    settings = Settings.from_env({})
+    assert (settings.thinker.reply_tokens, settings.actor.reply_tokens) == (8192, 4096)
+    assert Settings.from_env({"TANDEM_ACTOR_MAX_TOKENS": "0"}).actor.reply_tokens is None  # no cap
+    assert Settings.from_env({"TANDEM_ACTOR_MAX_TOKENS": "512"}).actor.reply_tokens == 512
+
+
+def test_flower_credentials_come_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    from tandem.broker_config.settings import flower_basic_auth
+
+    assert flower_basic_auth({}) is None
+    assert flower_basic_auth({"FLOWER_BASIC_AUTH": "ops:long-enough"}) == "ops:long-enough"
+    creds = tmp_path / "auth"
+    creds.write_text("a:first-pass1,b:second-pass2\n")
+    assert flower_basic_auth({"FLOWER_BASIC_AUTH_FILE": str(creds)}) == "a:first-pass1,b:second-pass2"
+    with pytest.raises(SettingsError, match="at least 8"):
+        flower_basic_auth({"FLOWER_BASIC_AUTH": "ops:short"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TANDEM_SECRETS_KEY", "not-a-key"),
+        ("TANDEM_MAX_SPEC_BYTES", "10"),
+        ("TANDEM_MAX_TOOL_CALLS", "0"),
+        ("TANDEM_REDIS_SOCKET_TIMEOUT", "0.1"),
+        ("TANDEM_SIGNING_KEY", "/nonexistent.pem"),
+    ],
+)
+def test_a_bad_security_setting_names_the_variable(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})

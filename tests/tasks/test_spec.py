@@ -24,6 +24,7 @@ def test_defaults() -> None:
         "hops": 0,
         "max_rounds": 20,
         "metadata": {},
+        "secrets": {},
     }
 
 
@@ -38,6 +39,7 @@ def test_every_field_is_read() -> None:
         "hops": 2,
         "max_rounds": 5,
         "metadata": {"tenant": "t1"},
+        "secrets": {"gh_token": "t0ken-value"},
     }
     assert validate_spec(raw).model_dump() == raw
 

@@ -7,6 +7,7 @@ Nothing here needs Redis: workers and Flower are intercepted where they would st
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,13 +213,25 @@ def test_a_solo_worker_has_no_concurrency(worker_main: Captured) -> None:
     assert argv is not None and "--concurrency" not in argv and option(argv, "--pool") == "solo"
 
 
-def test_flower_execs_celery_flower(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(cli.os, "execv", lambda path, argv: calls.append((path, list(argv))))
+Exec = list[tuple[str, list[str], dict[str, str]]]
 
-    assert cli.main(["flower", "--port", "5600", "--basic-auth", "u:p"]) == 0
 
-    ((path, argv),) = calls
+@pytest.fixture
+def execs(monkeypatch: pytest.MonkeyPatch) -> Exec:
+    calls: Exec = []
+    monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: calls.append((path, list(argv), dict(env))))
+    monkeypatch.delenv("FLOWER_BASIC_AUTH", raising=False)
+    monkeypatch.delenv("FLOWER_BASIC_AUTH_FILE", raising=False)
+    return calls
+
+
+def test_flower_execs_celery_flower_with_the_password_in_its_environment_not_argv(
+    execs: Exec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "ops:s3cret-pass")
+    assert cli.main(["flower", "--port", "5600", "--address", "0.0.0.0"]) == 0
+
+    ((path, argv, env),) = execs
     assert path == cli.sys.executable
     assert argv[1:] == [
         "-m",
@@ -227,6 +240,48 @@ def test_flower_execs_celery_flower(monkeypatch: pytest.MonkeyPatch) -> None:
         "tandem.tasks.app",
         "flower",
         "--port=5600",
-        "--address=127.0.0.1",
-        "--basic-auth=u:p",
+        "--address=0.0.0.0",
     ]
+    assert env["FLOWER_BASIC_AUTH"] == "ops:s3cret-pass"
+    assert not any("s3cret" in a for a in argv)
+
+
+def test_flower_reads_its_credentials_from_a_file(execs: Exec, tmp_path: Path) -> None:
+    creds = tmp_path / "flower.auth"
+    creds.write_text("ops:from-a-file-1\n")
+    assert cli.main(["flower", "--address", "0.0.0.0", "--basic-auth-file", str(creds)]) == 0
+    assert execs[0][2]["FLOWER_BASIC_AUTH"] == "ops:from-a-file-1"
+
+
+def test_flower_refuses_a_public_address_without_auth(
+    execs: Exec, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["flower", "--address", "0.0.0.0"]) == 2
+    assert not execs
+    err = capsys.readouterr().err
+    assert "'0.0.0.0'" in err and "FLOWER_BASIC_AUTH" in err
+
+
+def test_flower_on_loopback_may_run_without_auth_but_never_unauthenticated_api(
+    execs: Exec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_UNAUTHENTICATED_API", "true")
+    assert cli.main(["flower"]) == 0
+    assert "FLOWER_UNAUTHENTICATED_API" not in execs[0][2] and "FLOWER_BASIC_AUTH" not in execs[0][2]
+
+
+def test_flower_refuses_a_password_on_the_command_line(
+    execs: Exec, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["flower", "--basic-auth", "u:password1"]) == 2
+    assert not execs and "command line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["ops", "ops:short", ":nouser-password"])
+def test_flower_refuses_malformed_or_weak_credentials(
+    execs: Exec, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", value)
+    assert cli.main(["flower", "--address", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert not execs and "at least 8" in err and "short" not in err.replace("shorter", "")

@@ -1,0 +1,66 @@
+"""``TandemTask``: the base class of tandem's Celery tasks, whose requests never show secrets.
+
+Flower and the worker log show a task's arguments as the message's ``argsrepr``/``kwargsrepr``,
+which a client writes as it likes (a bare Celery client writes the whole spec, secrets included).
+``RedactingRequest`` rewrites both from the decoded arguments when the worker receives the message,
+before its ``task-received`` event is sent: ``JobSpec.secrets`` values become ``***``, credentials are
+redacted (``tandem.toolkit.redaction``), and the text is cut to ``REPR_CHARS``.
+"""
+
+from __future__ import annotations
+
+from reprlib import Repr
+from typing import Any
+
+from celery import Task
+from celery.worker.request import Request
+
+from tandem.toolkit.redaction import MASK, redact, redact_data
+
+REPR_CHARS = 1024
+_repr = Repr()
+_repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxstring, _repr.maxother = 6, 20, 20, 200, 200
+
+
+def _mask_secrets(value: Any, depth: int = 0) -> Any:
+    if depth > 8:
+        return "..."
+    if isinstance(value, dict):
+        return {
+            k: (
+                dict.fromkeys(v, MASK)
+                if k == "secrets" and isinstance(v, dict)
+                else _mask_secrets(v, depth + 1)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_mask_secrets(v, depth + 1) for v in value[:50]]
+    return value
+
+
+def shown(value: Any) -> str:
+    """A short, redacted display form of a task's arguments."""
+    try:
+        text = redact(_repr.repr(redact_data(_mask_secrets(value))))
+    except Exception:
+        return "(arguments not shown)"
+    return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 3] + "..."
+
+
+class RedactingRequest(Request):
+    """A worker-side request whose ``argsrepr``/``kwargsrepr`` never hold secrets."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            self._argsrepr = shown(list(self.args))
+            self._kwargsrepr = shown(dict(self.kwargs))
+        except Exception:
+            self._argsrepr = self._kwargsrepr = "(arguments not shown)"
+
+
+class TandemTask(Task):
+    """Every tandem task: its requests are ``RedactingRequest``."""
+
+    Request = RedactingRequest

@@ -1,0 +1,68 @@
+"""``submit`` seals secrets on the client and shows the spec without them; the limits of the
+client's settings apply before anything is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+from cryptography.fernet import Fernet
+
+from tandem.broker_config import Settings
+from tandem.tasks import runtime as runtime_module
+from tandem.tasks.client import submit
+from tandem.tasks.errors import SpecLimitError
+from tandem.tasks.runtime import Runtime
+from tandem.tasks.sealing import is_sealed
+from tandem.tasks.store import JobStore
+
+
+class Sent:
+    id = "job-1"
+
+
+class FakeApp:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def AsyncResult(self, task_id: str) -> Any:
+        class Pending:
+            def ready(self) -> bool:
+                return False
+
+        return Pending()
+
+    def send_task(self, name: str, **options: Any) -> Sent:
+        self.sent.append({"name": name, **options})
+        return Sent()
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    rt = Runtime(
+        Settings.from_env(
+            {"TANDEM_SECRETS_KEY": Fernet.generate_key().decode(), "TANDEM_MAX_GOAL_CHARS": "50"}
+        )
+    )
+    monkeypatch.setattr(runtime_module, "_runtime", rt)
+    yield rt
+
+
+def test_submit_seals_secrets_and_hides_them_from_the_message_display(runtime: Runtime) -> None:
+    app = FakeApp()
+    store = JobStore(fakeredis.FakeRedis())
+    handle = submit({"goal": "g", "secrets": {"tok": "client-secret-42"}}, app=app, store=store)  # type: ignore[arg-type]
+    (sent,) = app.sent
+    assert sent["name"] == "tandem.infer"
+    assert is_sealed(sent["kwargs"]["spec"]["secrets"]["tok"])
+    assert "client-secret-42" not in repr(sent) and "'tok': '***'" in sent["kwargsrepr"]
+    assert handle.status().state == "queued"  # this handle submitted it
+
+
+def test_submit_applies_the_clients_limits(runtime: Runtime) -> None:
+    app = FakeApp()
+    with pytest.raises(SpecLimitError, match="TANDEM_MAX_GOAL_CHARS"):
+        submit({"goal": "g" * 51}, app=app, store=JobStore(fakeredis.FakeRedis()))  # type: ignore[arg-type]
+    assert app.sent == []
