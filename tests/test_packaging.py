@@ -9,6 +9,7 @@ holds a ``tasks.py``, ``toolkit.py`` and ``workers.py`` of its own, as a Celery 
 from __future__ import annotations
 
 import re
+import shutil
 import site
 import subprocess
 import sys
@@ -34,6 +35,9 @@ def _run(*cmd: str | Path, cwd: Path = ROOT, timeout: float = 300) -> subprocess
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # setuptools builds in ./build and keeps what it found there before: a module since renamed
+    # would end up in the wheel. The build directory is an artefact (git ignores it).
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", out, ".")
     assert "deprecat" not in (built.stdout + built.stderr).lower()
     _run(sys.executable, "-c", f"import setuptools.build_meta as b; b.build_sdist({str(out)!r})")
