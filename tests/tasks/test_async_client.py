@@ -141,7 +141,7 @@ def test_submit_async_sends_tandem_infer(store: JobStore, app: Celery, server: f
     class Sent:
         id = "job-7"
 
-    def send_task(name: str, kwargs: dict[str, Any]) -> Sent:
+    def send_task(name: str, kwargs: dict[str, Any], **options: Any) -> Sent:
         sent.append({"name": name, "kwargs": kwargs, "thread": threading.current_thread().name})
         return Sent()
 
