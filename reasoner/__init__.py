@@ -9,7 +9,9 @@ from __future__ import annotations
 from tandem._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "ApprovalError": "tandem.reasoner.errors",
     "ConfigurationError": "tandem.reasoner.errors",
+    "Decision": "tandem.reasoner.approval",
     "DualModelReasoner": "tandem.reasoner.dual",
     "FunctionCallResult": "tandem.reasoner.messages",
     "FunctionCallStatus": "tandem.reasoner.messages",
@@ -19,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "ModelMessage": "tandem.reasoner.messages",
     "ModelService": "tandem.reasoner.model_service",
     "MonoModelReasoner": "tandem.reasoner.mono",
+    "PendingCall": "tandem.reasoner.approval",
     "ReActReasoner": "tandem.reasoner.react",
     "ReasonerError": "tandem.reasoner.errors",
     "ReasonerHooks": "tandem.reasoner.hooks",

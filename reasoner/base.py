@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from tandem.reasoner import steps
+from tandem.reasoner.approval import Approver
 from tandem.reasoner.errors import ReasonerError
 from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.model_service import ModelService
 from tandem.reasoner.task import ReasonerOutcome, Task
+from tandem.reasoner.tool_round import run_tool_round
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.tool import Tool
 
@@ -23,7 +25,12 @@ class LoopReasoner:
 
     Subclasses say who speaks: ``DualModelReasoner`` (Thinker then Actor each round) or
     ``MonoModelReasoner`` (one model). ``run`` never raises for a model or tool failure: the
-    outcome says ``failed`` and keeps the messages so far.
+    outcome says ``failed`` and keeps the messages so far. ``arun``/``ainfer`` are the same loop
+    for asyncio code (``tandem.reasoner.async_runner``).
+
+    ``approve`` decides on calls that need approval (``Tool.requires_approval``,
+    ``Task.approve_tools``): it gets the pending calls and returns decisions (see
+    ``tandem.reasoner.approval``); sync or ``async``. Without it such calls are rejected.
     """
 
     mode: steps.Mode = "dual"
@@ -35,10 +42,12 @@ class LoopReasoner:
         *,
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
+        approve: Approver | None = None,
     ) -> None:
         self.actor = actor
         self.runner = runner or ToolRunner()
         self.hooks = hooks or NO_HOOKS
+        self.approve = approve
 
     def run(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
         """Reason about ``task`` until a deliverable, the round budget, or a failure."""
@@ -69,13 +78,32 @@ class LoopReasoner:
             if nxt.kind == "truncated":
                 return "truncated"
             if nxt.kind == "tools":
-                for index, call in enumerate(nxt.calls, start=1):
-                    self.hooks.tool_called(round_no, index, call)
-                results = self.runner.run_calls(tools, nxt.calls, steps.tool_context(task, round_no))
-                for result in results:
-                    self.hooks.tool_returned(round_no, result)
+                results = run_tool_round(
+                    self.runner,
+                    tools,
+                    nxt.calls,
+                    task=task,
+                    round_no=round_no,
+                    hooks=self.hooks,
+                    approver=self.approve,
+                )
                 steps.apply_tool_results(memory, round_no, results)
         return "truncated"
+
+    async def arun(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
+        """``run`` for asyncio: model calls are awaited (``agenerate``), a reply's tool calls run
+        concurrently; the same steps, decisions, hooks and outcome."""
+        from tandem.reasoner.async_runner import arun_loop
+
+        return await arun_loop(self, task, memory)
+
+    async def ainfer(self, task: Task) -> str:
+        """``infer`` for asyncio."""
+        memory = InMemoryReasonerMemory()
+        outcome = await self.arun(task, memory)
+        if outcome.status == "failed":
+            raise ReasonerError(outcome.error or "the run failed")
+        return self.conclude(memory)
 
     def infer(self, task: Task) -> str:
         """Run ``task`` and return ``conclude`` of its memory (use ``run`` to see the status)."""

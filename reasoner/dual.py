@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tandem.reasoner.approval import Approver
 from tandem.reasoner.base import LoopReasoner
 from tandem.reasoner.hooks import ReasonerHooks
 from tandem.reasoner.model_service import ModelService
@@ -22,6 +23,7 @@ class DualModelReasoner(LoopReasoner):
         *,
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
+        approve: Approver | None = None,
     ) -> None:
-        super().__init__(actor, runner=runner, hooks=hooks)
+        super().__init__(actor, runner=runner, hooks=hooks, approve=approve)
         self.thinker = thinker

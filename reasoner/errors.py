@@ -6,7 +6,8 @@ The tree::
     ├── ConfigurationError        a developer's mistake: bad settings, unknown parser, bad tool
     ├── ModelCallError            a model host failed; ``model`` and ``api_base`` name it
     │   └── TransientModelError   the failure may pass (429, 5xx, timeout); retried before it escapes
-    └── MemoryLimitError          a run's conversation grew past ``Task.max_memory_bytes``
+    ├── MemoryLimitError          a run's conversation grew past ``Task.max_memory_bytes``
+    └── ApprovalError             decisions on tool calls awaiting approval are unusable
 
 Errors of tools and toolkits have their own root, ``tandem.toolkit.errors.ToolkitError``.
 
@@ -52,3 +53,10 @@ class TransientModelError(ModelCallError):
 
 class MemoryLimitError(ReasonerError):
     """The conversation grew past ``Task.max_memory_bytes``: the run stops, its memory is kept."""
+
+
+class ApprovalError(ReasonerError):
+    """Decisions on calls awaiting approval cannot be applied (unknown call, bad edited args, ...).
+
+    Nothing was decided: either every decision of a batch applies or none does.
+    """

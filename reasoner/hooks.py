@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 
 if TYPE_CHECKING:
+    from tandem.reasoner.approval import Decision, PendingCall
     from tandem.reasoner.function_calling import ParsedFunctionCall
     from tandem.reasoner.task import ReasonerOutcome
 
@@ -29,6 +30,12 @@ class ReasonerHooks:
 
     def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:
         """A tool call finished (succeeded or failed)."""
+
+    def approval_requested(self, round_no: int, pending: list[PendingCall]) -> None:
+        """Calls of ``round_no`` wait for a decision (index, tool, args, objective of each)."""
+
+    def approval_decided(self, round_no: int, decisions: list[Decision]) -> None:
+        """The decisions on the waiting calls of ``round_no`` (a timeout gives rejections)."""
 
     def finished(self, outcome: ReasonerOutcome) -> None:
         """The run ended."""

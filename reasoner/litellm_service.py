@@ -1,5 +1,8 @@
 """``LiteLlmModelService``: a ``ModelService`` over ``litellm.completion`` for any model host.
 
+``agenerate`` is the same call over ``litellm.acompletion`` for asyncio code (the reasoners'
+``arun``); every contract below holds for both.
+
 One instance talks to one model: an OpenAI-compatible server (vLLM, SGLang, llama.cpp, a gateway)
 through ``api_base``, or any provider LiteLLM knows by its model prefix.
 
@@ -41,25 +44,25 @@ LiteLLM is imported on first use, not with this module: workers and the CLI impo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from tandem.reasoner.litellm_errors import failure_kind, is_call_failure, parse_retry_after, translate
 from tandem.reasoner.litellm_replies import (
-    ToolCallAccumulator,
-    host_reported_usage,
     new_call_id,
     parsed_tool_call,
     raw_message,
     usage_of,
 )
+from tandem.reasoner.litellm_stream import PartialStreamError, StreamReader, body_keeper
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.model_service import BaseModelService
 from tandem.reasoner.retry_policy import RetryPolicy
@@ -98,15 +101,6 @@ def _import_litellm() -> ModuleType:
 # -- the service --------------------------------------------------------------------------
 
 
-class _PartialStreamError(Exception):
-    """A stream failed after part of the reply reached the listener (not retryable here)."""
-
-    def __init__(self, cause: BaseException, delivered: int) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-        self.delivered = delivered
-
-
 class LiteLlmModelService(BaseModelService):
     """A language model reached through LiteLLM (see the module docstring for the contracts).
 
@@ -117,7 +111,8 @@ class LiteLlmModelService(BaseModelService):
     merged into the request body (its ``chat_template_kwargs`` win over those ``thinking``
     sets). ``tool_runner`` runs prompt-mode calls (``call_function``); a default one is made on
     first use. ``role`` (``"thinker"``/``"actor"``) only makes error advice name the right
-    ``TANDEM_<ROLE>_*`` setting. ``sleep`` and ``rng`` are injectable for tests.
+    ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``) and
+    ``rng`` are injectable for tests.
     """
 
     def __init__(
@@ -140,6 +135,7 @@ class LiteLlmModelService(BaseModelService):
         *,
         role: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
@@ -150,6 +146,7 @@ class LiteLlmModelService(BaseModelService):
             raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
         super().__init__(tool_runner)
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, sleep, rng or random.Random())
+        self.asleep = asleep
         self.model = model
         self.name = model
         self.api_base = api_base or None
@@ -224,42 +221,71 @@ class LiteLlmModelService(BaseModelService):
                 if self.stream:
                     return self._streamed(request, on_delta)
                 return self._complete(request, on_delta)
-            except _PartialStreamError as partial:
-                error = self._translate(partial.cause, attempts=attempt + 1)
-                raise TransientModelError(
-                    f"{error} The stream broke after {partial.delivered} characters had reached "
-                    "on_delta, so it was not retried here.",
-                    model=self.model,
-                    api_base=self.api_base,
-                    status_code=error.status_code,
-                ) from partial.cause
             except Exception as exc:
-                if not is_call_failure(exc):
-                    raise
-                error = self._translate(exc, attempts=attempt + 1)
-                if not isinstance(error, TransientModelError) or not self.retry.can_retry(attempt):
-                    raise error from exc
-                wait = self.retry.delay(attempt, error.retry_after)
-                if wait is None:
-                    raise TransientModelError(
-                        f"{error} The host asks to retry after {error.retry_after:g}s, longer than "
-                        f"backoff_max ({self.retry.backoff_max:g}s): not waited for here.",
-                        retry_after=error.retry_after,
-                        model=self.model,
-                        api_base=self.api_base,
-                        status_code=error.status_code,
-                    ) from exc
-                logger.warning(
-                    "model %s at %s: attempt %d of %d failed (%s); retrying in %.2fs",
-                    self.model,
-                    self.host,
-                    attempt + 1,
-                    self.retry.max_retries + 1,
-                    error.status_code or failure_kind(exc),
-                    wait,
-                )
-                self.retry.sleep(wait)
-                attempt += 1
+                wait = self._retry_wait(exc, attempt)
+            self.retry.sleep(wait)
+            attempt += 1
+
+    async def agenerate(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None = None,
+        tool_call_ctx: ToolCallContext | None = None,
+        on_delta: DeltaListener | None = None,
+    ) -> ModelMessage:
+        """``generate`` for asyncio, over ``litellm.acompletion`` (streamed too): the same request,
+        reply, retries and errors; waiting for a reply or a back-off never blocks the loop."""
+        request = self._request(sys_prompt, messages, tools)
+        attempt = 0
+        while True:
+            try:
+                if self.stream:
+                    return await self._astreamed(request, on_delta)
+                return await self._acomplete(request, on_delta)
+            except Exception as exc:
+                wait = self._retry_wait(exc, attempt)
+            await self.asleep(wait)
+            attempt += 1
+
+    def _retry_wait(self, exc: Exception, attempt: int) -> float:
+        """Seconds to wait before retrying after attempt ``attempt`` failed with ``exc``; raises the
+        error to give up with (not a call failure, not transient, retries spent, Retry-After too
+        long, or a stream that broke after text reached the listener)."""
+        if isinstance(exc, PartialStreamError):
+            error = self._translate(exc.cause, attempts=attempt + 1)
+            raise TransientModelError(
+                f"{error} The stream broke after {exc.delivered} characters had reached "
+                "on_delta, so it was not retried here.",
+                model=self.model,
+                api_base=self.api_base,
+                status_code=error.status_code,
+            ) from exc.cause
+        if not is_call_failure(exc):
+            raise exc
+        error = self._translate(exc, attempts=attempt + 1)
+        if not isinstance(error, TransientModelError) or not self.retry.can_retry(attempt):
+            raise error from exc
+        wait = self.retry.delay(attempt, error.retry_after)
+        if wait is None:
+            raise TransientModelError(
+                f"{error} The host asks to retry after {error.retry_after:g}s, longer than "
+                f"backoff_max ({self.retry.backoff_max:g}s): not waited for here.",
+                retry_after=error.retry_after,
+                model=self.model,
+                api_base=self.api_base,
+                status_code=error.status_code,
+            ) from exc
+        logger.warning(
+            "model %s at %s: attempt %d of %d failed (%s); retrying in %.2fs",
+            self.model,
+            self.host,
+            attempt + 1,
+            self.retry.max_retries + 1,
+            error.status_code or failure_kind(exc),
+            wait,
+        )
+        return wait
 
     # -- requests ----------------------------------------------------------------------
 
@@ -295,13 +321,18 @@ class LiteLlmModelService(BaseModelService):
 
     def _complete(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
         raw_bodies: list[str] = []
+        response = _import_litellm().completion(**request, logger_fn=body_keeper(raw_bodies))
+        return self._from_response(response, raw_bodies, on_delta)
 
-        def keep_raw_body(details: Mapping[str, Any]) -> None:
-            body = details.get("original_response")
-            if isinstance(body, str) and not raw_bodies:
-                raw_bodies.append(body)
+    async def _acomplete(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        raw_bodies: list[str] = []
+        response = await _import_litellm().acompletion(**request, logger_fn=body_keeper(raw_bodies))
+        return self._from_response(response, raw_bodies, on_delta)
 
-        response = _import_litellm().completion(**request, logger_fn=keep_raw_body)
+    def _from_response(
+        self, response: Any, raw_bodies: list[str], on_delta: DeltaListener | None
+    ) -> ModelMessage:
+        """The reply of a non-streamed call (``raw_bodies``: the host's JSON, when LiteLLM gave it)."""
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ModelCallError(
@@ -337,25 +368,7 @@ class LiteLlmModelService(BaseModelService):
 
     def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
         stream = _import_litellm().completion(**request)
-        reasoning_parts: list[str] = []
-        content_parts: list[str] = []
-        native = ToolCallAccumulator()
-        parsed_calls: list[Any] = []
-        parser_stream: Any = None
-        provider_reasoning = False
-        usage: Any = None
-        delivered = 0
-
-        def emit(reasoning: str, content: str) -> None:
-            nonlocal delivered
-            if reasoning:
-                reasoning_parts.append(reasoning)
-            if content:
-                content_parts.append(content)
-            if on_delta is not None and (reasoning or content):
-                on_delta(reasoning, content)
-                delivered += len(reasoning) + len(content)
-
+        reader = self._reader(on_delta)
         iterator = iter(stream)
         while True:
             try:
@@ -363,45 +376,28 @@ class LiteLlmModelService(BaseModelService):
             except StopIteration:
                 break
             except Exception as exc:
-                if delivered and is_call_failure(exc):
-                    raise _PartialStreamError(exc, delivered) from exc
+                reader.broke(exc)
                 raise
-            if getattr(chunk, "usage", None):
-                usage = chunk.usage
-            choices = getattr(chunk, "choices", None) or []
-            if not choices:
-                continue
-            delta = choices[0].delta
-            if delta is None:
-                continue
-            reasoning_piece = getattr(delta, "reasoning_content", None) or ""
-            content_piece = getattr(delta, "content", None) or ""
-            out_reasoning, out_content = reasoning_piece, ""
-            if reasoning_piece:
-                provider_reasoning = True
-            if content_piece:
-                if parser_stream is None and not provider_reasoning:
-                    parser_stream = self.parser.stream(self.thinking)
-                if parser_stream is None:
-                    out_content = content_piece
-                else:
-                    split = parser_stream.feed(content_piece)
-                    out_reasoning += split.reasoning
-                    out_content = split.content
-                    parsed_calls.extend(getattr(split, "tool_calls", ()) or ())
-            if getattr(delta, "tool_calls", None):
-                native.add(delta.tool_calls)
-            emit(out_reasoning, out_content)
-        if parser_stream is not None:
-            tail = parser_stream.finish()
-            parsed_calls.extend(getattr(tail, "tool_calls", ()) or ())
-            emit(tail.reasoning, tail.content)
-        reasoning, content = "".join(reasoning_parts), "".join(content_parts)
-        emit("", self._calls_from_reasoning(reasoning, content))
-        if usage is not None and not host_reported_usage(stream):
-            usage = None
-        tool_calls = native.calls() + [parsed_tool_call(call) for call in parsed_calls]
-        return self._message("".join(content_parts), reasoning, tool_calls, usage_of(usage))
+            reader.feed(chunk)
+        return self._message(*reader.finish(stream))
+
+    async def _astreamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        stream = await _import_litellm().acompletion(**request)
+        reader = self._reader(on_delta)
+        iterator = stream.__aiter__()
+        while True:
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                reader.broke(exc)
+                raise
+            reader.feed(chunk)
+        return self._message(*reader.finish(stream))
+
+    def _reader(self, on_delta: DeltaListener | None) -> StreamReader:
+        return StreamReader(self.parser, self.thinking, on_delta, self._calls_from_reasoning)
 
     def _calls_from_reasoning(self, reasoning: str, content: str) -> str:
         """The text to append to ``content``: reasoning's ``<function_call>`` blocks, if enabled."""

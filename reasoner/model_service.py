@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
@@ -27,6 +29,11 @@ class ModelService(Protocol):
     native tool calling and the reply carries ``tool_calls``. Without ``tools`` the reasoners
     describe tools in the prompt and read ``<function_call>`` blocks with ``call_function``.
     The reply's ``reasoning`` holds the model's thinking, apart from ``content``.
+
+    A service may also offer ``async def agenerate(...)`` with the same arguments and result
+    (``AsyncModelService``): the reasoners' ``arun``/``ainfer`` await it, so one event loop
+    drives many jobs. ``LiteLlmModelService`` (``litellm.acompletion``) and
+    ``ScriptedModelService`` do; a service without it is called in a worker thread there.
     """
 
     name: str
@@ -51,6 +58,49 @@ class ModelService(Protocol):
     ) -> list[FunctionCallResult] | None:
         """Run the ``<function_call>`` blocks of a reply; ``None`` when it holds none."""
         ...
+
+
+@runtime_checkable
+class AsyncModelService(Protocol):
+    """A ``ModelService`` that can also be awaited (see ``ModelService``)."""
+
+    name: str
+
+    async def agenerate(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None = None,
+        tool_call_ctx: ToolCallContext | None = None,
+        on_delta: DeltaListener | None = None,
+    ) -> ModelMessage:
+        """``generate`` for asyncio: the same request and reply, without blocking the loop."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One model call a step is about to make: system prompt, chat messages, native tools."""
+
+    sys_prompt: str
+    messages: list[ChatMessage]
+    tools: list[Tool] | None = None
+
+
+async def agenerate(
+    model: ModelService,
+    request: ModelRequest,
+    on_delta: DeltaListener | None = None,
+) -> ModelMessage:
+    """Await ``model``'s reply to ``request``: its ``agenerate`` when it has one, else its
+    ``generate`` in a worker thread (so a sync-only service still does not block the loop)."""
+    if isinstance(model, AsyncModelService):
+        return await model.agenerate(
+            request.sys_prompt, request.messages, tools=request.tools, on_delta=on_delta
+        )
+    return await asyncio.to_thread(
+        model.generate, request.sys_prompt, request.messages, tools=request.tools, on_delta=on_delta
+    )
 
 
 class BaseModelService:

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from tandem.reasoner import steps
+from tandem.reasoner.approval import Approver
 from tandem.reasoner.errors import ConfigurationError, ReasonerError
 from tandem.reasoner.function_calling import (
     FUNCTION_CALLING_GUIDE,
@@ -48,9 +49,10 @@ from tandem.reasoner.function_calling import (
 from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall
-from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelService
+from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelRequest, ModelService
 from tandem.reasoner.prompts import task_text
 from tandem.reasoner.task import OutcomeStatus, ReasonerOutcome, Task
+from tandem.reasoner.tool_round import run_tool_round
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.tool import Tool
@@ -63,10 +65,13 @@ __all__ = [
     "needs_more_steps",
     "react_after_tools",
     "react_answer",
+    "react_call_ids",
     "react_calls",
     "react_outcome",
     "react_plan_next",
     "react_prompt",
+    "react_record",
+    "react_request",
     "react_step",
     "react_view",
     "rounds_for",
@@ -265,6 +270,21 @@ def react_step(
     existing = memory.get_message(round_no, "actor")
     if existing is not None:
         return existing
+    request = react_request(task, memory, round_no, tools, mode=mode)
+    reply = model.generate(request.sys_prompt, request.messages, tools=request.tools, on_delta=on_delta)
+    return react_record(task, memory, round_no, reply, tools, mode=mode, hooks=hooks)
+
+
+def react_request(
+    task: Task,
+    memory: ReasonerMemory,
+    round_no: int,
+    tools: Sequence[Tool] = (),
+    *,
+    mode: FunctionCalling = "native",
+) -> ModelRequest:
+    """What the model is sent in ``round_no``; ``ReasonerError`` when the previous round asked for
+    tools whose results are not stored (the model would see a call without its result)."""
     if round_no > 0:
         previous = memory.get_message(round_no - 1, "actor")
         pending = previous is not None and react_calls(previous, mode)
@@ -274,12 +294,25 @@ def react_step(
             )
     history = memory.get_messages()
     steps.check_memory_size(task, history)
-    reply = model.generate(
+    return ModelRequest(
         react_prompt(tools, mode),
         react_view(task, history, round_no, mode),
-        tools=list(tools) if mode == "native" and tools else None,
-        on_delta=on_delta,
+        list(tools) if mode == "native" and tools else None,
     )
+
+
+def react_record(
+    task: Task,
+    memory: ReasonerMemory,
+    round_no: int,
+    reply: ModelMessage,
+    tools: Sequence[Tool] = (),
+    *,
+    mode: FunctionCalling = "native",
+    hooks: ReasonerHooks = NO_HOOKS,
+) -> ModelMessage:
+    """Store the model's reply of ``round_no`` (ids made unique; calls that do not fit the budget
+    replaced by the ``NEEDS_MORE_STEPS`` answer); returns the stored message."""
     if reply.tool_calls:
         reply = reply.model_copy(update={"tool_calls": _unique_ids(list(reply.tool_calls), round_no)})
     calls = react_calls(reply, mode)
@@ -291,6 +324,13 @@ def react_step(
         hooks.model_replied(message)
     # A concurrent duplicate may have stored first: the stored message is the truth.
     return memory.get_message(round_no, "actor") or message
+
+
+def react_call_ids(message: ModelMessage, calls: Sequence[ParsedFunctionCall]) -> list[str | None]:
+    """The native ids of a reply's calls (``None`` for each ``<function_call>`` block)."""
+    if message.tool_calls:
+        return [c.id for c in message.tool_calls]
+    return [None] * len(calls)
 
 
 def react_plan_next(
@@ -401,7 +441,8 @@ class ReActReasoner:
 
     ``max_steps`` is the step budget (model steps and tool steps count one each; see the module
     docstring); it replaces ``Task.max_rounds``, which ``run`` does not read. ``function_calling``
-    picks native tool calls or the ``<function_call>`` prompt protocol. ``runner`` executes the
+    picks native tool calls or the ``<function_call>`` prompt protocol. ``approve`` decides on
+    calls that need approval, as for ``LoopReasoner``. ``runner`` executes the
     calls (a copy with ``on_injected="drop"`` is used: values the model sends for injected
     parameters are dropped). ``hooks.round_started`` gets ``rounds_for(max_steps)`` as the round
     count. ``run`` never raises for a model or tool failure: the outcome says ``failed`` and keeps
@@ -416,6 +457,7 @@ class ReActReasoner:
         function_calling: FunctionCalling = "native",
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
+        approve: Approver | None = None,
     ) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"max_steps must be a whole number of at least 1, got {max_steps!r}")
@@ -428,6 +470,7 @@ class ReActReasoner:
         self.function_calling: FunctionCalling = function_calling
         self.runner = _dropping(runner or ToolRunner())
         self.hooks = hooks or NO_HOOKS
+        self.approve = approve
 
     def run(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
         """Run ``task`` until an answer, a ``return_direct`` result, the budget, or a failure.
@@ -461,13 +504,16 @@ class ReActReasoner:
                 return "truncated"
             stored = memory.get_message(round_no, "tool")
             if stored is None:
-                for index, call in enumerate(nxt.calls, start=1):
-                    self.hooks.tool_called(round_no, index, call)
-                call_ids = [c.id for c in reply.tool_calls] if reply.tool_calls else [None] * len(nxt.calls)
-                ctx = steps.tool_context(task, round_no)
-                results = run_tools(self.runner, tools, nxt.calls, ctx, call_ids)
-                for result in results:
-                    self.hooks.tool_returned(round_no, result)
+                results = run_tool_round(
+                    self.runner,
+                    tools,
+                    nxt.calls,
+                    task=task,
+                    round_no=round_no,
+                    hooks=self.hooks,
+                    approver=self.approve,
+                    call_ids=react_call_ids(reply, nxt.calls),
+                )
                 stored = steps.apply_tool_results(memory, round_no, results)
             after = react_after_tools(task, stored.function_results, round_no)
             if after.kind == "deliver":
@@ -475,6 +521,20 @@ class ReActReasoner:
             if after.kind == "truncated":
                 return "truncated"
         return "truncated"  # not reached: the budget ends the loop through react_plan_next
+
+    async def arun(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
+        """``run`` for asyncio: model calls are awaited (``agenerate``), a reply's tool calls run
+        concurrently; the same steps, decisions, hooks and outcome."""
+        from tandem.reasoner.async_runner import arun_react
+
+        return await arun_react(self, task, memory)
+
+    async def ainfer(self, task: Task) -> str:
+        """``infer`` for asyncio."""
+        outcome = await self.arun(task)
+        if outcome.status == "failed":
+            raise ReasonerError(outcome.error or "the run failed")
+        return outcome.deliverable
 
     def infer(self, task: Task) -> str:
         """Run ``task`` and return its answer; ``ReasonerError`` if the run failed."""

@@ -24,7 +24,7 @@ from tandem.reasoner.function_calling import (
 from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
-from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelService
+from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelRequest, ModelService
 from tandem.reasoner.prompts import actor_prompt, mono_prompt, round_note, task_text, thinker_prompt
 from tandem.reasoner.task import ReasonerOutcome, Task
 from tandem.toolkit.context import ToolCallContext
@@ -136,6 +136,47 @@ def check_memory_size(task: Task, history: Sequence[ModelMessage]) -> None:
             )
 
 
+def thinker_request(
+    task: Task, memory: ReasonerMemory, round_no: int, tools: Sequence[Tool] = ()
+) -> ModelRequest:
+    """What the Thinker is sent in ``round_no``: its system prompt and its view of the memory;
+    ``MemoryLimitError`` when the memory is over ``task.max_memory_bytes``."""
+    history = memory.get_messages()
+    check_memory_size(task, history)
+    return ModelRequest(thinker_prompt(tools), thinker_view(task, history, round_no))
+
+
+def actor_request(
+    task: Task,
+    memory: ReasonerMemory,
+    round_no: int,
+    tools: Sequence[Tool] = (),
+    actions: Sequence[Action] = (),
+    mode: Mode = "dual",
+) -> ModelRequest:
+    """What the Actor (or the mono model) is sent in ``round_no``; ``MemoryLimitError`` as
+    ``thinker_request``."""
+    prompt_fn = actor_prompt if mode == "dual" else mono_prompt
+    history = memory.get_messages()
+    check_memory_size(task, history)
+    return ModelRequest(prompt_fn(tools, actions, task.toolkit), actor_view(task, history, round_no, mode))
+
+
+def record_reply(
+    memory: ReasonerMemory,
+    reply: ModelMessage,
+    round_no: int,
+    role: Literal["thinker", "actor"],
+    hooks: ReasonerHooks = NO_HOOKS,
+) -> ModelMessage:
+    """Store a model's reply as ``(round_no, role)`` and return the stored message (the first
+    stored wins; ``hooks.model_replied`` is called only by the caller that stored it)."""
+    message, stored = _store(memory, reply, round_no, role)
+    if stored:
+        hooks.model_replied(message)
+    return message
+
+
 def thinker_step(
     model: ModelService,
     task: Task,
@@ -150,13 +191,9 @@ def thinker_step(
     existing = memory.get_message(round_no, "thinker")
     if existing is not None:
         return existing
-    history = memory.get_messages()
-    check_memory_size(task, history)
-    reply = model.generate(thinker_prompt(tools), thinker_view(task, history, round_no), on_delta=on_delta)
-    message, stored = _store(memory, reply, round_no, "thinker")
-    if stored:
-        hooks.model_replied(message)
-    return message
+    request = thinker_request(task, memory, round_no, tools)
+    reply = model.generate(request.sys_prompt, request.messages, on_delta=on_delta)
+    return record_reply(memory, reply, round_no, "thinker", hooks)
 
 
 def actor_step(
@@ -175,18 +212,9 @@ def actor_step(
     existing = memory.get_message(round_no, "actor")
     if existing is not None:
         return existing
-    prompt_fn = actor_prompt if mode == "dual" else mono_prompt
-    history = memory.get_messages()
-    check_memory_size(task, history)
-    reply = model.generate(
-        prompt_fn(tools, actions, task.toolkit),
-        actor_view(task, history, round_no, mode),
-        on_delta=on_delta,
-    )
-    message, stored = _store(memory, reply, round_no, "actor")
-    if stored:
-        hooks.model_replied(message)
-    return message
+    request = actor_request(task, memory, round_no, tools, actions, mode)
+    reply = model.generate(request.sys_prompt, request.messages, on_delta=on_delta)
+    return record_reply(memory, reply, round_no, "actor", hooks)
 
 
 def stopped(message: ModelMessage) -> bool:

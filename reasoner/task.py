@@ -25,6 +25,10 @@ class Task:
     Tools come from ``tools`` and, when ``toolkit`` is set, from the toolkit: the tools that the
     ``actions`` lead to (see ``ToolkitService.recommend_subgraph``), or every toolkit tool when no
     actions are named. ``allowed_tools`` narrows the result to those names.
+
+    Calls to tools declaring ``requires_approval``, and to those ``approve_tools`` names
+    (``"all"``: every tool), wait for the reasoner's ``approve`` callback; with
+    ``approval_timeout_s`` set, no decision in time rejects them (see ``tandem.reasoner.approval``).
     """
 
     goal: str
@@ -42,12 +46,27 @@ class Task:
     """Credentials for the tools, injected as ``ToolCallContext.secrets``; never put in a prompt."""
     max_memory_bytes: int | None = None
     """The conversation's size (JSON bytes) past which the next model step fails the run."""
+    approve_tools: list[str] | Literal["all"] = field(default_factory=list)
+    approval_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.goal or not self.goal.strip():
             raise ConfigurationError("Task.goal is empty: say what the reasoner should achieve")
         if self.max_rounds < 1:
             raise ConfigurationError(f"Task.max_rounds must be at least 1, got {self.max_rounds!r}")
+        from tandem.reasoner.approval import validate_approve_tools
+
+        try:
+            self.approve_tools = validate_approve_tools(self.approve_tools)
+        except ValueError as exc:
+            raise ConfigurationError(f"Task.{exc}") from None
+        timeout = self.approval_timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"Task.approval_timeout_s must be a positive number of seconds or None, got {timeout!r}"
+            )
 
     def recommend(self) -> tuple[list[Tool], list[Action]]:
         """The tools and actions offered to the Actor for this task."""

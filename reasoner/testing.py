@@ -6,6 +6,7 @@ through the same reasoning split and tool-call path as a real model service.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,6 +72,27 @@ class ScriptedModelService(BaseModelService):
         on_delta: DeltaListener | None = None,
     ) -> ModelMessage:
         """The next scripted reply, as a model message (role ``actor``, round 0)."""
+        return self._generate(sys_prompt, messages, tools, on_delta)
+
+    async def agenerate(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None = None,
+        tool_call_ctx: ToolCallContext | None = None,
+        on_delta: DeltaListener | None = None,
+    ) -> ModelMessage:
+        """``generate`` for asyncio (a script needs no I/O: it yields to the loop once)."""
+        await asyncio.sleep(0)
+        return self._generate(sys_prompt, messages, tools, on_delta)
+
+    def _generate(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None,
+        on_delta: DeltaListener | None,
+    ) -> ModelMessage:
         chat = [dict(m) for m in messages]
         reply = self._next_reply(sys_prompt, chat)
         if tools is not None:

@@ -6,6 +6,7 @@ reply, and the Celery ``run_tool`` task calls ``run_call`` for one call of a fan
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,8 @@ from tandem.toolkit.context import InjectionMapping, ToolCallContext
 from tandem.toolkit.errors import ToolArgumentsError
 from tandem.toolkit.redaction import redact, redact_data
 from tandem.toolkit.tool import InjectedPolicy, Tool
+
+_TIMEOUT_ADVICE = "Try smaller input or another approach."
 
 
 def render_output(value: Any) -> str:
@@ -172,19 +175,109 @@ class ToolRunner:
         ctx: ToolCallContext | None = None,
         *,
         call_id: str | None = None,
+        approved: bool = False,
     ) -> FunctionCallResult:
         """Run one call and report its real outcome; never raises.
 
         Whatever goes wrong (bad arguments, a tool error, a timeout, an output that cannot be
         rendered, a bug here) becomes a FAILED result the model can read, and an output is only
         reported FAILED when the tool itself failed: once the tool has run, its success stands.
+        A tool declaring ``requires_approval`` runs only with ``approved=True``: the caller says
+        a decision approved this call (see ``tandem.reasoner.approval``).
         """
         secrets = tuple(ctx.secrets.values()) if ctx is not None else ()
         try:
-            return self._run_call(tools, call, index, ctx, call_id, secrets)
+            return self._run_call(tools, call, index, ctx, call_id, secrets, approved)
         except Exception as exc:  # the contract: a result, whatever happened
             output = f"the call could not be handled ({_describe_error(exc)})"
             return self._result(call, index, call_id, secrets, FunctionCallStatus.FAILED, output)
+
+    async def arun_call(
+        self,
+        tools: Mapping[str, Tool],
+        call: ParsedFunctionCall,
+        index: int,
+        ctx: ToolCallContext | None = None,
+        *,
+        call_id: str | None = None,
+        approved: bool = False,
+    ) -> FunctionCallResult:
+        """``run_call`` for asyncio: an ``async`` tool is awaited in the running loop, a plain one
+        runs in a thread; the same checks, limits, timeout and results."""
+        secrets = tuple(ctx.secrets.values()) if ctx is not None else ()
+
+        def failed(output: str) -> FunctionCallResult:
+            return self._result(call, index, call_id, secrets, FunctionCallStatus.FAILED, output)
+
+        try:
+            ready = self._prepare(tools, call, index, call_id, secrets, approved)
+            if isinstance(ready, FunctionCallResult):
+                return ready
+            tool, args = ready
+            timeout = tool.timeout if tool.timeout is not None else self.timeout
+            try:
+                value = await asyncio.wait_for(
+                    tool.ainvoke(args, context=ctx, services=self.services), timeout
+                )
+            except TimeoutError:
+                within = f"the tool did not finish within {timeout:g} s"
+                return failed(f"{tool.name!r} timed out: {within}. {_TIMEOUT_ADVICE}")
+            except Exception as exc:
+                return failed(f"{tool.name!r} raised {_describe_error(exc)}")
+            return self._succeeded(tool, call, index, call_id, secrets, value)
+        except Exception as exc:  # the contract: a result, whatever happened
+            return failed(f"the call could not be handled ({_describe_error(exc)})")
+
+    def run_indexed(
+        self,
+        tools: Sequence[Tool],
+        calls: Sequence[tuple[int, ParsedFunctionCall]],
+        ctx: ToolCallContext | None = None,
+        call_ids: Mapping[int, str | None] | None = None,
+        *,
+        approved: bool = False,
+    ) -> list[FunctionCallResult]:
+        """Run some calls of a reply, each with its number in the reply, in parallel (up to
+        ``max_parallel``); results in the order given."""
+        by_name = {t.name: t for t in tools}
+        base = ctx or ToolCallContext()
+        ids = call_ids or {}
+
+        def one(item: tuple[int, ParsedFunctionCall]) -> FunctionCallResult:
+            index, call = item
+            call_ctx = base.model_copy(update={"call_index": index})
+            return self.run_call(by_name, call, index, call_ctx, call_id=ids.get(index), approved=approved)
+
+        if len(calls) <= 1:
+            return [one(item) for item in calls]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_parallel, len(calls)))) as pool:
+            return list(pool.map(one, calls))
+
+    async def arun_indexed(
+        self,
+        tools: Sequence[Tool],
+        calls: Sequence[tuple[int, ParsedFunctionCall]],
+        ctx: ToolCallContext | None = None,
+        call_ids: Mapping[int, str | None] | None = None,
+        *,
+        approved: bool = False,
+    ) -> list[FunctionCallResult]:
+        """``run_indexed`` for asyncio: the calls are awaited concurrently (up to
+        ``max_parallel`` at once); results in the order given."""
+        by_name = {t.name: t for t in tools}
+        base = ctx or ToolCallContext()
+        ids = call_ids or {}
+        limit = asyncio.Semaphore(max(1, self.max_parallel))
+
+        async def one(item: tuple[int, ParsedFunctionCall]) -> FunctionCallResult:
+            index, call = item
+            call_ctx = base.model_copy(update={"call_index": index})
+            async with limit:
+                return await self.arun_call(
+                    by_name, call, index, call_ctx, call_id=ids.get(index), approved=approved
+                )
+
+        return list(await asyncio.gather(*(one(item) for item in calls)))
 
     def _result(
         self,
@@ -230,7 +323,69 @@ class ToolRunner:
         ctx: ToolCallContext | None,
         call_id: str | None,
         secrets: tuple[str, ...],
+        approved: bool = False,
     ) -> FunctionCallResult:
+        ready = self._prepare(tools, call, index, call_id, secrets, approved)
+        if isinstance(ready, FunctionCallResult):
+            return ready
+        tool, args = ready
+        timeout = tool.timeout if tool.timeout is not None else self.timeout
+        try:
+            value = _call_with_timeout(
+                lambda: tool.invoke(args, context=ctx, services=self.services), timeout
+            )
+        except TimeoutError as exc:
+            return self._result(
+                call,
+                index,
+                call_id,
+                secrets,
+                FunctionCallStatus.FAILED,
+                f"{tool.name!r} timed out: {exc}. {_TIMEOUT_ADVICE}",
+            )
+        except Exception as exc:
+            return self._result(
+                call,
+                index,
+                call_id,
+                secrets,
+                FunctionCallStatus.FAILED,
+                f"{tool.name!r} raised {_describe_error(exc)}",
+            )
+        return self._succeeded(tool, call, index, call_id, secrets, value)
+
+    def _succeeded(
+        self,
+        tool: Tool,
+        call: ParsedFunctionCall,
+        index: int,
+        call_id: str | None,
+        secrets: tuple[str, ...],
+        value: Any,
+    ) -> FunctionCallResult:
+        return self._result(
+            call,
+            index,
+            call_id,
+            secrets,
+            FunctionCallStatus.SUCCEEDED,
+            render_output(value),
+            name=tool.name,
+            return_direct=tool.return_direct,
+        )
+
+    def _prepare(
+        self,
+        tools: Mapping[str, Tool],
+        call: ParsedFunctionCall,
+        index: int,
+        call_id: str | None,
+        secrets: tuple[str, ...],
+        approved: bool,
+    ) -> FunctionCallResult | tuple[Tool, dict[str, Any]]:
+        """The tool and validated arguments of a call, or the FAILED result that replaces it
+        (the checks and limits ``run_call`` and ``arun_call`` share)."""
+
         def failed(output: str) -> FunctionCallResult:
             return self._result(call, index, call_id, secrets, FunctionCallStatus.FAILED, output)
 
@@ -261,6 +416,11 @@ class ToolRunner:
         if tool is None:
             valid = ", ".join(sorted(tools)) or "(no tools are available in this step)"
             return failed(f"There is no tool named {call.name!r}. Valid tool names: {valid}.")
+        if tool.requires_approval and not approved:
+            return failed(
+                f"The call was not run: {tool.name!r} needs a person's approval and none was given "
+                "for this call. Take another way or ask the user."
+            )
         try:
             args = tool.validate_args(call.args, on_injected=self.on_injected)
         except ToolArgumentsError as exc:
@@ -280,22 +440,4 @@ class ToolRunner:
                 f"past their timeout (limit TANDEM_MAX_HUNG_TOOLS={self.max_hung}). Try again later or "
                 "without this tool."
             )
-        timeout = tool.timeout if tool.timeout is not None else self.timeout
-        try:
-            value = _call_with_timeout(
-                lambda: tool.invoke(args, context=ctx, services=self.services), timeout
-            )
-        except TimeoutError as exc:
-            return failed(f"{tool.name!r} timed out: {exc}. Try smaller input or another approach.")
-        except Exception as exc:
-            return failed(f"{tool.name!r} raised {_describe_error(exc)}")
-        return self._result(
-            call,
-            index,
-            call_id,
-            secrets,
-            FunctionCallStatus.SUCCEEDED,
-            render_output(value),
-            name=tool.name,
-            return_direct=tool.return_direct,
-        )
+        return tool, args

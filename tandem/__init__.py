@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "JobResult": "tandem.tasks.spec",
     "JobSpec": "tandem.tasks.spec",
     "submit": "tandem.tasks.client",
+    "submit_async": "tandem.tasks.client",
     # in-process reasoners and their inputs
     "DualModelReasoner": "tandem.reasoner.dual",
     "MonoModelReasoner": "tandem.reasoner.mono",
@@ -75,6 +76,7 @@ __all__ = [
     "get_reasoning_parser",
     "load_toolkit",
     "submit",
+    "submit_async",
     "tool",
 ]
 
@@ -88,7 +90,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.reasoner.react import ReActReasoner
     from tandem.reasoner.task import Task
     from tandem.reasoner.testing import ScriptedModelService
-    from tandem.tasks.client import JobHandle, submit
+    from tandem.tasks.client import JobHandle, submit, submit_async
     from tandem.tasks.errors import JobError
     from tandem.tasks.spec import JobResult, JobSpec
     from tandem.toolkit.action import Action

@@ -1,6 +1,16 @@
 """The Celery side: the app, the tasks (thin adapters over ``reasoner``), and the client API."""
 
-from tandem.tasks.client import JobHandle, JobTimeout, job, submit
+from tandem.tasks.client import JobHandle, JobTimeout, job, submit, submit_async
 from tandem.tasks.spec import JobResult, JobSpec, JobStatus, validate_spec
 
-__all__ = ["JobHandle", "JobResult", "JobSpec", "JobStatus", "JobTimeout", "job", "submit", "validate_spec"]
+__all__ = [
+    "JobHandle",
+    "JobResult",
+    "JobSpec",
+    "JobStatus",
+    "JobTimeout",
+    "job",
+    "submit",
+    "submit_async",
+    "validate_spec",
+]

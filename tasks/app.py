@@ -30,5 +30,6 @@ def create_app(settings: Settings) -> Celery:
 settings = Settings.from_env()
 app = create_app(settings)
 
+import tandem.tasks.decide  # noqa: E402  (registers ``tandem.decide``)
 import tandem.tasks.turns  # noqa: E402  (registers the tasks on ``app``)
 import tandem.tasks.worker_signals  # noqa: E402,F401  (starts the lease watchdog in workers)

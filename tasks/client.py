@@ -1,27 +1,47 @@
-"""Submitting jobs and following them: ``submit(spec) -> JobHandle``."""
+"""Submitting jobs and following them: ``submit(spec) -> JobHandle``, or from asyncio code
+``await submit_async(spec)``, ``await handle.aresult()``, ``async for e in handle.aevents()``."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from celery import Celery
 
-from tandem.tasks.errors import JobTimeout, UnknownJobError
+from tandem.reasoner.approval import Decision
+from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
+from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
+from tandem.tasks.errors import DecisionRefused, JobTimeout, UnknownJobError
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
 from tandem.toolkit.redaction import redact
 
 
 class JobHandle:
-    """A submitted job: its ``id`` (the Celery id of ``tandem.infer``), status, events and result."""
+    """A submitted job: its ``id`` (the Celery id of ``tandem.infer``), status, events and result.
 
-    def __init__(self, job_id: str, store: JobStore, app: Celery, *, submitted: bool = False) -> None:
+    The ``a``-methods are for asyncio code: they wait on redis's asyncio client (a new client of
+    the store's server per call, from ``aredis``; by default one like the store's), never in a
+    thread, so a service can follow thousands of jobs at once.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        store: JobStore,
+        app: Celery,
+        *,
+        submitted: bool = False,
+        aredis: AsyncRedisFactory | None = None,
+    ) -> None:
         self.id = job_id
         self._store = store
         self._app = app
         self._submitted = submitted
+        self._aredis = aredis
 
     def __repr__(self) -> str:
         return f"JobHandle({self.id!r})"
@@ -84,13 +104,127 @@ class JobHandle:
         """
         self._store.request_cancel(self.id)
         if self._state() == "queued":
-            # No worker has started the job: it ends here, and its intake message is revoked.
-            self._app.control.revoke(self.id)
-            result = self._store.finish(
-                JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
-                ttl=int(self._app.conf.result_expires or 86400),
-            )
-            self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS")
+            self._cancel_queued()
+
+    def _cancel_queued(self) -> None:
+        """No worker has started the job: it ends here, and its intake message is revoked."""
+        self._app.control.revoke(self.id)
+        result = self._store.finish(
+            JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
+            ttl=int(self._app.conf.result_expires or 86400),
+        )
+        self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS")
+
+    # -- approval ----------------------------------------------------------------------------
+
+    def pending_approval(self) -> ApprovalRecord | None:
+        """The job's calls waiting for a decision and the decisions so far (``None``: none asked)."""
+        return ApprovalStore(self._store).get(self.id)
+
+    def decide(self, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
+        """Decide on calls awaiting approval through the ``tandem.decide`` task (a worker applies
+        it); all the decisions stored so far for the round.
+
+        ``decisions``: ``[{"index": 1, "approve": True}, {"index": 2, "approve": False, "reason":
+        "..."}, {"index": 3, "approve": True, "args": {...}}]`` (``Decision`` objects too), or
+        ``True``/``False`` for every undecided call.
+        ``DecisionRefused`` with the reason when refused (nothing changed then)."""
+        if isinstance(decisions, dict | Decision):
+            decisions = [decisions]  # one decision
+        wire = decisions if isinstance(decisions, bool) else [_wire(d) for d in decisions]
+        sent = self._app.send_task("tandem.decide", kwargs={"job_id": self.id, "decisions": wire})
+        reply = sent.get(timeout=timeout)
+        if not isinstance(reply, dict) or not reply.get("accepted"):
+            error = reply.get("error") if isinstance(reply, dict) else repr(reply)
+            raise DecisionRefused(str(error))
+        return [Decision.model_validate(d) for d in reply.get("decisions", [])]
+
+    def approve(
+        self, call: int | None = None, *, args: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> list[Decision]:
+        """Approve call ``call`` (with edited ``args`` if given), or every undecided call."""
+        if call is None:
+            if args is not None:
+                raise DecisionRefused("edited args need the call they are for: approve(call=N, args=...)")
+            return self.decide(True, timeout=timeout)
+        decision: dict[str, Any] = {"index": call, "approve": True}
+        if args is not None:
+            decision["args"] = args
+        return self.decide([decision], timeout=timeout)
+
+    def reject(self, reason: str, call: int | None = None, *, timeout: float = 30.0) -> list[Decision]:
+        """Reject call ``call``, or every undecided call, with ``reason`` (the model reads it)."""
+        if call is not None:
+            return self.decide([{"index": call, "approve": False, "reason": reason}], timeout=timeout)
+        record = self.pending_approval()
+        if record is None:
+            raise DecisionRefused(f"job {self.id!r} is not waiting for a decision; nothing was decided")
+        undecided = [{"index": p.index, "approve": False, "reason": reason} for p in record.undecided()]
+        return self.decide(undecided, timeout=timeout)
+
+    # -- asyncio ------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _astore(self) -> AsyncIterator[AsyncJobStore]:
+        factory = self._aredis or async_redis_factory(self._store.redis)
+        client = factory()
+        try:
+            yield AsyncJobStore(client, self._store)
+        finally:
+            await client.aclose()  # type: ignore[attr-defined]  # redis>=5; the stubs predate it
+
+    async def astatus(self) -> JobStatus:
+        """``status`` for asyncio (a job the store does not know is asked of Celery, in a thread)."""
+        async with self._astore() as store:
+            found = await store.status(self.id)
+        if found is not None:
+            return found
+        return await asyncio.to_thread(self.status)
+
+    async def aresult(self, timeout: float | None = None) -> JobResult:
+        """``result`` for asyncio: waits on the job's event stream (woken by its ``final``
+        event), not by polling; ``JobTimeout`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        async with self._astore() as store:
+            last_id = await store.last_event_id(self.id)
+            while True:
+                found = await store.result(self.id)
+                if found is None and await store.status(self.id) is None:
+                    # Not started, or refused at intake (which ends with a Celery result only):
+                    # asked of Celery at most once a second, in a thread (it has no asyncio API).
+                    found = await asyncio.to_thread(self._celery_result)
+                if found is not None:
+                    return found
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    state = (await store.status(self.id) or JobStatus(job_id=self.id)).state
+                    raise JobTimeout(f"job {self.id} has not ended after {timeout:g} s (state: {state})")
+                last_id = await store.wait_event(self.id, last_id, min(left, 1.0))
+
+    async def aevents(self, *, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """``events`` for asyncio: the same events in the same order, until ``final``."""
+        async with self._astore() as store:
+            async for event in store.events(self.id, timeout=timeout):
+                yield event
+
+    async def acancel(self) -> None:
+        """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has
+        started yet is ended and revoked through Celery, in a thread)."""
+        async with self._astore() as store:
+            await store.request_cancel(self.id)
+            status = await store.status(self.id)
+        state = status.state if status is not None else await asyncio.to_thread(self._state)
+        if state == "queued":
+            await asyncio.to_thread(self._cancel_queued)
+
+
+
+
+def _wire(decision: Any) -> Any:
+    """A decision in its JSON form (``Decision`` objects are dumped; dicts pass as they are)."""
+    if isinstance(decision, Decision):
+        return decision.model_dump(mode="json", exclude_none=True)
+    return decision
 
 
 def submit(
@@ -125,6 +259,21 @@ def _shown(value: Any, limit: int = 1024) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+async def submit_async(
+    spec: JobSpec | dict[str, Any],
+    *,
+    app: Celery | None = None,
+    store: JobStore | None = None,
+    aredis: AsyncRedisFactory | None = None,
+) -> JobHandle:
+    """``submit`` for asyncio code: the spec is validated at once (``JobSpecError``, nothing
+    enqueued) and the message is sent from a thread, as Celery's client is not asyncio."""
+    job_spec = validate_spec(spec)
+    handle = await asyncio.to_thread(submit, job_spec, app=app, store=store)
+    handle._aredis = aredis
+    return handle
+
+
 def job(job_id: str) -> JobHandle:
     """A handle on an existing job by id."""
     from tandem.tasks.runtime import get_runtime
@@ -142,4 +291,4 @@ def _default_app() -> Celery:
     return app
 
 
-__all__ = ["FINAL_STATES", "JobHandle", "JobTimeout", "job", "submit"]
+__all__ = ["FINAL_STATES", "JobHandle", "JobTimeout", "job", "submit", "submit_async"]

@@ -6,7 +6,8 @@ The tree::
     ├── JobSpecError          a job spec is invalid; the message names the field and the reason (``code`` 400)
     │   └── SpecLimitError    a spec (or a part of it) is over a size or depth limit (``code`` 413)
     ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
-    └── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
+    ├── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
+    └── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
 
 A job that fails at run time is not an exception: its ``JobResult`` has ``status="failed"`` and the
 reason in ``error``.
@@ -40,3 +41,8 @@ class UnknownJobError(JobError, LookupError):
 
 class JobTimeout(JobError, TimeoutError):
     """``JobHandle.result`` waited ``timeout`` seconds and the job had not ended."""
+
+
+class DecisionRefused(JobError, ValueError):
+    """A decision on a job's calls awaiting approval was refused (the job waits for none, an
+    unknown call, edited args that do not fit, decided already, too late); nothing changed."""

@@ -214,7 +214,18 @@ class Runtime:
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
         """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one),
-        narrowed to what the tool policy permits it, with its secrets unsealed for the tools."""
+        narrowed to what the tool policy permits it, with its secrets unsealed for the tools.
+
+        ``JobSpecError`` for ``approve_tools``: workers cannot park a job for a decision yet, and
+        running those tools unreviewed is not an option. (Tools declaring ``requires_approval``
+        are refused by the tool runner, call by call, with a FAILED result the model reads.)
+        """
+        if spec.approve_tools:
+            raise JobSpecError(
+                f"approve_tools={spec.approve_tools!r}: jobs on workers cannot wait for approval yet; "
+                "run this task in-process with an approve callback (reasoner.run/arun), or drop "
+                "approve_tools"
+            )
         try:
             allowed = self.policy.for_job(self.known_tools(), spec.tools)
         except ToolPolicyError as exc:

@@ -59,6 +59,24 @@ class JobSpec(BaseModel):
 
     def __repr_args__(self) -> Any:
         return [(k, v) for k, v in super().__repr_args__() if k != "secrets"]
+    approve_tools: list[str] | Literal["all"] = Field(
+        default_factory=list,
+        description="Tools whose calls wait for a person's decision, on top of those declaring "
+        "requires_approval; 'all' for every tool.",
+    )
+    approval_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 86400,
+        description="Seconds a call may wait for a decision; none in time counts as a rejection.",
+    )
+
+    @field_validator("approve_tools", mode="before")
+    @classmethod
+    def _approve_tools(cls, value: Any) -> Any:
+        from tandem.reasoner.approval import validate_approve_tools
+
+        return validate_approve_tools(value)
 
     @field_validator("goal")
     @classmethod

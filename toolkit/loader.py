@@ -6,6 +6,7 @@ The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``, a
     tools:
       - function: mypkg.tools:add          # name defaults to the function's name
       - {name: search_docs, function: mypkg.tools:search, timeout: 10, return_direct: false}
+      - {function: mypkg.tools:send_email, requires_approval: true}   # a person approves each call
     groups:
       - name: files
         mcp: {transport: stdio, command: python, args: ["-m", "mypkg.mcp_server"], timeout: 30}
@@ -58,7 +59,7 @@ from tandem.toolkit.tool import Tool
 logger = logging.getLogger(__name__)
 
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-_TOOL_KEYS = {"function", "name", "description", "timeout", "return_direct"}
+_TOOL_KEYS = {"function", "name", "description", "timeout", "return_direct", "requires_approval"}
 _GROUP_KEYS = {"name", "description", "mcp"}
 _MCP_KEYS = {"transport", "command", "args", "env", "cwd", "url", "headers", "timeout", "prefix"}
 _ACTION_KEYS = {"name", "description", "tools", "next"}
@@ -226,6 +227,9 @@ class _Loader:
         return_direct = row.get("return_direct", False)
         if not isinstance(return_direct, bool):
             self.fail(where, f"'return_direct' must be true or false, got {return_direct!r}")
+        requires_approval = row.get("requires_approval", False)
+        if not isinstance(requires_approval, bool):
+            self.fail(where, f"'requires_approval' must be true or false, got {requires_approval!r}")
         obj = import_reference(reference, f"{self.path}: {where}")
         if isinstance(obj, Tool):
             overrides: dict[str, Any] = {
@@ -235,11 +239,18 @@ class _Loader:
             }
             if "return_direct" in row:
                 overrides["return_direct"] = return_direct
+            if "requires_approval" in row:
+                overrides["requires_approval"] = requires_approval
             made = dataclasses.replace(obj, **overrides) if overrides else obj
         elif callable(obj):
             try:
                 made = Tool.from_function(
-                    obj, name=name, description=description, timeout=timeout, return_direct=return_direct
+                    obj,
+                    name=name,
+                    description=description,
+                    timeout=timeout,
+                    return_direct=return_direct,
+                    requires_approval=requires_approval,
                 )
             except ToolkitError as exc:
                 self.fail(where, str(exc))

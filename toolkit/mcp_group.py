@@ -267,6 +267,9 @@ class McpToolGroup(ToolGroup):
         def call_mcp_tool(**arguments: Any) -> str:
             return self.call(remote_name, arguments)
 
+        async def acall_mcp_tool(**arguments: Any) -> str:  # what ``Tool.ainvoke`` awaits
+            return await self.call_async(remote_name, arguments)
+
         call_mcp_tool.__name__ = f"{self.prefix}{remote_name}"
         call_mcp_tool.__doc__ = remote.description
         schema = dict(remote.input_schema) if remote.input_schema else {"type": "object", "properties": {}}
@@ -274,6 +277,7 @@ class McpToolGroup(ToolGroup):
             name=f"{self.prefix}{remote_name}",
             description=remote.description or remote.title or "",
             function=call_mcp_tool,
+            async_function=acall_mcp_tool,
             schema=schema,
             timeout=self.timeout + CLOSE_GRACE,
         )

@@ -8,12 +8,13 @@ Parameters annotated with ``ToolCallContext`` or with a type registered in an
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,10 +95,17 @@ class Tool:
     """Seconds a call may take; ``None`` uses the runner's default."""
     return_direct: bool = False
     """In a ReAct run, this tool's result ends the run and is the answer."""
+    requires_approval: bool = False
+    """A person (or an ``approve`` callback) must approve each call before it runs; see
+    the approval module of the reasoners. A runner never runs such a call on its own."""
+    async_function: Callable[..., Awaitable[Any]] | None = None
+    """An ``async`` form of ``function`` with the same parameters (an MCP tool's call), awaited
+    by ``ainvoke`` instead of running ``function`` in a thread."""
     injection: InjectionMapping = dataclasses.field(default_factory=lambda: injection_mapping, repr=False)
     _model_cache: tuple[int, dict[str, type], type[BaseModel] | None] | None = dataclasses.field(
         default=None, init=False, repr=False
     )
+    _schema_cache: tuple[int, dict[str, Any]] | None = dataclasses.field(default=None, init=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -113,6 +121,7 @@ class Tool:
         *,
         timeout: float | None = None,
         return_direct: bool = False,
+        requires_approval: bool = False,
         injection: InjectionMapping | None = None,
     ) -> Tool:
         """A tool from a plain or ``async`` function; the docstring is its description."""
@@ -131,6 +140,7 @@ class Tool:
             function=fn,
             timeout=timeout,
             return_direct=return_direct,
+            requires_approval=requires_approval,
             injection=injection or injection_mapping,
         )
         made._build()  # fail now, at definition, on an unusable signature
@@ -183,10 +193,14 @@ class Tool:
             return self.schema
         model = self._build()[1]
         assert model is not None
-        schema = _strip_titles(model.model_json_schema())
-        schema.pop("additionalProperties", None)
-        schema.setdefault("properties", {})
-        return dict(schema)
+        cached = self._schema_cache
+        if cached is None or cached[0] != self.injection.version:
+            # Built once per injection version: every model request describes every tool.
+            schema = _strip_titles(model.model_json_schema())
+            schema.pop("additionalProperties", None)
+            schema.setdefault("properties", {})
+            cached = self._schema_cache = (self.injection.version, schema)
+        return copy.deepcopy(cached[1])
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool in the OpenAI ``tools=`` format."""
@@ -246,6 +260,25 @@ class Tool:
             raise ToolArgumentsError(self.name, loc, exc.message) from None
         return given
 
+    def _call_args(
+        self,
+        args: Mapping[str, Any],
+        context: ToolCallContext | None,
+        services: InjectionMapping | None,
+    ) -> dict[str, Any]:
+        """``args`` plus a value for every injected parameter."""
+        injected, _ = self._build()
+        mapping = services or self.injection
+        call_args = dict(args)
+        for pname, ptype in injected.items():
+            if ptype is ToolCallContext:
+                call_args[pname] = context or ToolCallContext()
+            elif ptype in mapping:
+                call_args[pname] = mapping.get(ptype)
+            else:
+                call_args[pname] = None
+        return call_args
+
     def invoke(
         self,
         args: Mapping[str, Any],
@@ -257,19 +290,29 @@ class Tool:
 
         Blocking: run it in a worker thread when a timeout or parallelism is needed.
         """
-        injected, _ = self._build()
-        mapping = services or self.injection
-        call_args = dict(args)
-        for pname, ptype in injected.items():
-            if ptype is ToolCallContext:
-                call_args[pname] = context or ToolCallContext()
-            elif ptype in mapping:
-                call_args[pname] = mapping.get(ptype)
-            else:
-                call_args[pname] = None
-        result = self.function(**call_args)
+        result = self.function(**self._call_args(args, context, services))
         if inspect.isawaitable(result):
             return asyncio.run(_await(result))
+        return result
+
+    async def ainvoke(
+        self,
+        args: Mapping[str, Any],
+        *,
+        context: ToolCallContext | None = None,
+        services: InjectionMapping | None = None,
+    ) -> Any:
+        """``invoke`` for asyncio code: an ``async`` function (or ``async_function``) is awaited in
+        the running loop, a plain one runs in a worker thread (``asyncio.to_thread``) so the loop
+        never blocks."""
+        call_args = self._call_args(args, context, services)
+        if self.async_function is not None:
+            return await self.async_function(**call_args)
+        if inspect.iscoroutinefunction(self.function):
+            return await self.function(**call_args)
+        result = await asyncio.to_thread(lambda: self.function(**call_args))
+        if inspect.isawaitable(result):  # a plain function that returned an awaitable
+            return await result
         return result
 
 
@@ -284,12 +327,19 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     return_direct: bool = False,
+    requires_approval: bool = False,
 ) -> Any:
-    """Decorator form of ``Tool.from_function``: ``@tool`` or ``@tool(name=..., timeout=...)``."""
+    """Decorator form of ``Tool.from_function``: ``@tool`` or ``@tool(name=..., timeout=...,
+    requires_approval=True)``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool.from_function(
-            f, name=name, description=description, timeout=timeout, return_direct=return_direct
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            return_direct=return_direct,
+            requires_approval=requires_approval,
         )
 
     return wrap(fn) if fn is not None else wrap

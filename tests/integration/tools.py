@@ -68,12 +68,19 @@ def hang(ctx: ToolCallContext) -> str:
     return "late"
 
 
+def notify(to: str, ctx: ToolCallContext) -> str:
+    """Send a notification (needs a person's approval)."""
+    _record(ctx, "notify", time.time())
+    return f"notified {to}"
+
+
 def _build() -> ToolkitService:
     service = ToolkitService()
     work = Action("work", "work", "Do the work the task needs")
     service.add_action(work, [], [])
     for fn in (sleep_tool, add, boom, hang):
         service.add_tool(Tool.from_function(fn), [(work, 1.0)])
+    service.add_tool(Tool.from_function(notify, requires_approval=True), [(work, 1.0)])
     return service
 
 

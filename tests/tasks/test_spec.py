@@ -25,6 +25,8 @@ def test_defaults() -> None:
         "max_rounds": 20,
         "metadata": {},
         "secrets": {},
+        "approve_tools": [],
+        "approval_timeout_s": None,
     }
 
 
@@ -40,6 +42,8 @@ def test_every_field_is_read() -> None:
         "max_rounds": 5,
         "metadata": {"tenant": "t1"},
         "secrets": {"gh_token": "t0ken-value"},
+        "approve_tools": ["send_email"],
+        "approval_timeout_s": 600.0,
     }
     assert validate_spec(raw).model_dump() == raw
 
@@ -73,6 +77,24 @@ def test_a_spec_round_trips_as_json() -> None:
         pytest.param({"goal": "g", "tools": [1]}, "tools.0", "valid string", id="tools-item"),
         pytest.param({"goal": "g", "metadata": []}, "metadata", "valid dictionary", id="metadata-type"),
         pytest.param({"goal": "g", "max_round": 3}, "max_round", "unknown field", id="unknown-field"),
+        pytest.param(
+            {"goal": "g", "approve_tools": "some"},
+            "approve_tools",
+            "must be 'all' or a list of tool names",
+            id="approve-tools-word",
+        ),
+        pytest.param(
+            {"goal": "g", "approve_tools": ["a", ""]},
+            "approve_tools",
+            "each entry must be",
+            id="approve-tools-item",
+        ),
+        pytest.param(
+            {"goal": "g", "approval_timeout_s": 0},
+            "approval_timeout_s",
+            "greater than 0",
+            id="approval-timeout",
+        ),
     ],
 )
 def test_an_invalid_spec_names_the_field_and_the_reason(raw: dict[str, Any], field: str, reason: str) -> None:
@@ -82,6 +104,12 @@ def test_an_invalid_spec_names_the_field_and_the_reason(raw: dict[str, Any], fie
     assert message.startswith("invalid job spec: ")
     assert f"field {field!r}: " in message
     assert reason in message
+
+
+def test_approve_tools_takes_all_or_names() -> None:
+    assert validate_spec({"goal": "g", "approve_tools": "all"}).approve_tools == "all"
+    named = validate_spec({"goal": "g", "approve_tools": ["a", "b", "a"], "approval_timeout_s": 5})
+    assert named.approve_tools == ["a", "b"] and named.approval_timeout_s == 5.0
 
 
 def test_every_problem_is_listed_with_what_came() -> None:

@@ -138,6 +138,22 @@ def test_rows_are_not_chained_implicitly(write: Callable[[str], Path]) -> None:
     assert load_toolkit(write("")).vertices() == []
 
 
+def test_requires_approval_from_yaml(write: Callable[[str], Path]) -> None:
+    graph = load_toolkit(
+        write(
+            """
+            tools:
+              - {function: MOD:add, requires_approval: true}
+              - {name: yell, function: MOD:shout, requires_approval: true}
+              - function: MOD:search
+            """
+        )
+    )
+    assert graph.get_tool("add").requires_approval  # type: ignore[union-attr]
+    assert graph.get_tool("yell").requires_approval  # type: ignore[union-attr]
+    assert not graph.get_tool("search").requires_approval  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "fragments"),
     [
@@ -165,6 +181,11 @@ def test_rows_are_not_chained_implicitly(write: Callable[[str], Path]) -> None:
             "tools: [{function: 'no_such_module_xyz:f'}]",
             ["tools[0]", "no module named 'no_such_module_xyz'"],
             id="module-missing",
+        ),
+        pytest.param(
+            "tools: [{function: 'MOD:add', requires_approval: 'yes'}]",
+            ["tools[0]", "'requires_approval' must be true or false, got 'yes'"],
+            id="requires-approval-not-bool",
         ),
         pytest.param(
             "tools: [{function: 'MOD:missing'}]",

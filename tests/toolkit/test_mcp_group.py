@@ -170,3 +170,20 @@ def test_streamable_http(http_url: str) -> None:
     assert tools["web.add"].invoke({"a": 20, "b": 22}) == "42"
     with pytest.raises(McpToolError, match="refused: boom"):
         tools["web.fail"].invoke({})
+
+
+def test_an_mcp_tool_is_awaited_in_the_running_loop(group: McpToolGroup) -> None:
+    import asyncio
+    import threading
+
+    add = next(t for t in group.tools() if t.name == "add")
+    assert add.async_function is not None
+
+    async def call() -> tuple[str, set[str]]:
+        before = {t.name for t in threading.enumerate()}
+        out = await add.ainvoke(add.validate_args({"a": 2, "b": 40}))
+        return out, {t.name for t in threading.enumerate()} - before
+
+    out, new_threads = asyncio.run(call())
+    assert out == "42"
+    assert not any(name.startswith(("tandem-mcp", "asyncio_")) for name in new_threads), new_threads

@@ -1,0 +1,134 @@
+"""Reading a streamed LiteLLM reply: deltas for the listener, then the reply's parts.
+
+``StreamReader`` is fed the chunks of one stream, sync or async alike (only how chunks are
+fetched differs between ``LiteLlmModelService.generate`` and ``agenerate``). No request is made
+here and LiteLLM is not imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tandem.reasoner.litellm_errors import is_call_failure
+from tandem.reasoner.litellm_replies import (
+    ToolCallAccumulator,
+    host_reported_usage,
+    parsed_tool_call,
+    usage_of,
+)
+from tandem.reasoner.messages import NativeToolCall, Usage
+
+if TYPE_CHECKING:
+    from tandem.reasoner.model_service import DeltaListener
+    from tandem.reasoner.parsing.base import ReasoningParser
+
+
+class PartialStreamError(Exception):
+    """A stream failed after part of the reply reached the listener (not retryable here)."""
+
+    def __init__(self, cause: BaseException, delivered: int) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.delivered = delivered
+
+
+def body_keeper(raw_bodies: list[str]) -> Callable[[Mapping[str, Any]], None]:
+    """A LiteLLM ``logger_fn`` that keeps the host's first raw response body in ``raw_bodies``."""
+
+    def keep_raw_body(details: Mapping[str, Any]) -> None:
+        body = details.get("original_response")
+        if isinstance(body, str) and not raw_bodies:
+            raw_bodies.append(body)
+
+    return keep_raw_body
+
+
+class StreamReader:
+    """Turns a stream's chunks into ``(reasoning, content)`` deltas for the listener and, at the
+    end, the reply's content, reasoning, tool calls and usage.
+
+    Reasoning deltas from the host switch the content to pass-through only if they come before
+    any content; otherwise ``parser`` splits the content. ``calls_from_reasoning(reasoning,
+    content)`` gives text to append to the content once the stream ends.
+    """
+
+    def __init__(
+        self,
+        parser: ReasoningParser,
+        thinking: bool | None,
+        on_delta: DeltaListener | None,
+        calls_from_reasoning: Callable[[str, str], str],
+    ) -> None:
+        self.parser = parser
+        self.thinking = thinking
+        self.on_delta = on_delta
+        self.calls_from_reasoning = calls_from_reasoning
+        self.reasoning_parts: list[str] = []
+        self.content_parts: list[str] = []
+        self.native = ToolCallAccumulator()
+        self.parsed_calls: list[Any] = []
+        self.parser_stream: Any = None
+        self.provider_reasoning = False
+        self.usage: Any = None
+        self.delivered = 0
+        """Characters handed to the listener so far."""
+
+    def emit(self, reasoning: str, content: str) -> None:
+        """Keep a delta and hand it to the listener."""
+        if reasoning:
+            self.reasoning_parts.append(reasoning)
+        if content:
+            self.content_parts.append(content)
+        if self.on_delta is not None and (reasoning or content):
+            self.on_delta(reasoning, content)
+            self.delivered += len(reasoning) + len(content)
+
+    def broke(self, exc: Exception) -> None:
+        """The stream failed with ``exc``: ``PartialStreamError`` once text reached the listener
+        (the call must not be retried, the listener would see text twice); else nothing."""
+        if self.delivered and is_call_failure(exc):
+            raise PartialStreamError(exc, self.delivered) from exc
+
+    def feed(self, chunk: Any) -> None:
+        """Read one chunk: usage, reasoning and content deltas, tool-call deltas."""
+        if getattr(chunk, "usage", None):
+            self.usage = chunk.usage
+        choices = getattr(chunk, "choices", None) or []
+        if not choices:
+            return
+        delta = choices[0].delta
+        if delta is None:
+            return
+        reasoning_piece = getattr(delta, "reasoning_content", None) or ""
+        content_piece = getattr(delta, "content", None) or ""
+        out_reasoning, out_content = reasoning_piece, ""
+        if reasoning_piece:
+            self.provider_reasoning = True
+        if content_piece:
+            if self.parser_stream is None and not self.provider_reasoning:
+                self.parser_stream = self.parser.stream(self.thinking)
+            if self.parser_stream is None:
+                out_content = content_piece
+            else:
+                split = self.parser_stream.feed(content_piece)
+                out_reasoning += split.reasoning
+                out_content = split.content
+                self.parsed_calls.extend(getattr(split, "tool_calls", ()) or ())
+        if getattr(delta, "tool_calls", None):
+            self.native.add(delta.tool_calls)
+        self.emit(out_reasoning, out_content)
+
+    def finish(self, stream: Any) -> tuple[str, str, list[NativeToolCall], Usage]:
+        """Flush the parser; the reply's ``(content, reasoning, tool_calls, usage)``."""
+        if self.parser_stream is not None:
+            tail = self.parser_stream.finish()
+            self.parsed_calls.extend(getattr(tail, "tool_calls", ()) or ())
+            self.emit(tail.reasoning, tail.content)
+        reasoning, content = "".join(self.reasoning_parts), "".join(self.content_parts)
+        self.emit("", self.calls_from_reasoning(reasoning, content))
+        usage = self.usage
+        if usage is not None and not host_reported_usage(stream):
+            usage = None
+        tool_calls = self.native.calls() + [parsed_tool_call(call) for call in self.parsed_calls]
+        return "".join(self.content_parts), reasoning, tool_calls, usage_of(usage)

@@ -1,0 +1,121 @@
+"""``AsyncJobStore``: what a client reads of a job, with redis's asyncio client.
+
+The read side of ``JobStore`` for services written with asyncio (``JobHandle.aresult``,
+``aevents``, ``acancel``): the same keys (``JobStore.key``), the same JSON, no thread per
+waiting client. Workers keep writing through ``JobStore``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from tandem.tasks.spec import JobResult, JobStatus
+from tandem.tasks.store import JobStore
+
+AsyncRedisFactory = Callable[[], AsyncRedis]
+"""Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def event_from_entry(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
+    """A job event, ``{"id", "type", "data", "at"}``, from a stream entry (as ``JobStore.events``)."""
+    decoded = {_text(k): _text(v) for k, v in fields.items()}
+    return {
+        "id": _text(entry_id),
+        "type": decoded.get("type", ""),
+        "data": json.loads(decoded.get("data", "{}")),
+        "at": float(decoded.get("at", 0)),
+    }
+
+
+def async_redis_factory(sync: Redis) -> AsyncRedisFactory:
+    """A factory of asyncio clients of the same server and database as the client ``sync``
+    (TCP or Unix socket, with its credentials and TLS setting)."""
+    from redis.connection import SSLConnection, UnixDomainSocketConnection
+
+    pool = sync.connection_pool
+    given = dict(pool.connection_kwargs)
+    keep = ("db", "username", "password", "socket_timeout", "socket_connect_timeout", "client_name")
+    kwargs: dict[str, Any] = {k: given[k] for k in keep if given.get(k) is not None}
+    if issubclass(pool.connection_class, UnixDomainSocketConnection):
+        kwargs["unix_socket_path"] = given.get("path")
+    else:
+        kwargs["host"] = given.get("host", "localhost")
+        kwargs["port"] = given.get("port", 6379)
+        if issubclass(pool.connection_class, SSLConnection):
+            kwargs["ssl"] = True
+    return lambda: AsyncRedis(**kwargs)
+
+
+class AsyncJobStore:
+    """Reads a job's status, result and events, and asks for its cancellation, without blocking."""
+
+    def __init__(self, redis: AsyncRedis, keys: JobStore) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def status(self, job_id: str) -> JobStatus | None:
+        """The job's status, or ``None`` for an unknown job."""
+        raw = await self.redis.get(self.keys.key(job_id, "status"))
+        return None if raw is None else JobStatus.model_validate_json(raw)
+
+    async def result(self, job_id: str) -> JobResult | None:
+        """The final result, once the job has ended."""
+        raw = await self.redis.get(self.keys.key(job_id, "result"))
+        return None if raw is None else JobResult.model_validate_json(raw)
+
+    async def request_cancel(self, job_id: str) -> None:
+        """Ask the job to stop at its next step (as ``JobStore.request_cancel``)."""
+        # The store's key TTL where it has one, so a flag on a job that never runs expires too.
+        await self.redis.set(self.keys.key(job_id, "cancel"), "1", ex=getattr(self.keys, "ttl", None))
+
+    async def last_event_id(self, job_id: str) -> str:
+        """The id of the job's newest event, ``"0"`` when it has none."""
+        newest = await self.redis.xrevrange(self.keys.key(job_id, "events"), count=1)
+        return _text(newest[0][0]) if newest else "0"
+
+    async def wait_event(self, job_id: str, last_id: str, seconds: float) -> str:
+        """Wait up to ``seconds`` for an event after ``last_id``; the newest id seen."""
+        batch = await self.redis.xread(
+            {self.keys.key(job_id, "events"): last_id}, count=100, block=max(1, int(seconds * 1000))
+        )
+        for _stream, entries in batch or []:
+            for entry_id, _fields in entries:
+                last_id = _text(entry_id)
+        return last_id
+
+    async def events(
+        self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The job's events from ``last_id`` on, waiting for new ones, until ``final`` (the same
+        events, in the same order, as ``JobStore.events``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = self.keys.key(job_id, "events")
+        while deadline is None or time.monotonic() < deadline:
+            block = (
+                block_ms
+                if deadline is None
+                else max(1, min(block_ms, int((deadline - time.monotonic()) * 1000)))
+            )
+            batch = await self.redis.xread({key: last_id}, count=100, block=block)
+            for _stream, entries in batch or []:
+                for entry_id, fields in entries:
+                    event = event_from_entry(entry_id, fields)
+                    last_id = event["id"]
+                    yield event
+                    if event["type"] == "final":
+                        return
+            # Nothing new: stop for an unknown job, or for one that has ended.
+            if not batch and (await self.status(job_id) is None or await self.result(job_id) is not None):
+                return
+            await asyncio.sleep(0)

@@ -1,0 +1,143 @@
+"""``LiteLlmModelService.agenerate`` against the local OpenAI-compatible server.
+
+The async call must give exactly the reply, retries and errors of ``generate``: the cases are
+run through both and compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from tandem.reasoner.errors import ModelCallError, TransientModelError
+from tandem.reasoner.litellm_service import LiteLlmModelService
+from tandem.reasoner.model_service import AsyncModelService, ModelRequest, agenerate
+from tandem.toolkit.tool import Tool
+from tests.openai_server import OpenAIServer, Reply
+
+MODEL = "openai/test-model"
+USER = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+TOOLS = [Tool.from_function(add)]
+TOOL_CALLS: list[dict[str, Any]] = [{"id": "call_add", "name": "add", "arguments": '{"a": 2, "b": 2}'}]
+
+
+class ASleeps(list[float]):
+    """A recording async ``asleep``: tests never wait."""
+
+    async def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def make(server: OpenAIServer, **kwargs: Any) -> tuple[LiteLlmModelService, ASleeps]:
+    asleeps = ASleeps()
+
+    def no_sync_sleep(seconds: float) -> None:
+        raise AssertionError("agenerate must not call the blocking sleep")
+
+    service = LiteLlmModelService(
+        MODEL, api_base=server.url, api_key="sk-test", sleep=no_sync_sleep, asleep=asleeps, **kwargs
+    )
+    return service, asleeps
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(Reply("The answer is 4."), id="content"),
+        pytest.param(Reply("<think>2 and 2 make 4</think>The answer is 4."), id="think-tags"),
+        pytest.param(Reply("The answer is 4.", reasoning_content="add them"), id="provider-reasoning"),
+        pytest.param(Reply("Calling.", reasoning_content="need a tool", tool_calls=TOOL_CALLS), id="tools"),
+    ],
+)
+def test_agenerate_equals_generate(reply: Reply, stream: bool) -> None:
+    with OpenAIServer(reply, chunk_size=3) as server:
+        service, _ = make(server, stream=stream)
+        expected = service.generate("sys", USER, tools=TOOLS)
+        deltas: list[tuple[str, str]] = []
+        got = asyncio.run(
+            service.agenerate("sys", USER, tools=TOOLS, on_delta=lambda r, c: deltas.append((r, c)))
+        )
+        assert server.requests[1]["messages"] == server.requests[0]["messages"]
+        assert server.requests[1].get("stream", False) is stream
+    assert isinstance(service, AsyncModelService)
+    assert got.model_dump() == expected.model_dump()
+    assert "".join(r for r, _ in deltas) == got.reasoning
+    assert "".join(c for _, c in deltas) == got.content
+    if stream:
+        assert len(deltas) > 1, "a streamed reply reaches the listener in pieces"
+
+
+def test_async_429_is_retried_after_retry_after_without_blocking() -> None:
+    with OpenAIServer([Reply(status=429, headers={"Retry-After": "3"}), Reply("4")]) as server:
+        service, asleeps = make(server)
+        reply = asyncio.run(service.agenerate("", USER))
+        assert server.request_count == 2
+    assert reply.content == "4"
+    assert asleeps == [3.0]
+
+
+def test_async_client_error_fails_at_once_naming_model_and_host() -> None:
+    with OpenAIServer(Reply(status=401, error="Incorrect API key provided")) as server:
+        service, asleeps = make(server)
+        with pytest.raises(ModelCallError) as caught:
+            asyncio.run(service.agenerate("", USER))
+        assert server.request_count == 1
+    assert not isinstance(caught.value, TransientModelError)
+    assert MODEL in str(caught.value) and server.url in str(caught.value) and "API_KEY" in str(caught.value)
+    assert "sk-test" not in str(caught.value)
+    assert asleeps == []
+
+
+def test_async_stream_broken_after_text_is_not_retried() -> None:
+    script = [Reply("the answer is four", break_after=3), Reply("4")]
+    with OpenAIServer(script, chunk_size=3) as server:
+        service, _ = make(server, stream=True)
+        seen: list[str] = []
+        with pytest.raises(TransientModelError, match="stream broke after"):
+            asyncio.run(service.agenerate("", USER, on_delta=lambda r, c: seen.append(c)))
+        assert server.request_count == 1
+    assert "".join(seen).startswith("the")
+
+
+def test_async_calls_overlap_on_one_loop() -> None:
+    """Eight calls to a host answering in 0.5 s take about 0.5 s together, not 4 s."""
+    with OpenAIServer(Reply("4", delay=0.5)) as server:
+        service, _ = make(server)
+
+        async def many() -> list[str]:
+            replies = await asyncio.gather(*(service.agenerate("", USER) for _ in range(8)))
+            return [r.content for r in replies]
+
+        started = time.monotonic()
+        contents = asyncio.run(many())
+        elapsed = time.monotonic() - started
+        assert server.request_count == 8
+    assert contents == ["4"] * 8
+    assert elapsed < 0.5 * 8 / 2, f"8 overlapping calls took {elapsed:.2f}s"
+
+
+def test_agenerate_helper_runs_a_sync_only_service_in_a_thread() -> None:
+    class SyncOnly:
+        name = "sync-only"
+
+        def generate(self, sys_prompt: str, messages: Any, tools: Any = None, **_: Any) -> Any:
+            from tandem.reasoner.messages import ModelMessage
+
+            return ModelMessage(role="actor", content=f"{sys_prompt}|{len(messages)}")
+
+        def call_function(self, *args: Any) -> None:
+            return None
+
+    reply = asyncio.run(agenerate(SyncOnly(), ModelRequest("sys", [{"role": "user", "content": "x"}])))  # type: ignore[arg-type]
+    assert reply.content == "sys|1"

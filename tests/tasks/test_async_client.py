@@ -1,0 +1,155 @@
+"""``JobHandle``'s asyncio methods and ``submit_async`` over fakeredis (one server shared by the
+sync store that "workers" write with and the asyncio client the handle reads with)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import fakeredis
+import pytest
+from celery import Celery
+
+from tandem.tasks.client import JobHandle, submit_async
+from tandem.tasks.errors import JobSpecError, JobTimeout
+from tandem.tasks.spec import JobResult, JobSpec
+from tandem.tasks.store import JobStore
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+@pytest.fixture
+def store(server: fakeredis.FakeServer) -> JobStore:
+    return JobStore(fakeredis.FakeRedis(server=server))
+
+
+@pytest.fixture
+def app() -> Celery:
+    celery = Celery("test-async-client", broker="memory://", backend="cache+memory://")
+    celery.conf.result_expires = 3600  # as the tandem app sets it: seconds
+    return celery
+
+
+def handle_for(job_id: str, store: JobStore, app: Celery, server: fakeredis.FakeServer) -> JobHandle:
+    return JobHandle(job_id, store, app, aredis=lambda: fakeredis.FakeAsyncRedis(server=server))
+
+
+def run_job(store: JobStore, job_id: str, delay: float = 0.0) -> None:
+    """What workers would write: start, a round, a reply, then the final result."""
+    store.create(job_id, JobSpec(goal="g"))
+    store.set_status(job_id, state="running")
+    store.publish(job_id, "job_started", {"spec": {"goal": "g"}})
+    time.sleep(delay)
+    store.publish(job_id, "round_started", {"round": 0, "max_rounds": 3})
+    store.publish(job_id, "model_reply", {"round": 0, "role": "actor", "content": "done"})
+    store.finish(JobResult(job_id=job_id, status="completed", deliverable="42", rounds=1), ttl=60)
+
+
+def test_aresult_wakes_on_the_final_event(store: JobStore, app: Celery, server: fakeredis.FakeServer) -> None:
+    handle = handle_for("job-1", store, app, server)
+    writer = threading.Timer(0.3, run_job, args=(store, "job-1"))
+    writer.start()
+    try:
+        started = time.monotonic()
+        result = asyncio.run(handle.aresult(timeout=10))
+    finally:
+        writer.join()
+    assert (result.status, result.deliverable) == ("completed", "42")
+    assert 0.25 < time.monotonic() - started < 5
+    assert result == handle.result(timeout=1)
+
+
+def test_aresult_times_out_with_the_state(store: JobStore, app: Celery, server: fakeredis.FakeServer) -> None:
+    store.create("job-2", JobSpec(goal="g"))
+    store.set_status("job-2", state="running")
+    with pytest.raises(JobTimeout, match=r"job job-2 has not ended after 0.3 s \(state: running\)"):
+        asyncio.run(handle_for("job-2", store, app, server).aresult(timeout=0.3))
+
+
+def test_aresult_reads_a_result_only_celery_holds(
+    store: JobStore, app: Celery, server: fakeredis.FakeServer
+) -> None:
+    refused = JobResult(job_id="job-3", status="failed", error="approve_tools=...: cannot wait")
+    app.backend.store_result("job-3", refused.model_dump(mode="json"), "SUCCESS")
+    assert asyncio.run(handle_for("job-3", store, app, server).aresult(timeout=5)) == refused
+
+
+def test_aevents_yields_what_events_yields(
+    store: JobStore, app: Celery, server: fakeredis.FakeServer
+) -> None:
+    handle = handle_for("job-4", store, app, server)
+
+    async def collect() -> list[dict[str, Any]]:
+        return [event async for event in handle.aevents(timeout=10)]
+
+    writer = threading.Timer(0.2, run_job, args=(store, "job-4", 0.2))
+    writer.start()
+    try:
+        live = asyncio.run(collect())
+    finally:
+        writer.join()
+    assert [e["type"] for e in live] == ["job_started", "round_started", "model_reply", "final"]
+    assert live == list(handle.events(timeout=5))
+    assert live[-1]["data"]["deliverable"] == "42"
+
+
+def test_aevents_of_an_unknown_job_ends(store: JobStore, app: Celery, server: fakeredis.FakeServer) -> None:
+    async def collect() -> list[dict[str, Any]]:
+        return [event async for event in handle_for("nope", store, app, server).aevents(timeout=5)]
+
+    started = time.monotonic()
+    assert asyncio.run(collect()) == []
+    assert time.monotonic() - started < 4
+
+
+def test_acancel_of_a_running_job_sets_the_flag(
+    store: JobStore, app: Celery, server: fakeredis.FakeServer
+) -> None:
+    store.create("job-5", JobSpec(goal="g"))
+    store.set_status("job-5", state="running")
+    asyncio.run(handle_for("job-5", store, app, server).acancel())
+    assert store.cancel_requested("job-5")
+    assert store.result("job-5") is None  # the job ends at its next step, on a worker
+
+
+def test_acancel_of_a_queued_job_ends_it(store: JobStore, app: Celery, server: fakeredis.FakeServer) -> None:
+    store.create("job-6", JobSpec(goal="g"))
+    handle = handle_for("job-6", store, app, server)
+    asyncio.run(handle.acancel())
+    assert store.cancel_requested("job-6")
+    result = asyncio.run(handle.aresult(timeout=2))
+    assert (result.status, result.error) == ("cancelled", "cancelled before it started")
+    assert asyncio.run(handle.astatus()).state == "cancelled"
+
+
+def test_submit_async_refuses_an_invalid_spec_before_sending(store: JobStore, app: Celery) -> None:
+    sent: list[Any] = []
+    app.send_task = lambda *a, **k: sent.append((a, k))  # type: ignore[method-assign]
+    with pytest.raises(JobSpecError, match="'approval_timeout_s'"):
+        asyncio.run(submit_async({"goal": "g", "approval_timeout_s": -1}, app=app, store=store))
+    assert sent == []
+
+
+def test_submit_async_sends_tandem_infer(store: JobStore, app: Celery, server: fakeredis.FakeServer) -> None:
+    sent: list[dict[str, Any]] = []
+
+    class Sent:
+        id = "job-7"
+
+    def send_task(name: str, kwargs: dict[str, Any], **options: Any) -> Sent:
+        sent.append({"name": name, "kwargs": kwargs, "thread": threading.current_thread().name})
+        return Sent()
+
+    app.send_task = send_task  # type: ignore[method-assign,assignment]
+    factory = lambda: fakeredis.FakeAsyncRedis(server=server)  # noqa: E731
+    handle = asyncio.run(submit_async({"goal": "count"}, app=app, store=store, aredis=factory))
+    assert handle.id == "job-7"
+    [message] = sent
+    assert message["name"] == "tandem.infer" and message["kwargs"]["spec"]["goal"] == "count"
+    assert message["thread"] != threading.main_thread().name, "the blocking send ran off the loop"
+    assert asyncio.run(handle.astatus()).state == "queued"
