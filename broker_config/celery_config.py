@@ -27,6 +27,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     - Only JSON crosses the broker and the result backend.
     - ``acks_late`` + ``reject_on_worker_lost`` + prefetch 1: a message leaves the queue only when
       its step has finished, and a worker holds at most one message per thread it runs.
+    - Every step inherits its job's priority (``task_inherit_parent_priority``); the queues
+      honour it (Redis priority levels, RabbitMQ ``x-max-priority``).
     - The visibility timeout exceeds the hard time limit of a step, so Redis never redelivers a
       step that is still running; a step whose worker died is taken over sooner, through its
       lease (``tandem.tasks.leases``), after ``lease_seconds``.
@@ -40,6 +42,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "socket_keepalive": True,
         "health_check_interval": 30,
     }
+    amqp = settings.broker_url.startswith(("amqp", "pyamqp"))
+    # Priority (``JobSpec.priority``): RabbitMQ queues are declared with ``x-max-priority``;
+    # Celery's Redis transport keeps one list per priority level and serves level 0 first.
+    queue_args = {"x-max-priority": 9} if amqp else None
+    transport: dict[str, Any] = {"visibility_timeout": visibility}
+    if not amqp:
+        transport.update(priority_steps=list(range(10)), queue_order_strategy="priority")
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
@@ -55,7 +64,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_default_queue": settings.intake_queue,
-        "task_queues": [Queue(settings.intake_queue), *(Queue(q) for q in ROLE_QUEUES)],
+        "task_queues": [
+            Queue(name, queue_arguments=queue_args) for name in (settings.intake_queue, *ROLE_QUEUES)
+        ],
+        "task_inherit_parent_priority": True,
         "task_routes": routes,
         "task_track_started": True,
         "task_send_sent_event": True,
@@ -66,7 +78,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_expires": settings.result_expires,
         "task_time_limit": settings.task_time_limit,
         "task_soft_time_limit": max(settings.task_time_limit - 30, settings.task_time_limit * 0.9),
-        "broker_transport_options": {"visibility_timeout": visibility, **sockets},
+        "broker_transport_options": {**transport, **sockets},
         "result_backend_transport_options": {"visibility_timeout": visibility},
         "redis_socket_timeout": settings.redis_socket_timeout,
         "redis_socket_connect_timeout": settings.redis_connect_timeout,

@@ -52,6 +52,13 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
     return value
 
 
+def _optional_integer(env: Mapping[str, str], name: str) -> int | None:
+    """A positive whole number, or ``None`` when the variable is unset or empty."""
+    if not env.get(name, "").strip():
+        return None
+    return _integer(env, name, 1, minimum=1)
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
     raw = env.get(name, "").strip()
     if not raw:
@@ -120,6 +127,18 @@ def _signing(env: Mapping[str, str]) -> Signing | None:
     return Signing(key=values[0], cert=values[1], cert_store=values[2])
 
 
+def _metrics_port(env: Mapping[str, str]) -> int | None:
+    if not env.get("TANDEM_METRICS_PORT", "").strip():
+        return None
+    port = _integer(env, "TANDEM_METRICS_PORT", 9808, minimum=0)
+    if port > 65535:
+        raw = env["TANDEM_METRICS_PORT"].strip()
+        raise SettingsError(
+            f"TANDEM_METRICS_PORT={raw!r} is not a TCP port: use 1-65535, or 0 for any free one"
+        )
+    return port
+
+
 @dataclass(frozen=True)
 class RoleSettings:
     """The model of one role (``TANDEM_<ROLE>_*``); ``model=None`` means the offline demo model."""
@@ -135,11 +154,18 @@ class RoleSettings:
     thinking: bool | None = None
     function_calling: Literal["native", "prompt"] | None = None
     """How ReAct jobs ask for tools: the host's native tool calls, or ``<function_call>`` blocks."""
+    max_in_flight: int | None = None
+    """Fleet-wide cap on concurrent calls to this role's model host (``None``: no cap)."""
+    rpm: int | None = None
+    """Fleet-wide requests per minute to this role's model host (``None``: no budget)."""
+    tpm: int | None = None
+    """Fleet-wide tokens per minute to this role's model host (``None``: no budget)."""
 
     @classmethod
     def from_env(cls, role: RoleName, env: Mapping[str, str]) -> RoleSettings:
         """Read ``TANDEM_<ROLE>_MODEL``, ``_API_BASE``, ``_API_KEY``, ``_REASONING_PARSER``,
-        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING`` and ``_FUNCTION_CALLING``."""
+        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING``, ``_FUNCTION_CALLING`` and the
+        fleet-wide capacity of the role's host: ``_MAX_IN_FLIGHT``, ``_RPM``, ``_TPM``."""
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
@@ -172,6 +198,9 @@ class RoleSettings:
             timeout=_number(env, f"{p}TIMEOUT", 120.0, minimum=1.0) or 120.0,
             thinking=_flag(env, f"{p}THINKING"),
             function_calling=_function_calling(env, f"{p}FUNCTION_CALLING"),
+            max_in_flight=_optional_integer(env, f"{p}MAX_IN_FLIGHT"),
+            rpm=_optional_integer(env, f"{p}RPM"),
+            tpm=_optional_integer(env, f"{p}TPM"),
         )
 
     @property
@@ -186,6 +215,19 @@ class RoleSettings:
     def is_demo(self) -> bool:
         """True when no model is configured and the offline demo model stands in."""
         return self.model is None
+
+    @property
+    def host_id(self) -> str:
+        """The model host this role calls, as capacity limits name it: the ``API_BASE`` without a
+        trailing slash, else the LiteLLM model string (a provider's own endpoint), else ``demo``."""
+        if self.api_base:
+            return self.api_base.rstrip("/")
+        return self.model or "demo"
+
+    @property
+    def limited(self) -> bool:
+        """True when any fleet-wide capacity limit is set for this role."""
+        return any(v is not None for v in (self.max_in_flight, self.rpm, self.tpm))
 
 
 @dataclass(frozen=True)
@@ -284,6 +326,12 @@ class Settings:
     secrets_key: str | None = field(default=None, repr=False)
     """``TANDEM_SECRETS_KEY``: the Fernet key that seals ``JobSpec.secrets`` at rest."""
     signing: Signing | None = None
+    redis_max_connections: int | None = None
+    """Size of each worker process's Redis connection pool; ``None``: sized from its concurrency."""
+    redis_pool_timeout: float = 20.0
+    """Seconds a thread waits for a free Redis connection before ``ConnectionError``."""
+    metrics_port: int | None = None
+    """Port of the worker's Prometheus ``/metrics`` endpoint; ``None``: no endpoint."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -333,6 +381,9 @@ class Settings:
             redis_connect_timeout=_number(env, "TANDEM_REDIS_CONNECT_TIMEOUT", 10.0, minimum=0.5) or 10.0,
             secrets_key=_secrets_key(env),
             signing=_signing(env),
+            redis_max_connections=_optional_integer(env, "TANDEM_REDIS_MAX_CONNECTIONS"),
+            redis_pool_timeout=_number(env, "TANDEM_REDIS_POOL_TIMEOUT", 20.0, minimum=0.1) or 20.0,
+            metrics_port=_metrics_port(env),
         )
 
     def register_secrets(self) -> None:
@@ -355,6 +406,27 @@ class Settings:
         if name == "actor":
             return self.actor
         raise SettingsError(f"unknown role {name!r}: roles are thinker and actor")
+
+    def host_limits(self, name: str) -> tuple[str, int | None, int | None, int | None]:
+        """``(host, max_in_flight, rpm, tpm)`` of the host ``name``'s role calls.
+
+        Roles that call the same host share its limits: each limit is the smallest one either
+        role sets, so ``TANDEM_THINKER_MAX_IN_FLIGHT=8`` caps the Actor's calls too when both
+        roles use one ``API_BASE``.
+        """
+        conf = self.role(name)
+        sharing = [r for r in (self.thinker, self.actor) if r.host_id == conf.host_id]
+
+        def smallest(values: list[int | None]) -> int | None:
+            given = [v for v in values if v is not None]
+            return min(given) if given else None
+
+        return (
+            conf.host_id,
+            smallest([r.max_in_flight for r in sharing]),
+            smallest([r.rpm for r in sharing]),
+            smallest([r.tpm for r in sharing]),
+        )
 
     def with_urls(self, url: str) -> Settings:
         """The same settings with broker, backend and Redis all at ``url`` (the embedded runtime)."""

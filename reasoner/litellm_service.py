@@ -38,6 +38,7 @@ Contracts:
   parsing ignores thinking sections and some models write their calls while thinking.
 * **Usage** of each call is in ``ModelMessage.usage`` (``calls=1``); tokens the host did not
   report count 0 (LiteLLM's own estimate for a stream without usage is not used).
+  ``usage.cost_usd`` is the price from LiteLLM's local cost map (0 for a model it does not price).
 
 LiteLLM is imported on first use, not with this module: workers and the CLI import it cheaply.
 """
@@ -50,7 +51,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +111,10 @@ class LiteLlmModelService(BaseModelService):
     ``max_tokens`` are sent only when set. ``timeout`` is seconds per attempt. ``extra_body`` is
     merged into the request body (its ``chat_template_kwargs`` win over those ``thinking``
     sets). ``tool_runner`` runs prompt-mode calls (``call_function``); a default one is made on
-    first use. ``role`` (``"thinker"``/``"actor"``) only makes error advice name the right
+    first use. ``no_retry_statuses`` (e.g. ``{429, 503}``) are raised at once as
+    ``TransientModelError`` instead of retried here: a fleet-wide limiter handles them (it backs
+    the whole fleet off, and the step waits without holding a thread). ``role``
+    (``"thinker"``/``"actor"``) only makes error advice name the right
     ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``) and
     ``rng`` are injectable for tests.
     """
@@ -133,6 +137,7 @@ class LiteLlmModelService(BaseModelService):
         extra_body: Mapping[str, Any] | None = None,
         tool_runner: ToolRunner | None = None,
         *,
+        no_retry_statuses: Collection[int] = (),
         role: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -147,6 +152,7 @@ class LiteLlmModelService(BaseModelService):
         super().__init__(tool_runner)
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, sleep, rng or random.Random())
         self.asleep = asleep
+        self.no_retry_statuses = frozenset(no_retry_statuses)
         self.model = model
         self.name = model
         self.api_base = api_base or None
@@ -264,7 +270,11 @@ class LiteLlmModelService(BaseModelService):
         if not is_call_failure(exc):
             raise exc
         error = self._translate(exc, attempts=attempt + 1)
-        if not isinstance(error, TransientModelError) or not self.retry.can_retry(attempt):
+        if (
+            not isinstance(error, TransientModelError)
+            or not self.retry.can_retry(attempt)
+            or error.status_code in self.no_retry_statuses
+        ):
             raise error from exc
         wait = self.retry.delay(attempt, error.retry_after)
         if wait is None:
@@ -416,14 +426,27 @@ class LiteLlmModelService(BaseModelService):
     def _message(
         self, content: str, reasoning: str, tool_calls: list[NativeToolCall], usage: Usage
     ) -> ModelMessage:
+        cost = self._cost(usage.prompt_tokens, usage.completion_tokens)
         return ModelMessage(
             role="actor",
             content=content,
             reasoning=reasoning,
             tool_calls=tool_calls,
-            usage=usage,
+            usage=usage.model_copy(update={"cost_usd": cost}) if cost else usage,
             model=self.model,
         )
+
+    def _cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The call's price from LiteLLM's local cost map; 0 for a model the map does not know."""
+        if not prompt_tokens and not completion_tokens:
+            return 0.0
+        try:
+            prompt_cost, completion_cost = _import_litellm().cost_per_token(
+                model=self.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            )
+        except Exception:  # unknown model (self-hosted): LiteLLM raises; such calls cost nothing here
+            return 0.0
+        return float(prompt_cost or 0.0) + float(completion_cost or 0.0)
 
     def _translate(self, exc: BaseException, *, attempts: int) -> ModelCallError:
         return translate(

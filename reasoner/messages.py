@@ -21,6 +21,9 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     calls: int = 0
+    cost_usd: float = 0.0
+    """Price of the calls in US dollars from LiteLLM's local cost map (0 for models it does not
+    price, such as self-hosted ones)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -28,6 +31,7 @@ class Usage(BaseModel):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             calls=self.calls + other.calls,
+            cost_usd=self.cost_usd + other.cost_usd,
         )
 
 

@@ -18,9 +18,12 @@ from typing import Any
 from celery import Task as CeleryTask
 
 from tandem.reasoner import react
+from tandem.tasks.budgets import budget_spent
 from tandem.tasks.events import EventHooks
+from tandem.tasks.host_model import CapacityWait
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.turns import _advance, _failure, _fan_out, _load, _step, finalize, finish
+from tandem.tasks.waiting import wait_for_capacity
 
 
 def function_calling(rt: Runtime) -> react.FunctionCalling:
@@ -39,13 +42,16 @@ def react_step(task_self: CeleryTask, job_id: str, round_no: int) -> Any:
     replaces the task with the next step (``Task.replace`` keeps the job id).
     """
     step_id = f"{round_no}:react"
-    with _step(task_self, job_id, step_id, (job_id, round_no)):
+    with _step(task_self, job_id, step_id, (job_id, round_no)) as lease:
         rt = get_runtime()
-        _spec, task = _load(job_id)
+        spec, task = _load(job_id)
         if rt.store.cancel_requested(job_id):
             return finish(job_id, "cancelled")
         hooks = EventHooks(rt.store, job_id)
         memory = rt.store.memory(job_id)
+        spent = budget_spent(spec, memory)
+        if spent is not None and memory.get_message(round_no, "actor") is None:
+            return finish(job_id, "truncated", spent)
         mode = function_calling(rt)
         try:
             if memory.get_message(round_no, "actor") is None:
@@ -55,6 +61,8 @@ def react_step(task_self: CeleryTask, job_id: str, round_no: int) -> Any:
             model = rt.model("actor", "react")
             reply = react.react_step(model, task, memory, round_no, tools, mode=mode, hooks=hooks)
             nxt = react.react_plan_next(task, reply, round_no, mode=mode)
+        except CapacityWait as wait:
+            raise wait_for_capacity(task_self, lease, job_id, step_id, (job_id, round_no), wait) from None
         except Exception as exc:
             return finish(job_id, "failed", _failure(exc))
         if nxt.kind == "deliver":

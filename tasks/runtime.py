@@ -7,14 +7,17 @@ import threading
 from functools import cached_property
 from typing import Any
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 
 from tandem.broker_config import Settings
 from tandem.reasoner.model_service import ModelService
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
+from tandem.tasks.capacity import HostCapacity, HostLimits, SlotKeeper
 from tandem.tasks.errors import JobSpecError
+from tandem.tasks.host_model import BACKOFF_STATUSES, HostModel
 from tandem.tasks.leases import LeaseKeys
+from tandem.tasks.metrics import MeteredToolRunner
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.store import JobStore
@@ -23,6 +26,11 @@ from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
 
 log = logging.getLogger("tandem.runtime")
+
+DEFAULT_CONCURRENCY = 4
+"""The step threads assumed before a worker says how many it runs (clients, tests)."""
+POOL_SPARE = 8
+"""Redis connections beyond two per step thread: the lease watchdog, event readers, metrics."""
 
 
 def redis_options(settings: Settings) -> dict[str, Any]:
@@ -39,23 +47,41 @@ def redis_options(settings: Settings) -> dict[str, Any]:
 class Runtime:
     """Per-process resources built lazily from ``Settings`` and shared by the tasks."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, concurrency: int = DEFAULT_CONCURRENCY) -> None:
         self.settings = settings
+        self.concurrency = concurrency
+        """Threads that run steps in this process (a worker sets it before its first step)."""
         self._lock = threading.Lock()
         self._models: dict[str, ModelService] = {}
         self._toolkit: Toolkit | None = None
         self._toolkit_loaded = False
         self._toolkit_error: Exception | None = None
 
+    @property
+    def pool_size(self) -> int:
+        """Redis connections this process may open: ``TANDEM_REDIS_MAX_CONNECTIONS``, or enough
+        for every step thread and its lease heartbeat at once, plus the watchdog and spares."""
+        if self.settings.redis_max_connections is not None:
+            return self.settings.redis_max_connections
+        return 2 * self.concurrency + POOL_SPARE
+
     @cached_property
     def redis(self) -> Redis:
-        """A client of ``TANDEM_REDIS_URL`` (thread-safe connection pool).
+        """A client of ``TANDEM_REDIS_URL`` over a blocking, thread-safe pool of ``pool_size``
+        connections: under load a thread waits up to ``TANDEM_REDIS_POOL_TIMEOUT`` seconds for a
+        free connection instead of failing with "Too many connections".
 
         Reads and connects time out (``TANDEM_REDIS_SOCKET_TIMEOUT``, ``_CONNECT_TIMEOUT``) and TCP
         keepalive is on, so a half-open connection fails a step (which is retried) instead of
         blocking it for ever.
         """
-        return Redis.from_url(self.settings.redis_url, **redis_options(self.settings))
+        pool = BlockingConnectionPool.from_url(
+            self.settings.redis_url,
+            max_connections=self.pool_size,
+            timeout=self.settings.redis_pool_timeout,
+            **redis_options(self.settings),
+        )
+        return Redis(connection_pool=pool)
 
     @cached_property
     def store(self) -> JobStore:
@@ -69,9 +95,9 @@ class Runtime:
 
     @cached_property
     def runner(self) -> ToolRunner:
-        """The tool runner, with the configured timeout and limits."""
+        """The tool runner, with the configured timeout and limits (calls timed into metrics)."""
         limits = self.settings.limits
-        return ToolRunner(
+        return MeteredToolRunner(
             timeout=self.settings.tool_timeout,
             max_output_chars=self.settings.max_output_chars,
             max_calls=limits.tool_calls,
@@ -178,6 +204,19 @@ class Runtime:
 
         return tuple(demo_tools())
 
+    @cached_property
+    def slot_keeper(self) -> SlotKeeper:
+        """Renews the capacity slots of this process's model calls (a third of the lease)."""
+        return SlotKeeper(self.settings.lease_seconds / 3)
+
+    def capacity(self, role: str) -> HostCapacity | None:
+        """The fleet-wide limiter of ``role``'s model host, or ``None`` when it has no limits."""
+        host, max_in_flight, rpm, tpm = self.settings.host_limits(role)
+        if max_in_flight is None and rpm is None and tpm is None:
+            return None
+        limits = HostLimits(host, max_in_flight, rpm, tpm)
+        return HostCapacity(self.redis, self.settings.prefix, limits, self.settings.lease_seconds)
+
     def model(self, role: str, mode: str = "dual") -> ModelService:
         """The model for ``role`` (``thinker`` or ``actor``); ``mode`` picks the demo model's script."""
         key = f"{role}:{mode}"
@@ -187,6 +226,17 @@ class Runtime:
             return self._models[key]
 
     def _build_model(self, role: str, mode: str) -> ModelService:
+        capacity = self.capacity(role)
+        return HostModel(
+            self._build_inner_model(role, mode, limited=capacity is not None),
+            role=role,
+            host=self.settings.role(role).host_id,
+            capacity=capacity,
+            keeper=self.slot_keeper if capacity is not None else None,
+            wake=_send_dispatch,
+        )
+
+    def _build_inner_model(self, role: str, mode: str, *, limited: bool) -> ModelService:
         conf = self.settings.role(role)
         if conf.is_demo:
             from tandem.reasoner.demo import demo_model
@@ -210,6 +260,9 @@ class Runtime:
             timeout=conf.timeout,
             thinking=conf.thinking,
             role=role,
+            # Under fleet-wide limits a 429/503 backs the fleet off and re-queues the step,
+            # instead of sleeping in this thread while the rest of the fleet keeps calling.
+            no_retry_statuses=BACKOFF_STATUSES if limited else (),
         )
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
@@ -245,6 +298,13 @@ class Runtime:
             secrets=self.secret_box.unseal(spec),
             max_memory_bytes=self.settings.limits.memory_bytes,
         )
+
+
+def _send_dispatch(dispatch: dict[str, Any]) -> None:
+    """Send a step again as its dispatch describes it (a waiter woken by a freed slot)."""
+    from tandem.tasks.app import app
+
+    app.send_task(dispatch["name"], args=dispatch["args"], **dispatch.get("options", {}))
 
 
 _runtime: Runtime | None = None

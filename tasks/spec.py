@@ -77,6 +77,18 @@ class JobSpec(BaseModel):
         from tandem.reasoner.approval import validate_approve_tools
 
         return validate_approve_tools(value)
+    max_tokens_total: int | None = Field(
+        default=None, ge=1, description="Token budget of the whole job; it ends truncated once spent."
+    )
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, description="Cost budget in USD (LiteLLM's cost map); ends the job once spent."
+    )
+    priority: int = Field(
+        default=5,
+        ge=0,
+        le=9,
+        description="0 (least urgent) to 9 (most urgent): queued steps of more urgent jobs are taken first.",
+    )
 
     @field_validator("goal")
     @classmethod
@@ -199,6 +211,15 @@ def validate_spec(raw: JobSpec | dict[str, Any], limits: Limits | None = None) -
         raise JobSpecError("invalid job spec: " + "; ".join(problems)) from None
 
 
+class Waiting(BaseModel):
+    """What a job's next step waits for (a model host's capacity), and until when."""
+
+    reason: str = Field(description="in_flight, rpm, tpm, backoff or probe")
+    host: str
+    until: float = Field(description="When the step is tried again (seconds since the epoch).")
+    detail: str = ""
+
+
 def _short(value: Any) -> str:
     try:
         text = repr(value)
@@ -217,6 +238,8 @@ class JobStatus(BaseModel):
     step: str = ""
     error: str | None = None
     updated_at: float = 0.0
+    waiting: Waiting | None = None
+    """Set while the step waits for a model host's capacity; cleared by the next update."""
 
 
 class JobResult(BaseModel):

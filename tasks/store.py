@@ -55,12 +55,15 @@ class JobStore:
     def set_status(self, job_id: str, **fields: Any) -> JobStatus:
         """Update some status fields; a final state is never replaced by another state.
 
+        ``waiting`` is cleared unless given: it describes only the latest thing the job does.
+
         The read and the write are one optimistic transaction (``WATCH``): a step writing
         ``running`` cannot overwrite a final state that ``finish`` wrote in between.
         """
         key = self.key(job_id, "status")
         if fields.get("error"):
             fields["error"] = redact(fields["error"])
+        fields.setdefault("waiting", None)  # a wait ends with the next thing the job does
 
         def update(pipe: Pipeline) -> JobStatus:
             raw: Any = pipe.get(key)  # watched, so executed at once: the stored value

@@ -27,11 +27,14 @@ from tandem.reasoner.errors import ReasonerError
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.reasoner.task import Task
 from tandem.tasks.app import app
+from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
+from tandem.tasks.host_model import CapacityWait
 from tandem.tasks.leases import StepLease
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
+from tandem.tasks.waiting import wait_for_capacity
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact
 
@@ -49,6 +52,7 @@ def _dispatch(task: CeleryTask, args: tuple[Any, ...]) -> dict[str, Any]:
         "root_id": req.root_id,
         "parent_id": req.parent_id,
         "replaced_task_nesting": req.get("replaced_task_nesting", 0),
+        "priority": (req.delivery_info or {}).get("priority"),
     }
     return {
         "name": task.name,
@@ -163,26 +167,33 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     with _step(self, job_id, "start", (job_spec.model_dump(mode="json"),)):  # secrets sealed
         rt.store.set_status(job_id, state="running", reasoner=job_spec.reasoner, step="start")
         rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()})
-        return _advance(self, job_id, "start", "round 0", first_step(job_spec, job_id, 0))
+        first = first_step(job_spec, job_id, 0)
+        first.set(priority=message_priority(job_spec.priority, rt.settings.broker_url))
+        return _advance(self, job_id, "start", "round 0", first)
 
 
 @app.task(name="tandem.thinker_turn", bind=True)
 def thinker_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
     """The Thinker's turn of ``round_no`` (queue ``thinker``)."""
     step_id = f"{round_no}:thinker"
-    with _step(self, job_id, step_id, (job_id, round_no)):
+    with _step(self, job_id, step_id, (job_id, round_no)) as lease:
         rt = get_runtime()
-        _, task = _load(job_id)
+        spec, task = _load(job_id)
         if rt.store.cancel_requested(job_id):
             return finish(job_id, "cancelled")
         hooks = EventHooks(rt.store, job_id)
         memory = rt.store.memory(job_id)
+        spent = budget_spent(spec, memory)
+        if spent is not None and memory.get_message(round_no, "thinker") is None:
+            return finish(job_id, "truncated", spent)
         try:
             if memory.get_message(round_no, "thinker") is None:
                 hooks.round_started(round_no, task.max_rounds)
             rt.store.set_status(job_id, state="running", round=round_no, step="thinker")
             tools, _ = task.recommend()
             steps.thinker_step(rt.model("thinker"), task, memory, round_no, tools, hooks=hooks)
+        except CapacityWait as wait:
+            raise wait_for_capacity(self, lease, job_id, step_id, (job_id, round_no), wait) from None
         except Exception as exc:
             return finish(job_id, "failed", _failure(exc))
         return _advance(self, job_id, step_id, "actor", actor_turn.si(job_id, round_no))
@@ -192,7 +203,7 @@ def thinker_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
 def actor_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
     """The Actor's turn of ``round_no`` (queue ``actor``); also the single model of mono jobs."""
     step_id = f"{round_no}:actor"
-    with _step(self, job_id, step_id, (job_id, round_no)):
+    with _step(self, job_id, step_id, (job_id, round_no)) as lease:
         rt = get_runtime()
         spec, task = _load(job_id)
         if rt.store.cancel_requested(job_id):
@@ -200,6 +211,9 @@ def actor_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
         mode: steps.Mode = "mono" if spec.reasoner == "mono" else "dual"
         hooks = EventHooks(rt.store, job_id)
         memory = rt.store.memory(job_id)
+        spent = budget_spent(spec, memory)
+        if spent is not None and memory.get_message(round_no, "actor") is None:
+            return finish(job_id, "truncated", spent)
         try:
             if mode == "mono" and memory.get_message(round_no, "actor") is None:
                 hooks.round_started(round_no, task.max_rounds)
@@ -209,6 +223,8 @@ def actor_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
                 rt.model("actor", mode), task, memory, round_no, tools, actions, mode=mode, hooks=hooks
             )
             nxt = steps.plan_next(task, reply, round_no)
+        except CapacityWait as wait:
+            raise wait_for_capacity(self, lease, job_id, step_id, (job_id, round_no), wait) from None
         except Exception as exc:
             return finish(job_id, "failed", _failure(exc))
         if nxt.kind == "deliver":

@@ -1,5 +1,6 @@
 """Worker start-up: the toolkit is loaded (a broken one stops the start), log lines are redacted,
-and every worker process runs a lease watchdog (see ``tandem.tasks.leases``)."""
+every worker process runs a lease watchdog (see ``tandem.tasks.leases``), sizes its Redis pools
+to its threads, and serves Prometheus metrics on ``TANDEM_METRICS_PORT``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    task_postrun,
+    task_prerun,
     worker_init,
     worker_ready,
     worker_shutdown,
@@ -80,6 +83,22 @@ def _load_toolkit(**_: Any) -> None:
 
 
 @worker_init.connect
+def _size_redis_pool(sender: Any = None, **_: Any) -> None:
+    """Size the process's Redis pools to the worker's threads, before any step opens them.
+
+    Celery's Redis result backend has its own pool, which redis-py caps at 100 connections and
+    which raises "Too many connections" past that: every step thread writes its state there, so
+    it is sized like tandem's own pool.
+    """
+    concurrency = getattr(sender, "concurrency", None)
+    rt = get_runtime()
+    if isinstance(concurrency, int) and concurrency > 0:
+        rt.concurrency = concurrency
+    if app.conf.redis_max_connections is None:
+        app.conf.redis_max_connections = rt.pool_size
+
+
+@worker_init.connect
 def _warm_up(**_: Any) -> None:
     """Import LiteLLM before taking work when a real model is configured: the import takes a
     second or two of CPU, which would otherwise land inside the first step (and its lease)."""
@@ -90,6 +109,33 @@ def _warm_up(**_: Any) -> None:
         from tandem.reasoner.litellm_service import _import_litellm
 
         _import_litellm()
+
+
+@worker_ready.connect
+def _serve_metrics(**_: Any) -> None:
+    rt = get_runtime()
+    port = rt.settings.metrics_port
+    if port is not None:
+        from tandem.tasks.capacity import host_snapshots
+        from tandem.tasks.metrics import serve
+
+        serve(port, lambda: host_snapshots(rt.redis, rt.settings))
+
+
+@task_prerun.connect
+def _step_started(task: Any = None, **_: Any) -> None:
+    from tandem.tasks.metrics import STEPS_RUNNING
+
+    STEPS_RUNNING.labels(getattr(task, "name", "?")).inc()
+
+
+@task_postrun.connect
+def _step_ended(task: Any = None, state: str | None = None, **_: Any) -> None:
+    from tandem.tasks.metrics import STEP_OUTCOMES, STEPS_RUNNING
+
+    name = getattr(task, "name", "?")
+    STEPS_RUNNING.labels(name).dec()
+    STEP_OUTCOMES.labels(name, (state or "unknown").lower()).inc()
 
 
 @worker_ready.connect

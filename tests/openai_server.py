@@ -184,6 +184,12 @@ class OpenAIServer:
     ``latency``: seconds added before every chat reply (on top of ``Reply.delay``).
     ``models``: ids listed by ``GET /v1/models``. ``api_key``: when set, requests whose
     ``Authorization`` header is not ``Bearer <api_key>`` get a 401.
+
+    A model host's capacity: with ``max_concurrency``, a chat request arriving while that many
+    are being answered gets a 429 with ``Retry-After: overload_retry_after`` (as a loaded hosted
+    API does); ``storm(seconds, retry_after)`` answers every chat request 429 for a while.
+    ``in_flight_max`` is the most requests answered at once so far, ``rejected`` the requests
+    refused with 429 by either rule, ``rejected_at`` when (``time.monotonic()``).
     """
 
     def __init__(
@@ -197,6 +203,8 @@ class OpenAIServer:
         api_key: str | None = None,
         port: int = 0,
         host: str = "127.0.0.1",
+        max_concurrency: int | None = None,
+        overload_retry_after: float = 1.0,
     ) -> None:
         if when_exhausted not in ("repeat", "error"):
             raise ValueError(f"when_exhausted must be 'repeat' or 'error', not {when_exhausted!r}")
@@ -216,7 +224,48 @@ class OpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._bound_port: int | None = None
         self._thread: threading.Thread | None = None
+        self.max_concurrency = max_concurrency
+        self.overload_retry_after = overload_retry_after
+        self.in_flight = 0
+        self.in_flight_max = 0
+        self.rejected = 0
+        self.rejected_at: list[float] = []
+        self._storm_until = 0.0
+        self._storm_retry_after = 0.0
+        self._storm_pending: float | None = None
         self.set_script(script)
+
+    def storm(self, seconds: float, retry_after: float, *, from_next_request: bool = False) -> None:
+        """Answer every chat request 429 with ``Retry-After: retry_after`` for ``seconds``, from
+        now or (``from_next_request``) from the next chat request on."""
+        with self._lock:
+            self._storm_retry_after = retry_after
+            if from_next_request:
+                self._storm_pending = seconds
+            else:
+                self._storm_until = time.monotonic() + seconds
+
+    def _admit(self) -> float | None:
+        """Count a request in; the Retry-After of a 429 instead when the host is over capacity."""
+        with self._lock:
+            now = time.monotonic()
+            if self._storm_pending is not None:
+                self._storm_until, self._storm_pending = now + self._storm_pending, None
+            if now < self._storm_until:
+                retry_after: float | None = self._storm_retry_after
+            elif self.max_concurrency is not None and self.in_flight >= self.max_concurrency:
+                retry_after = self.overload_retry_after
+            else:
+                self.in_flight += 1
+                self.in_flight_max = max(self.in_flight_max, self.in_flight)
+                return None
+            self.rejected += 1
+            self.rejected_at.append(now)
+            return retry_after
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     # -- scripting and records -----------------------------------------------------------
 
@@ -512,6 +561,17 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             if server.api_key is not None and self.headers.get("Authorization") != f"Bearer {server.api_key}":
                 self._send_json(401, _error_body(401, "Incorrect API key provided"))
                 return
+            overloaded = server._admit()
+            if overloaded is not None:
+                headers = {"Retry-After": f"{overloaded:g}"}
+                self._send_json(429, _error_body(429, "Rate limit reached: the host is at capacity"), headers)
+                return
+            try:
+                self._answer(request, body)
+            finally:
+                server._leave()
+
+        def _answer(self, request: RecordedRequest, body: dict[str, Any]) -> None:
             try:
                 reply = server._next_reply(request)
             except Exception as exc:  # a failing script callable is a test bug: say so loudly
@@ -618,6 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     parser.add_argument("--model", action="append", default=None, help="model id listed by /v1/models")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=None, help="answer 429 to requests beyond this many at once"
+    )
+    parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After of those 429s (seconds)")
     args = parser.parse_args(argv)
 
     script: Script
@@ -633,6 +697,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key=args.api_key,
         port=args.port,
         host=args.host,
+        max_concurrency=args.max_concurrency,
+        overload_retry_after=args.retry_after,
     )
     done = threading.Event()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -178,3 +179,39 @@ def test_standalone_process() -> None:
         process.terminate()
         process.wait(10)
     assert process.returncode == 0
+
+
+def test_above_its_capacity_the_server_answers_429_with_retry_after() -> None:
+
+    with OpenAIServer("ok", latency=0.5, max_concurrency=2, overload_retry_after=3) as server:
+
+        def call(_: int) -> httpx.Response:
+            return httpx.post(f"{server.url}/chat/completions", json={"messages": []}, timeout=10)
+
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            answers = list(pool.map(call, range(5)))
+        assert sorted(a.status_code for a in answers) == [200, 200, 429, 429, 429]
+        assert all(a.headers["retry-after"] == "3" for a in answers if a.status_code == 429)
+        assert server.in_flight_max == 2 and server.rejected == 3 and server.in_flight == 0
+
+
+def test_a_storm_refuses_everything_for_a_while() -> None:
+
+    with OpenAIServer("ok") as server:
+        server.storm(0.3, retry_after=20)
+        first = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
+        time.sleep(0.4)
+        after = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
+    assert (first.status_code, first.headers["retry-after"], after.status_code) == (429, "20", 200)
+    assert server.rejected == 1
+
+
+def test_a_storm_can_start_with_the_next_request() -> None:
+    with OpenAIServer("ok") as server:
+        server.storm(0.3, retry_after=5, from_next_request=True)
+        time.sleep(0.4)  # the storm has not begun: no request came yet
+        first = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
+        second = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
+        time.sleep(0.4)
+        after = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
+    assert [r.status_code for r in (first, second, after)] == [429, 429, 200]

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="show a job's status and result")
     s.add_argument("job_id")
 
+    h = sub.add_parser("hosts", help="show each model host's in-flight calls, budgets and back-off")
+    h.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
     c = sub.add_parser("cancel", help="cancel a job")
     c.add_argument("job_id")
 
@@ -227,6 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = handle._store.result(handle.id)
             if result is not None:
                 print(result.model_dump_json(indent=2))
+            return 0
+        if args.command == "hosts":
+            from tandem.tasks.runtime import get_runtime
+            from tandem.workers.hosts import format_hosts, host_snapshots, hosts_json
+
+            rt = get_runtime()
+            snaps = host_snapshots(rt.redis, rt.settings)
+            print(hosts_json(snaps) if args.json else format_hosts(snaps))
             return 0
         if args.command == "cancel":
             from tandem.tasks import job

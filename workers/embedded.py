@@ -120,8 +120,11 @@ class WorkerGroup:
         concurrency: Mapping[str, int] | None = None,
         log_dir: str | None = None,
         loglevel: str = "WARNING",
+        name: str | None = None,
     ) -> None:
         self.roles = list(roles)
+        self.name = name or str(os.getpid())
+        """Part of the workers' node names (``{role}-{name}@host``): give each group its own."""
         self.env = {**os.environ, **(env or {})}
         self.concurrency = dict(concurrency or {})
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tandem-workers-"))
@@ -143,7 +146,7 @@ class WorkerGroup:
                 "--loglevel",
                 self.loglevel,
                 "--hostname",
-                f"{role}-{os.getpid()}@%h",
+                f"{role}-{self.name}@%h",
             ]
             self.processes[role] = subprocess.Popen(
                 cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
@@ -154,7 +157,7 @@ class WorkerGroup:
     def wait_ready(self, app: object, timeout: float = 60.0) -> float:
         """Wait until every worker answers a ping; return the seconds it took."""
         started = time.monotonic()
-        want = {f"{role}-{os.getpid()}" for role in self.roles}
+        want = {f"{role}-{self.name}" for role in self.roles}
         seen: set[str] = set()
         while time.monotonic() - started < timeout:
             for role, proc in self.processes.items():

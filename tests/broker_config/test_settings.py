@@ -332,3 +332,79 @@ def test_flower_credentials_come_from_the_environment_or_a_file(tmp_path: Path) 
 def test_a_bad_security_setting_names_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+# -- capacity, pool, metrics and priority ----------------------------------------------------------
+
+
+def test_capacity_limits_per_role() -> None:
+    settings = Settings.from_env(
+        {
+            "TANDEM_ACTOR_MODEL": "openai/m",
+            "TANDEM_ACTOR_API_BASE": "http://gpu-1:8000/v1/",
+            "TANDEM_ACTOR_MAX_IN_FLIGHT": "16",
+            "TANDEM_ACTOR_RPM": "600",
+            "TANDEM_ACTOR_TPM": "200000",
+        }
+    )
+    assert (settings.actor.max_in_flight, settings.actor.rpm, settings.actor.tpm) == (16, 600, 200000)
+    assert settings.actor.limited and not settings.thinker.limited
+    assert settings.host_limits("actor") == ("http://gpu-1:8000/v1", 16, 600, 200000)
+    assert settings.host_limits("thinker") == ("demo", None, None, None)
+
+
+def test_roles_sharing_a_host_share_the_smallest_limits() -> None:
+    base = "http://gpu-1:8000/v1"
+    settings = Settings.from_env(
+        {
+            "TANDEM_THINKER_API_BASE": base,
+            "TANDEM_ACTOR_API_BASE": base,
+            "TANDEM_THINKER_MAX_IN_FLIGHT": "8",
+            "TANDEM_ACTOR_MAX_IN_FLIGHT": "16",
+            "TANDEM_ACTOR_TPM": "1000",
+        }
+    )
+    assert settings.host_limits("thinker") == settings.host_limits("actor") == (base, 8, None, 1000)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        pytest.param("TANDEM_ACTOR_MAX_IN_FLIGHT", "0", "must be at least 1", id="zero-slots"),
+        pytest.param("TANDEM_THINKER_RPM", "lots", "is not a whole number", id="words"),
+        pytest.param("TANDEM_ACTOR_TPM", "1.5", "is not a whole number", id="fraction"),
+        pytest.param("TANDEM_REDIS_MAX_CONNECTIONS", "-3", "must be at least 1", id="negative-pool"),
+        pytest.param("TANDEM_REDIS_POOL_TIMEOUT", "0", "must be at least 0.1", id="no-wait"),
+        pytest.param("TANDEM_METRICS_PORT", "70000", "is not a TCP port", id="port-range"),
+    ],
+)
+def test_bad_capacity_and_pool_values_are_refused(name: str, value: str, says: str) -> None:
+    with pytest.raises(SettingsError, match=says) as caught:
+        Settings.from_env({name: value})
+    assert f"{name}={value!r}" in str(caught.value)
+
+
+def test_pool_and_metrics_settings() -> None:
+    settings = Settings.from_env(
+        {
+            "TANDEM_REDIS_MAX_CONNECTIONS": "300",
+            "TANDEM_REDIS_POOL_TIMEOUT": "5",
+            "TANDEM_METRICS_PORT": "9808",
+        }
+    )
+    assert (settings.redis_max_connections, settings.redis_pool_timeout, settings.metrics_port) == (
+        300,
+        5.0,
+        9808,
+    )
+    assert Settings.from_env({}).metrics_port is None
+
+
+def test_queues_honour_priority_on_redis_and_rabbitmq() -> None:
+    redis_conf = celery_config(Settings())
+    assert redis_conf["task_inherit_parent_priority"] is True
+    assert redis_conf["broker_transport_options"]["priority_steps"] == list(range(10))
+    assert redis_conf["broker_transport_options"]["queue_order_strategy"] == "priority"
+    amqp_conf = celery_config(Settings.from_env({"TANDEM_BROKER_URL": "amqp://guest@localhost//"}))
+    assert all(q.queue_arguments == {"x-max-priority": 9} for q in amqp_conf["task_queues"])
+    assert "priority_steps" not in amqp_conf["broker_transport_options"]

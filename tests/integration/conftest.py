@@ -79,9 +79,18 @@ class Cluster:
         self.store = JobStore(self.redis, self.settings.prefix)
         self.groups: list[WorkerGroup] = []
 
-    def start(self, *roles: str, **extra_env: str) -> WorkerGroup:
-        """Start one worker per role (each consumes its queue and the intake queue)."""
-        group = WorkerGroup(roles, env={**self.env, **extra_env}, loglevel="INFO")
+    def start(
+        self,
+        *roles: str,
+        concurrency: dict[str, int] | None = None,
+        name: str | None = None,
+        **extra_env: str,
+    ) -> WorkerGroup:
+        """Start one worker per role (each consumes its queue and the intake queue); ``name``
+        tells apart several groups of one role."""
+        group = WorkerGroup(
+            roles, env={**self.env, **extra_env}, loglevel="INFO", concurrency=concurrency, name=name
+        )
         group.start()
         self.groups.append(group)
         group.wait_ready(self.app, timeout=90)

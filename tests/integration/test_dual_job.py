@@ -171,3 +171,19 @@ def test_status_and_cancel_commands(dual_cluster: Hosts) -> None:
 
     unknown = tandem("status", "no-such-job")
     assert unknown.returncode == 2 and "no job 'no-such-job'" in unknown.stderr
+
+
+def test_a_spent_token_budget_ends_the_job_with_its_memory_kept(dual_cluster: Hosts) -> None:
+    cluster, _, _ = dual_cluster
+    plan = [[{"name": "add", "args": {"a": 1, "b": 1}}] for _ in range(6)]
+    handle = cluster.submit(
+        goal=goal_with_plan("budget NEVER_DONE", plan), max_rounds=20, max_tokens_total=300
+    )
+    result = handle.result(timeout=60)
+    assert result.status == "truncated"
+    assert result.error is not None and "token budget is spent" in result.error
+    assert "max_tokens_total=300" in result.error
+    assert result.usage.total_tokens >= 300
+    assert 0 < result.rounds < 20
+    memory = cluster.store.memory(handle.id).get_messages()
+    assert len(memory) >= 2 and cluster.redis.ttl(cluster.store.key(handle.id, "memory")) > 0

@@ -377,7 +377,30 @@ def test_usage_is_recorded(stream: bool) -> None:
     with OpenAIServer(Reply("4", usage=usage)) as server:
         service, _ = make(server, stream=stream)
         message = service.generate("", USER)
-    assert message.usage.model_dump() == {**usage, "calls": 1}
+    assert message.usage.model_dump() == {**usage, "calls": 1, "cost_usd": 0.0}  # an unpriced model
+
+
+def test_cost_comes_from_litellms_local_cost_map() -> None:
+    """gpt-4o-mini is priced in LiteLLM's bundled map: $0.15 / $0.60 per million tokens (the
+    map's input_cost_per_token 1.5e-07 and output_cost_per_token 6e-07)."""
+    usage = {"prompt_tokens": 1_000_000, "completion_tokens": 1_000_000, "total_tokens": 2_000_000}
+    with OpenAIServer(Reply("4", usage=usage)) as server:
+        service, _ = make(server, model="openai/gpt-4o-mini")
+        message = service.generate("", USER)
+    assert message.usage.cost_usd == pytest.approx(0.75)
+    total = message.usage + message.usage
+    assert total.cost_usd == pytest.approx(1.5)
+
+
+def test_no_retry_statuses_are_raised_at_once_with_retry_after() -> None:
+    with OpenAIServer([Reply(status=429, headers={"Retry-After": "3"}), Reply("4")]) as server:
+        service, sleeps = make(server, no_retry_statuses={429, 503})
+        with pytest.raises(TransientModelError) as caught:
+            service.generate("", USER)
+        assert caught.value.status_code == 429
+        assert sleeps == []  # not slept in the thread
+        assert caught.value.retry_after == 3.0
+        assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -390,6 +413,7 @@ def test_usage_missing_from_the_host_counts_zero(stream: bool) -> None:
         "completion_tokens": 0,
         "total_tokens": 0,
         "calls": 1,
+        "cost_usd": 0.0,
     }
 
 

@@ -27,6 +27,9 @@ def test_defaults() -> None:
         "secrets": {},
         "approve_tools": [],
         "approval_timeout_s": None,
+        "max_tokens_total": None,
+        "max_cost_usd": None,
+        "priority": 5,
     }
 
 
@@ -44,6 +47,9 @@ def test_every_field_is_read() -> None:
         "secrets": {"gh_token": "t0ken-value"},
         "approve_tools": ["send_email"],
         "approval_timeout_s": 600.0,
+        "max_tokens_total": 5000,
+        "max_cost_usd": 0.25,
+        "priority": 9,
     }
     assert validate_spec(raw).model_dump() == raw
 

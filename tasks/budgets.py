@@ -1,0 +1,42 @@
+"""Per-job budgets and priority: what ``JobSpec.max_tokens_total``, ``max_cost_usd`` and
+``priority`` mean to the steps and the queues."""
+
+from __future__ import annotations
+
+from tandem.reasoner.memory import ReasonerMemory
+from tandem.reasoner.steps import total_usage
+from tandem.tasks.spec import JobSpec
+
+
+def budget_spent(spec: JobSpec, memory: ReasonerMemory) -> str | None:
+    """Why the job may not call a model again (a budget is spent), or ``None``.
+
+    Checked before every model call (a step whose reply is already stored goes on): a job stops
+    at the first call that would start with a budget already used up. Its memory is kept; the
+    job ends ``truncated`` with this reason.
+    """
+    if spec.max_tokens_total is None and spec.max_cost_usd is None:
+        return None
+    usage = total_usage(memory.get_messages())
+    if spec.max_tokens_total is not None and usage.total_tokens >= spec.max_tokens_total:
+        return (
+            f"the job's token budget is spent: {usage.total_tokens} tokens used of max_tokens_total="
+            f"{spec.max_tokens_total!r} in {usage.calls} model calls; raise max_tokens_total to go further"
+        )
+    if spec.max_cost_usd is not None and usage.cost_usd >= spec.max_cost_usd:
+        return (
+            f"the job's cost budget is spent: ${usage.cost_usd:.4f} used of max_cost_usd="
+            f"{spec.max_cost_usd!r} in {usage.calls} model calls; raise max_cost_usd to go further"
+        )
+    return None
+
+
+def message_priority(priority: int, broker_url: str) -> int:
+    """The broker message priority of a job of ``JobSpec.priority`` (9: most urgent).
+
+    RabbitMQ delivers higher numbers first (queues declared with ``x-max-priority``); Celery's
+    Redis transport serves its priority steps from 0 up, so the scale is turned over there.
+    """
+    if broker_url.startswith(("amqp", "pyamqp")):
+        return priority
+    return 9 - priority

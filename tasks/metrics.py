@@ -1,0 +1,140 @@
+"""Prometheus metrics of a worker process, served on ``TANDEM_METRICS_PORT`` (``/metrics``).
+
+Model-call metrics are recorded by ``tandem.tasks.host_model.HostModel`` (it wraps every model a
+worker calls), tool latency by ``MeteredToolRunner``, step outcomes by Celery's task signals
+(``tandem.tasks.worker_signals``). Labels: ``role`` (``thinker``/``actor``), ``host`` (the model
+host as capacity limits name it: ``API_BASE``, or the model string), ``task`` (a tandem task name).
+
+Names (all prefixed ``tandem_``)::
+
+    model_call_seconds{role,host,outcome}      histogram  one model call (outcome: ok, error, rate_limited)
+    model_tokens_total{role,host,kind}         counter    prompt / completion tokens of replies
+    model_cost_usd_total{role,host}            counter    price of replies (LiteLLM's cost map)
+    model_calls_in_flight{role,host}           gauge      calls under way in this process
+    model_rate_limited_total{role,host,status} counter    429/503 answers
+    host_backoff_seconds_total{role,host}      counter    back-off this process imposed on the fleet
+    capacity_waits_total{role,host,reason}     counter    steps re-queued to wait for capacity
+    steps_running{task}                        gauge      steps under way in this process
+    step_outcomes_total{task,outcome}          counter    finished steps (success, failure, retry,
+                                                          ignored: handed on by Task.replace, a
+                                                          duplicate, or a capacity wait)
+    tool_call_seconds{tool,status}             histogram  one tool call (status: succeeded, failed)
+    host_in_flight{host}                       gauge      calls under way to the host, fleet-wide
+    host_waiting_steps{host}                   gauge      steps waiting for one of its slots, fleet-wide
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from tandem.reasoner.messages import FunctionCallResult
+from tandem.reasoner.tool_runner import ToolRunner
+from tandem.tasks.capacity import HostSnapshot
+from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.tool import Tool
+
+log = logging.getLogger("tandem.metrics")
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+_TOOL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+MODEL_CALL_SECONDS = Histogram(
+    "tandem_model_call_seconds",
+    "Duration of one model call, retries included.",
+    ("role", "host", "outcome"),
+    buckets=_LATENCY_BUCKETS,
+)
+MODEL_TOKENS = Counter(
+    "tandem_model_tokens_total",
+    "Tokens of model replies, as the host reported them.",
+    ("role", "host", "kind"),
+)
+MODEL_COST = Counter(
+    "tandem_model_cost_usd_total", "Price of model replies in USD (LiteLLM's cost map).", ("role", "host")
+)
+MODEL_IN_FLIGHT = Gauge(
+    "tandem_model_calls_in_flight", "Model calls under way in this process.", ("role", "host")
+)
+RATE_LIMITED = Counter(
+    "tandem_model_rate_limited_total", "Model calls answered 429 or 503.", ("role", "host", "status")
+)
+BACKOFF_SECONDS = Counter(
+    "tandem_host_backoff_seconds_total",
+    "Seconds of fleet-wide back-off asked by the hosts (Retry-After) in this process's calls.",
+    ("role", "host"),
+)
+CAPACITY_WAITS = Counter(
+    "tandem_capacity_waits_total",
+    "Steps re-queued to wait for a model host's capacity.",
+    ("role", "host", "reason"),
+)
+STEPS_RUNNING = Gauge("tandem_steps_running", "Steps under way in this process.", ("task",))
+STEP_OUTCOMES = Counter("tandem_step_outcomes_total", "Finished steps by outcome.", ("task", "outcome"))
+TOOL_CALL_SECONDS = Histogram(
+    "tandem_tool_call_seconds", "Duration of one tool call.", ("tool", "status"), buckets=_TOOL_BUCKETS
+)
+
+
+class FleetCollector:
+    """Fleet-wide gauges read from Redis at each scrape: per limited host, the calls in flight
+    across all workers and the steps registered as waiting for a slot."""
+
+    def __init__(self, snapshots: Callable[[], list[HostSnapshot]]) -> None:
+        self.snapshots = snapshots
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The two gauges (empty when Redis cannot be read: a scrape must not fail)."""
+        in_flight = GaugeMetricFamily(
+            "tandem_host_in_flight", "Calls under way to the host, fleet-wide.", labels=["host"]
+        )
+        waiting = GaugeMetricFamily(
+            "tandem_host_waiting_steps", "Steps waiting for a slot of the host, fleet-wide.", labels=["host"]
+        )
+        try:
+            for snap in self.snapshots():
+                in_flight.add_metric([snap.host], snap.in_flight)
+                waiting.add_metric([snap.host], snap.waiting)
+        except Exception:
+            log.warning("could not read the hosts' capacity for /metrics", exc_info=True)
+        yield in_flight
+        yield waiting
+
+
+def serve(port: int, snapshots: Callable[[], list[HostSnapshot]] | None = None) -> int:
+    """Serve ``/metrics`` on ``port`` (0: any free port) in a daemon thread; the port it got.
+
+    ``snapshots`` adds the fleet-wide gauges of ``FleetCollector``.
+    """
+    if snapshots is not None:
+        REGISTRY.register(FleetCollector(snapshots))
+    server, _thread = start_http_server(port)
+    bound = int(server.server_address[1])
+    log.info("Prometheus metrics on port %d", bound)
+    return bound
+
+
+class MeteredToolRunner(ToolRunner):
+    """A ``ToolRunner`` that times every call into ``tandem_tool_call_seconds``."""
+
+    def run_call(
+        self,
+        tools: Mapping[str, Tool],
+        call: Any,
+        index: int,
+        ctx: ToolCallContext | None = None,
+        *,
+        call_id: str | None = None,
+        approved: bool = False,
+    ) -> FunctionCallResult:
+        """Run the call (see ``ToolRunner.run_call``) and record its duration."""
+        started = time.perf_counter()
+        result = super().run_call(tools, call, index, ctx, call_id=call_id, approved=approved)
+        name = call.name if call.name in tools else "(unknown)"  # bounded label values
+        TOOL_CALL_SECONDS.labels(name, result.status.value).observe(time.perf_counter() - started)
+        return result

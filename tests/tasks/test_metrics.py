@@ -1,0 +1,56 @@
+"""The worker's Prometheus endpoint and the tool-call timing."""
+
+from __future__ import annotations
+
+import fakeredis
+import httpx
+
+from tandem.reasoner.function_calling import ParsedFunctionCall
+from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, snapshot
+from tandem.tasks.metrics import MODEL_TOKENS, MeteredToolRunner, serve
+from tandem.toolkit.tool import Tool
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_metrics_are_served_with_the_documented_names() -> None:
+    redis = fakeredis.FakeRedis()
+    cap = HostCapacity(redis, "t", HostLimits("http://h/v1", 4))
+    assert isinstance(cap.acquire(1), Grant) and isinstance(cap.acquire(1), Grant)
+    cap.wait_for_slot("j:0:actor", {"name": "x"})  # a slot is free: not counted as waiting
+    MODEL_TOKENS.labels("actor", "http://h/v1", "prompt").inc(7)
+    port = serve(0, lambda: [snapshot(redis, "t", cap.limits)])
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert 'tandem_model_tokens_total{host="http://h/v1",kind="prompt",role="actor"} 7.0' in body
+    assert 'tandem_host_in_flight{host="http://h/v1"} 2.0' in body
+    assert 'tandem_host_waiting_steps{host="http://h/v1"} 0.0' in body
+    for name in (
+        "tandem_model_call_seconds",
+        "tandem_model_cost_usd_total",
+        "tandem_model_calls_in_flight",
+        "tandem_model_rate_limited_total",
+        "tandem_host_backoff_seconds_total",
+        "tandem_capacity_waits_total",
+        "tandem_steps_running",
+        "tandem_step_outcomes_total",
+        "tandem_tool_call_seconds",
+    ):
+        assert f"# TYPE {name}" in body, name
+
+
+def test_tool_calls_are_timed_by_tool_and_status() -> None:
+    tool = Tool.from_function(add)
+    runner = MeteredToolRunner()
+    ok = ParsedFunctionCall(name="add", call_objective="", args={"a": 1, "b": 2}, raw="")
+    bad = ParsedFunctionCall(name="nope", call_objective="", args={}, raw="")
+    assert runner.run_call({"add": tool}, ok, 1).output == "3"
+    runner.run_call({"add": tool}, bad, 2)
+    from prometheus_client import REGISTRY
+
+    assert REGISTRY.get_sample_value("tandem_tool_call_seconds_count", {"tool": "add", "status": "succeeded"})
+    assert REGISTRY.get_sample_value(
+        "tandem_tool_call_seconds_count", {"tool": "(unknown)", "status": "failed"}
+    )
