@@ -1,4 +1,4 @@
-# One image for every role: `tandem worker thinker|actor|tools`, `tandem flower`.
+# One image for every role: `tandem worker thinker|actor|tools`, `tandem flower`, `tandem api`.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 WORKDIR /app

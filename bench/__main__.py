@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import overhead, throughput
+from bench import event_stream, overhead, throughput
 from bench import toolkit as bench_toolkit
 from bench.common import ROLES, Cluster, ModelHosts, RawWorker, flush_db, redis_url
 from bench.models import call, plan_goal
@@ -47,6 +47,7 @@ class Goal:
 GOALS = {
     "turn_overhead": Goal("turn_overhead_in_hops", 4.0, True, "at most 4 raw hops per round"),
     "distributed_vs_inprocess": Goal("distributed_vs_inprocess", 1.05, True, "at most 1.05"),
+    "event_stream_overhead": Goal("event_stream_overhead", 1.05, True, "at most 1.05"),
     "throughput_ratio": Goal("throughput_ratio", 0.8, False, "at least 0.8"),
     "fanout_speedup": Goal("fanout_speedup", 6.0, False, "at least 6"),
     "worker_ready": Goal("worker_ready_s_max", 6.0, True, "under 6 s per worker"),
@@ -236,6 +237,10 @@ See the docstrings of the docstrings of `bench/overhead.py` and `bench/throughpu
   {bound_formula}. p50/p99 are job times from submission (all jobs are sent at once).
 - `fanout_speedup`: one Actor turn calling 8 tools of 1 s each: 8 s divided by the time from the
   Actor's reply to the start of the next round.
+- `event_stream_overhead`: the 5-round dual job against hosts streaming 200-token replies, with
+  `model_delta` events on, divided by the same job with them off (`bench/event_stream.py`); each
+  mode on its own Redis server, so `redis_commands_per_round_*` count that cluster's commands
+  (workers' idle polling included; `_for_deltas` is the difference).
 - `worker_ready_s_*`: from starting the three workers together to each one answering a ping.
   `worker_rss_mb_*`: peak resident memory (VmHWM) of each worker process after all the runs.
 """
@@ -301,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     report = Report()
     distributed(report, args.quick)
+    report.add(event_stream.run(args.quick))  # its own clusters and Redis servers
     in_process(report, args.quick)
     report.goals()
     seconds = time.monotonic() - started

@@ -118,8 +118,10 @@ def _rss_mb(pid: int) -> tuple[float, float]:
 class Cluster:
     """One tandem worker per role on the benchmark database, plus a client app and store."""
 
-    def __init__(self, hosts: ModelHosts, concurrency: Mapping[str, int], **extra_env: str) -> None:
-        self.url = redis_url()
+    def __init__(
+        self, hosts: ModelHosts, concurrency: Mapping[str, int], *, url: str | None = None, **extra_env: str
+    ) -> None:
+        self.url = url or redis_url()
         self.env = {
             "TANDEM_BROKER_URL": self.url,
             "TANDEM_RESULT_BACKEND": self.url,
@@ -133,7 +135,7 @@ class Cluster:
         self.settings = Settings.from_env(self.env)
         self.app = create_app(self.settings)
         self.redis = Redis.from_url(self.url)
-        self.store = JobStore(self.redis, self.settings.prefix)
+        self.store = JobStore.from_settings(self.redis, self.settings)
         self.concurrency = dict(concurrency)
         self.group: WorkerGroup | None = None
         self.ready_s: dict[str, float] = {}

@@ -139,6 +139,17 @@ def _metrics_port(env: Mapping[str, str]) -> int | None:
     return port
 
 
+def _tokens(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    tokens = tuple(t.strip() for t in env.get(name, "").split(",") if t.strip())
+    short = [t for t in tokens if len(t) < 16]
+    if short:
+        raise SettingsError(
+            f"{name} holds a token of {len(short[0])} characters: use tokens of at least 16 random "
+            "characters, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`"
+        )
+    return tokens
+
+
 @dataclass(frozen=True)
 class RoleSettings:
     """The model of one role (``TANDEM_<ROLE>_*``); ``model=None`` means the offline demo model."""
@@ -160,12 +171,14 @@ class RoleSettings:
     """Fleet-wide requests per minute to this role's model host (``None``: no budget)."""
     tpm: int | None = None
     """Fleet-wide tokens per minute to this role's model host (``None``: no budget)."""
+    stream: bool = False
+    """Ask the host for a streamed reply, so its tokens reach the job's events as they come."""
 
     @classmethod
     def from_env(cls, role: RoleName, env: Mapping[str, str]) -> RoleSettings:
         """Read ``TANDEM_<ROLE>_MODEL``, ``_API_BASE``, ``_API_KEY``, ``_REASONING_PARSER``,
-        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING``, ``_FUNCTION_CALLING`` and the
-        fleet-wide capacity of the role's host: ``_MAX_IN_FLIGHT``, ``_RPM``, ``_TPM``."""
+        ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING``, ``_FUNCTION_CALLING``,
+        ``_STREAM`` and the fleet-wide capacity of the role's host: ``_MAX_IN_FLIGHT``, ``_RPM``, ``_TPM``."""
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
@@ -201,6 +214,7 @@ class RoleSettings:
             max_in_flight=_optional_integer(env, f"{p}MAX_IN_FLIGHT"),
             rpm=_optional_integer(env, f"{p}RPM"),
             tpm=_optional_integer(env, f"{p}TPM"),
+            stream=bool(_flag(env, f"{p}STREAM")),
         )
 
     @property
@@ -332,6 +346,18 @@ class Settings:
     """Seconds a thread waits for a free Redis connection before ``ConnectionError``."""
     metrics_port: int | None = None
     """Port of the worker's Prometheus ``/metrics`` endpoint; ``None``: no endpoint."""
+    events_maxlen: int = 10000
+    """``TANDEM_EVENTS_MAXLEN``: about how many entries a job's event stream keeps."""
+    deltas: bool = True
+    """``TANDEM_EVENT_DELTAS``: publish ``model_delta`` events (live tokens)."""
+    delta_interval_ms: int = 100
+    """``TANDEM_DELTA_INTERVAL_MS``: a reply's deltas are published at most this often..."""
+    delta_max_chars: int = 512
+    """``TANDEM_DELTA_MAX_CHARS``: ...or as soon as this many characters wait."""
+    api_tokens: tuple[str, ...] = field(default=(), repr=False)
+    """``TANDEM_API_TOKENS``: comma-separated bearer tokens ``tandem api`` accepts."""
+    api_max_body: int = 1_048_576
+    """``TANDEM_API_MAX_BODY``: the largest request body ``tandem api`` reads, in bytes."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -384,6 +410,12 @@ class Settings:
             redis_max_connections=_optional_integer(env, "TANDEM_REDIS_MAX_CONNECTIONS"),
             redis_pool_timeout=_number(env, "TANDEM_REDIS_POOL_TIMEOUT", 20.0, minimum=0.1) or 20.0,
             metrics_port=_metrics_port(env),
+            events_maxlen=_integer(env, "TANDEM_EVENTS_MAXLEN", 10000, minimum=100),
+            deltas=_flag(env, "TANDEM_EVENT_DELTAS") is not False,
+            delta_interval_ms=_integer(env, "TANDEM_DELTA_INTERVAL_MS", 100, minimum=0),
+            delta_max_chars=_integer(env, "TANDEM_DELTA_MAX_CHARS", 512, minimum=1),
+            api_tokens=_tokens(env, "TANDEM_API_TOKENS"),
+            api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
         )
 
     def register_secrets(self) -> None:

@@ -191,4 +191,5 @@ def demo_model(role: str) -> ScriptedModelService:
     replies = {"thinker": _thinker_reply, "actor": _actor_reply, "mono": _mono_reply}
     if role not in replies:
         raise ValueError(f"demo_model role must be 'thinker', 'actor' or 'mono', got {role!r}")
-    return ScriptedModelService(replies[role], name=DEMO_MODEL_NAME)
+    # Streamed in small pieces, like a real host, so live displays show tokens arriving.
+    return ScriptedModelService(replies[role], name=DEMO_MODEL_NAME, stream_chunk=12, stream_delay=0.002)

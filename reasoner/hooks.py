@@ -13,6 +13,7 @@ from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 if TYPE_CHECKING:
     from tandem.reasoner.approval import Decision, PendingCall
     from tandem.reasoner.function_calling import ParsedFunctionCall
+    from tandem.reasoner.model_service import DeltaListener
     from tandem.reasoner.task import ReasonerOutcome
 
 
@@ -21,6 +22,13 @@ class ReasonerHooks:
 
     def round_started(self, round_no: int, max_rounds: int) -> None:
         """A round begins (``round_no`` counts from 0)."""
+
+    def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
+        """A model call of ``role`` begins: return a listener for its reply's deltas, or ``None``."""
+        return None
+
+    def model_streamed(self, round_no: int, role: str) -> None:
+        """The model call ended (replied or failed): flush what its listener still holds."""
 
     def model_replied(self, message: ModelMessage) -> None:
         """A model reply was stored (its ``reasoning`` and ``content`` are apart)."""
@@ -42,3 +50,19 @@ class ReasonerHooks:
 
 
 NO_HOOKS = ReasonerHooks()
+
+
+def streaming_listener(
+    hooks: ReasonerHooks, round_no: int, role: str, on_delta: DeltaListener | None
+) -> DeltaListener | None:
+    """The listener a step passes to ``generate``: the caller's ``on_delta``, the hooks', or both."""
+    from_hooks = hooks.model_streaming(round_no, role)
+    if from_hooks is None or on_delta is None:
+        return from_hooks or on_delta
+    caller = on_delta
+
+    def both(reasoning: str, content: str) -> None:
+        caller(reasoning, content)
+        from_hooks(reasoning, content)
+
+    return both

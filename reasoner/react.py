@@ -46,7 +46,7 @@ from tandem.reasoner.function_calling import (
     extract_tag,
     strip_thinking,
 )
-from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
+from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks, streaming_listener
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall
 from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelRequest, ModelService
@@ -271,7 +271,11 @@ def react_step(
     if existing is not None:
         return existing
     request = react_request(task, memory, round_no, tools, mode=mode)
-    reply = model.generate(request.sys_prompt, request.messages, tools=request.tools, on_delta=on_delta)
+    listener = streaming_listener(hooks, round_no, "actor", on_delta)
+    try:
+        reply = model.generate(request.sys_prompt, request.messages, tools=request.tools, on_delta=listener)
+    finally:
+        hooks.model_streamed(round_no, "actor")
     return react_record(task, memory, round_no, reply, tools, mode=mode, hooks=hooks)
 
 

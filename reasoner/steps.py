@@ -21,7 +21,7 @@ from tandem.reasoner.function_calling import (
     parse_function_calls,
     strip_thinking,
 )
-from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
+from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks, streaming_listener
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelRequest, ModelService
@@ -192,7 +192,11 @@ def thinker_step(
     if existing is not None:
         return existing
     request = thinker_request(task, memory, round_no, tools)
-    reply = model.generate(request.sys_prompt, request.messages, on_delta=on_delta)
+    listener = streaming_listener(hooks, round_no, "thinker", on_delta)
+    try:
+        reply = model.generate(request.sys_prompt, request.messages, on_delta=listener)
+    finally:
+        hooks.model_streamed(round_no, "thinker")
     return record_reply(memory, reply, round_no, "thinker", hooks)
 
 
@@ -213,7 +217,11 @@ def actor_step(
     if existing is not None:
         return existing
     request = actor_request(task, memory, round_no, tools, actions, mode)
-    reply = model.generate(request.sys_prompt, request.messages, on_delta=on_delta)
+    listener = streaming_listener(hooks, round_no, "actor", on_delta)
+    try:
+        reply = model.generate(request.sys_prompt, request.messages, on_delta=listener)
+    finally:
+        hooks.model_streamed(round_no, "actor")
     return record_reply(memory, reply, round_no, "actor", hooks)
 
 

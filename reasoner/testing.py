@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,10 @@ class ScriptedModelService(BaseModelService):
     function ``(sys_prompt, messages) -> reply``. Each call is recorded in ``calls`` as a dict
     with ``sys_prompt``, ``messages`` and ``tools``. Usage is estimated at four characters a token.
     Thread-safe, so it can stand in for a host shared by parallel jobs.
+
+    With ``stream_chunk``, a text reply reaches ``on_delta`` in pieces of that many characters
+    (``stream_delay`` seconds apart), split by the reasoning parser's stream as a streaming
+    host's would be; otherwise ``on_delta`` gets the whole reply once.
     """
 
     def __init__(
@@ -41,8 +46,12 @@ class ScriptedModelService(BaseModelService):
         name: str = "scripted",
         reasoning_parser: str = "think",
         tool_runner: ToolRunner | None = None,
+        stream_chunk: int | None = None,
+        stream_delay: float = 0.0,
     ) -> None:
         super().__init__(tool_runner)
+        self.stream_chunk = stream_chunk
+        self.stream_delay = stream_delay
         self.name = name
         self._replies = replies
         self._parser_name = reasoning_parser
@@ -62,6 +71,21 @@ class ScriptedModelService(BaseModelService):
                 model=self.name,
             )
         return self._replies[used - 1]
+
+    def _stream(self, text: str, on_delta: DeltaListener) -> None:
+        from tandem.reasoner.parsing import get_reasoning_parser
+
+        stream = get_reasoning_parser(self._parser_name).stream()
+        size = max(1, self.stream_chunk or 1)
+        for start in range(0, len(text), size):
+            if start and self.stream_delay:
+                time.sleep(self.stream_delay)
+            delta = stream.feed(text[start : start + size])
+            if delta.reasoning or delta.content:
+                on_delta(delta.reasoning, delta.content)
+        tail = stream.finish()
+        if tail.reasoning or tail.content:
+            on_delta(tail.reasoning, tail.content)
 
     def generate(
         self,
@@ -122,6 +146,8 @@ class ScriptedModelService(BaseModelService):
             calls=1,
         )
         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
-        if on_delta is not None:
+        if on_delta is not None and isinstance(reply, str) and self.stream_chunk:
+            self._stream(reply, on_delta)
+        elif on_delta is not None:
             on_delta(message.reasoning, message.content)
         return message.model_copy(update={"usage": usage, "model": self.name})

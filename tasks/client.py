@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery
@@ -15,6 +17,7 @@ from tandem.reasoner.approval import Decision
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
 from tandem.tasks.errors import DecisionRefused, JobTimeout, UnknownJobError
+from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
 from tandem.toolkit.redaction import redact
@@ -90,9 +93,14 @@ class JobHandle:
         except UnknownJobError:
             return "unknown"
 
-    def events(self, *, timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        """The job's live events (round_started, model_reply, tool_call, tool_result, final)."""
-        return self._store.events(self.id, timeout=timeout)
+    def events(self, *, after: str = "0", timeout: float | None = None) -> Iterator[JobEvent]:
+        """The job's events as typed ``JobEvent`` models, live, until the ``final`` event.
+
+        ``after`` is a stream id: ``"0"`` (the default) starts at the job's first event, ``"$"``
+        at the next new one, and an event's ``id`` resumes right after that event.
+        Stops after ``timeout`` seconds if given.
+        """
+        return self._store.events(self.id, last_id=after, timeout=timeout)
 
     def cancel(self) -> None:
         """Stop the job at its next step.
@@ -111,7 +119,7 @@ class JobHandle:
         self._app.control.revoke(self.id)
         result = self._store.finish(
             JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
-            ttl=int(self._app.conf.result_expires or 86400),
+            ttl=_seconds(self._app.conf.result_expires),
         )
         self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS")
 
@@ -201,11 +209,11 @@ class JobHandle:
                     raise JobTimeout(f"job {self.id} has not ended after {timeout:g} s (state: {state})")
                 last_id = await store.wait_event(self.id, last_id, min(left, 1.0))
 
-    async def aevents(self, *, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
-        """``events`` for asyncio: the same events in the same order, until ``final``."""
+    async def aevents(self, *, timeout: float | None = None) -> AsyncIterator[JobEvent]:
+        """``events`` for asyncio: the same typed events in the same order, until ``final``."""
         async with self._astore() as store:
             async for event in store.events(self.id, timeout=timeout):
-                yield event
+                yield read_event(event["id"], event["type"], event["data"], event["at"])
 
     async def acancel(self) -> None:
         """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has
@@ -227,6 +235,13 @@ def _wire(decision: Any) -> Any:
     return decision
 
 
+def _seconds(expires: Any) -> int:
+    """Celery's ``result_expires`` (seconds or a ``timedelta``; unset: a day) in whole seconds."""
+    if isinstance(expires, timedelta):
+        return max(1, int(expires.total_seconds()))
+    return int(expires or 86400)
+
+
 def submit(
     spec: JobSpec | dict[str, Any], *, app: Celery | None = None, store: JobStore | None = None
 ) -> JobHandle:
@@ -245,12 +260,17 @@ def submit(
     app = app or _default_app()
     store = store or rt.store
     public = job_spec.public_dump()
-    result = app.send_task(
+    job_id = str(uuid.uuid4())
+    # Known (``queued``, listed among recent jobs) before any worker can see it: a follower that
+    # starts reading its events at once does not take it for an unknown job.
+    store.mark_queued(job_id, job_spec.reasoner)
+    app.send_task(
         "tandem.infer",
         kwargs={"spec": job_spec.model_dump(mode="json")},
         kwargsrepr=_shown({"spec": public}),
+        task_id=job_id,
     )
-    return JobHandle(result.id, store, app, submitted=True)
+    return JobHandle(job_id, store, app, submitted=True)
 
 
 def _shown(value: Any, limit: int = 1024) -> str:

@@ -1,51 +1,149 @@
-"""``EventHooks``: the reasoning loop's hooks, published to the job's Redis stream."""
+"""``EventHooks``: the reasoning loop's hooks, published to the job's Redis stream.
+
+Model replies stream through a ``DeltaCoalescer``: the deltas a model service hands to its
+``on_delta`` listener (already split into reasoning and content by the role's reasoning parser)
+are gathered and published as ``model_delta`` events at most every ``delta_interval`` seconds, or
+once ``delta_max_chars`` characters wait, so a fast host costs a bounded number of Redis writes.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tandem.reasoner.hooks import ReasonerHooks
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
+from tandem.tasks.job_events import ModelDelta, ModelReply, RoundStarted, ToolCall, ToolResult
 from tandem.tasks.store import JobStore
 
 if TYPE_CHECKING:
     from tandem.reasoner.function_calling import ParsedFunctionCall
+    from tandem.reasoner.model_service import DeltaListener
+
+
+class DeltaCoalescer:
+    """Gathers a reply's deltas and hands them to ``emit(reasoning, content)`` in batches.
+
+    A batch goes out when ``interval`` seconds have passed since the last one, or when
+    ``max_chars`` characters wait; ``flush`` sends what is left. Order is kept and nothing is
+    dropped: the emitted texts concatenate to the fed texts.
+    """
+
+    def __init__(
+        self,
+        emit: Callable[[str, str], None],
+        *,
+        interval: float = 0.1,
+        max_chars: int = 512,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._emit = emit
+        self.interval = interval
+        self.max_chars = max_chars
+        self._clock = clock
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+        self._waiting = 0
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def __call__(self, reasoning: str, content: str) -> None:
+        """Take one delta; publish the batch if it is due."""
+        if not reasoning and not content:
+            return
+        with self._lock:
+            # A reply that switches from content back to reasoning would otherwise interleave
+            # wrongly inside one batch: send what waits first.
+            if reasoning and self._content:
+                self._send()
+            if reasoning:
+                self._reasoning.append(reasoning)
+            if content:
+                self._content.append(content)
+            self._waiting += len(reasoning) + len(content)
+            if self._waiting >= self.max_chars or self._clock() - self._last >= self.interval:
+                self._send()
+
+    def flush(self) -> None:
+        """Publish whatever waits."""
+        with self._lock:
+            self._send()
+
+    def _send(self) -> None:
+        if not self._waiting:
+            return
+        reasoning, content = "".join(self._reasoning), "".join(self._content)
+        self._reasoning.clear()
+        self._content.clear()
+        self._waiting = 0
+        self._last = self._clock()
+        self._emit(reasoning, content)
 
 
 class EventHooks(ReasonerHooks):
-    """Publishes round starts, model replies (reasoning and content), tool calls and results."""
+    """Publishes round starts, model deltas and replies, tool calls and results."""
 
     def __init__(self, store: JobStore, job_id: str) -> None:
         self.store = store
         self.job_id = job_id
+        self._streams: dict[tuple[int, str], DeltaCoalescer] = {}
 
     def round_started(self, round_no: int, max_rounds: int) -> None:
         """Publish ``round_started``."""
-        self.store.publish(self.job_id, "round_started", {"round": round_no, "max_rounds": max_rounds})
+        self.store.publish(self.job_id, RoundStarted(round=round_no, max_rounds=max_rounds))
+
+    def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
+        """A coalescing listener that publishes ``model_delta`` events (``None`` when deltas are off)."""
+        settings = self.store.stream
+        if not settings.deltas:
+            return None
+        attempt = uuid.uuid4().hex[:12]
+        seq = 0
+
+        def emit(reasoning: str, content: str) -> None:
+            nonlocal seq
+            delta = ModelDelta(
+                round=round_no, role=role, attempt=attempt, seq=seq, reasoning=reasoning, content=content
+            )
+            seq += 1
+            self.store.publish(self.job_id, delta)
+
+        coalescer = DeltaCoalescer(emit, interval=settings.delta_interval, max_chars=settings.delta_max_chars)
+        self._streams[(round_no, role)] = coalescer
+        return coalescer
+
+    def model_streamed(self, round_no: int, role: str) -> None:
+        """Publish the deltas still waiting (before the ``model_reply`` event)."""
+        coalescer = self._streams.pop((round_no, role), None)
+        if coalescer is not None:
+            coalescer.flush()
 
     def model_replied(self, message: ModelMessage) -> None:
         """Publish ``model_reply`` with the role, the reasoning and the content."""
         self.store.publish(
             self.job_id,
-            "model_reply",
-            {
-                "round": message.round,
-                "role": message.role,
-                "model": message.model,
-                "reasoning": message.reasoning,
-                "content": message.content,
-                "usage": message.usage.model_dump(),
-            },
+            ModelReply(
+                round=message.round,
+                role=message.role,
+                model=message.model,
+                reasoning=message.reasoning,
+                content=message.content,
+                usage=message.usage.model_dump(),
+            ),
         )
 
     def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
         """Publish ``tool_call``."""
         self.store.publish(
             self.job_id,
-            "tool_call",
-            {"round": round_no, "index": index, "name": call.name, "args": call.args, "error": call.error},
+            ToolCall(round=round_no, index=index, name=call.name, args=call.args, error=call.error),
         )
 
     def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:
         """Publish ``tool_result``."""
-        self.store.publish(self.job_id, "tool_result", {"round": round_no, **result.model_dump(mode="json")})
+        self.store.publish(
+            self.job_id, ToolResult.model_validate({"round": round_no, **result.model_dump(mode="json")})
+        )

@@ -86,7 +86,7 @@ class Runtime:
     @cached_property
     def store(self) -> JobStore:
         """The job store."""
-        return JobStore(self.redis, self.settings.prefix)
+        return JobStore.from_settings(self.redis, self.settings)
 
     @cached_property
     def lease_keys(self) -> LeaseKeys:
@@ -263,6 +263,7 @@ class Runtime:
             # Under fleet-wide limits a 429/503 backs the fleet off and re-queues the step,
             # instead of sleeping in this thread while the rest of the fleet keeps calling.
             no_retry_statuses=BACKOFF_STATUSES if limited else (),
+            stream=conf.stream,
         )
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:

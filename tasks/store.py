@@ -14,20 +14,54 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
+from tandem.broker_config import Settings
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult
-from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus
+from tandem.tasks.job_events import Final, JobEvent, StreamSettings, decode_entry, make_event
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
 _FIXED_KEYS = ("spec", "status", "result", "events", "cancel", "tools", "done", "memory")
 
 
-class JobStore:
-    """Reads and writes one Redis database's jobs."""
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
-    def __init__(self, redis: Redis, prefix: str = "tandem") -> None:
+
+RECENT_LIMIT = 1000
+"""How many jobs the index of recent jobs (``JobStore.recent``) keeps."""
+
+
+class JobStore:
+    """Reads and writes one Redis database's jobs.
+
+    ``ttl`` bounds the life of keys written before a job ends (its event stream, the index of
+    recent jobs); ``stream`` says how the event stream is written.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str = "tandem",
+        *,
+        ttl: int = 86400,
+        stream: StreamSettings | None = None,
+    ) -> None:
         self.redis = redis
         self.prefix = prefix
+        self.ttl = ttl
+        self.stream = stream or StreamSettings()
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> JobStore:
+        """The store as configured by ``settings`` (prefix, TTL, event stream)."""
+        stream = StreamSettings(
+            maxlen=settings.events_maxlen,
+            deltas=settings.deltas,
+            delta_interval=settings.delta_interval_ms / 1000,
+            delta_max_chars=settings.delta_max_chars,
+        )
+        return cls(redis, settings.prefix, ttl=settings.memory_ttl, stream=stream)
 
     def key(self, job_id: str, part: str) -> str:
         """The Redis key of ``part`` of a job."""
@@ -40,7 +74,34 @@ class JobStore:
         created = bool(self.redis.set(self.key(job_id, "spec"), spec.model_dump_json(), nx=True))
         if created:
             self.set_status(job_id, state="queued", reasoner=spec.reasoner)
+            self.remember(job_id)
         return created
+
+    def mark_queued(self, job_id: str, reasoner: ReasonerKind = "dual") -> bool:
+        """Record a job as ``queued`` before its intake message is sent (no-op if the job exists),
+        so that followers know it at once; ``False`` if it had a status already."""
+        status = JobStatus(job_id=job_id, state="queued", reasoner=reasoner, updated_at=time.time())
+        written = bool(
+            self.redis.set(self.key(job_id, "status"), status.model_dump_json(), nx=True, ex=self.ttl)
+        )
+        self.remember(job_id)
+        return written
+
+    def remember(self, job_id: str, at: float | None = None) -> None:
+        """Add the job to the index of recent jobs (kept to the newest ``RECENT_LIMIT``, idempotent)."""
+        key = f"{self.prefix}:recent-jobs"
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(key, {job_id: at or time.time()}, nx=True)
+        pipe.zremrangebyrank(key, 0, -RECENT_LIMIT - 1)
+        pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
+        pipe.expire(key, self.ttl)
+        pipe.execute()
+
+    def recent(self, limit: int = 50) -> list[JobStatus]:
+        """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out)."""
+        ids = [_text(i) for i in self.redis.zrevrange(f"{self.prefix}:recent-jobs", 0, max(limit, 1) - 1)]
+        raws = self.redis.mget([self.key(i, "status") for i in ids]) if ids else []
+        return [JobStatus.model_validate_json(raw) for raw in raws if raw is not None]
 
     def spec(self, job_id: str) -> JobSpec | None:
         """The job's spec, or ``None`` for an unknown job."""
@@ -72,7 +133,7 @@ class JobStore:
                 return current
             updated = current.model_copy(update={**fields, "updated_at": time.time()})
             pipe.multi()
-            pipe.set(key, updated.model_dump_json())
+            pipe.set(key, updated.model_dump_json(), keepttl=True)  # the TTL mark_queued gave it
             return updated
 
         return self.redis.transaction(update, key, value_from_callable=True)
@@ -94,7 +155,7 @@ class JobStore:
         stored = self.result(job_id) or result
         self.set_status(job_id, state=stored.status, error=stored.error, step="finalize")
         if first:  # one ``final`` event per job, however often a duplicate step gets here
-            self.publish(job_id, "final", stored.model_dump(mode="json"))
+            self.publish(job_id, Final.of(stored))
         pipe = self.redis.pipeline()
         for part in _FIXED_KEYS:
             pipe.expire(self.key(job_id, part), ttl)
@@ -147,47 +208,52 @@ class JobStore:
         """The job's conversation."""
         return RedisReasonerMemory(self.redis, job_id, prefix=self.prefix)
 
-    def publish(self, job_id: str, kind: str, data: dict[str, Any]) -> None:
-        """Append an event to the job's stream (capped near 10,000 entries), secrets redacted."""
-        self.redis.xadd(
-            self.key(job_id, "events"),
-            {
-                "type": kind,
-                "data": json.dumps(redact_data(data), ensure_ascii=False, default=str),
-                "at": f"{time.time():.3f}",
-            },
-            maxlen=10000,
-            approximate=True,
-        )
+    def publish(self, job_id: str, event: JobEvent | str, data: dict[str, Any] | None = None) -> str:
+        """Append an event to the job's stream (secrets redacted) and return its stream id.
+
+        ``event`` is a ``JobEvent``, or an event kind with its fields in ``data``
+        (``EventError`` when they do not fit the kind). The stream is capped at about
+        ``stream.maxlen`` entries and expires ``ttl`` seconds after its last write (``finish``
+        shortens that to the job's own expiry).
+        """
+        typed = make_event(event, data or {}) if isinstance(event, str) else event
+        key = self.key(job_id, "events")
+        pipe = self.redis.pipeline(transaction=False)
+        entry = {  # the stream entry of ``typed`` (see ``job_events.encode_event``), secrets redacted
+            "type": typed.type,
+            "data": json.dumps(redact_data(typed.data), ensure_ascii=False, default=str),
+            "at": f"{typed.at or time.time():.3f}",
+        }
+        pipe.xadd(key, entry, maxlen=self.stream.maxlen, approximate=True)  # type: ignore[arg-type]
+        pipe.expire(key, self.ttl)
+        entry_id, _ = pipe.execute()
+        return _text(entry_id)
+
+    def read_events(self, job_id: str, after: str = "0", count: int = 100) -> list[JobEvent]:
+        """Up to ``count`` events written after stream id ``after``, without waiting."""
+        start = "-" if after in ("", "0", "0-0") else f"({after}"
+        entries = self.redis.xrange(self.key(job_id, "events"), min=start, count=count)
+        return [decode_entry(entry_id, fields) for entry_id, fields in entries]
 
     def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """Yield the job's events from ``last_id`` on, waiting for new ones, until ``final``.
-
-        Each event is ``{"id", "type", "data", "at"}``. Stops after ``timeout`` seconds if given.
+    ) -> Iterator[JobEvent]:
+        """Yield the job's events after stream id ``last_id`` (``"0"``: from the first, ``"$"``:
+        only new ones), waiting for new ones, until ``final``. Stops after ``timeout`` seconds if given.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         key = self.key(job_id, "events")
+        if last_id == "$":  # "from now": the id of the newest entry, so nothing is skipped later
+            newest = self.redis.xrevrange(key, count=1)
+            last_id = _text(newest[0][0]) if newest else "0"
         while deadline is None or time.monotonic() < deadline:
             batch = self.redis.xread({key: last_id}, count=100, block=block_ms)
             for _stream, entries in batch or []:
                 for entry_id, fields in entries:
-                    last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                    decoded = {
-                        (k.decode() if isinstance(k, bytes) else k): (
-                            v.decode() if isinstance(v, bytes) else v
-                        )
-                        for k, v in fields.items()
-                    }
-                    event = {
-                        "id": last_id,
-                        "type": decoded.get("type", ""),
-                        "data": json.loads(decoded.get("data", "{}")),
-                        "at": float(decoded.get("at", 0)),
-                    }
+                    event = decode_entry(entry_id, fields)
+                    last_id = event.id
                     yield event
-                    if event["type"] == "final":
+                    if event.type == "final":
                         return
             # Nothing new: stop for an unknown job, or for one that has ended (every event was
             # read, even if its finisher died before publishing ``final``).

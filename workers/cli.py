@@ -1,4 +1,4 @@
-"""The ``tandem`` command: workers, jobs, Flower and the one-command demo."""
+"""The ``tandem`` command: workers, jobs, the HTTP API, Flower and the one-command demo."""
 
 from __future__ import annotations
 
@@ -56,6 +56,19 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cancel", help="cancel a job")
     c.add_argument("job_id")
 
+    wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
+    wa.add_argument("job_id")
+    wa.add_argument(
+        "--from-now", action="store_true", help="show only new events (default: from the job's first event)"
+    )
+    wa.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
+    wa.add_argument("--timeout", type=float, default=None, help="stop following after this many seconds")
+
+    a = sub.add_parser("api", help="start the HTTP API (server-sent events) and the job console")
+    a.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    a.add_argument("--port", type=int, default=8000)
+    a.add_argument("--log-level", default="info")
+
     f = sub.add_parser(
         "flower",
         help="start Flower, the Celery monitoring UI",
@@ -79,6 +92,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", default=None, help="comma-separated allow-list of tools")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
+    p.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
 
 
 def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
@@ -135,11 +149,26 @@ def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:
 
     handle = submit(spec)
     print(f"job {handle.id} submitted", flush=True)
-    final = show_events(handle.events(timeout=args.timeout))
+    final = show_events(handle.events(timeout=args.timeout), tokens=not args.no_tokens)
     result = handle.result(timeout=5 if final else args.timeout)
     if args.json:
         print(result.model_dump_json(indent=2))
     return 0 if result.status == "completed" else 1
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from tandem.tasks import job
+    from tandem.workers.display import show_events
+
+    handle = job(args.job_id)
+    final = show_events(
+        handle.events(after="$" if args.from_now else "0", timeout=args.timeout), tokens=not args.no_tokens
+    )
+    if final is None:
+        state = handle.status().state
+        print(f"job {handle.id}: {state}", flush=True)
+        return 0 if state == "completed" else 1
+    return 0 if final.status == "completed" else 1
 
 
 def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
@@ -245,6 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             job(args.job_id).cancel()
             print(f"job {args.job_id}: cancellation requested")
             return 0
+        if args.command == "watch":
+            return _watch(args)
+        if args.command == "api":
+            from tandem.workers.api.server import serve
+
+            return serve(args.host, args.port, log_level=args.log_level)
         if args.command == "flower":
             return _flower(args)
     except (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError) as exc:

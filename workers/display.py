@@ -1,12 +1,19 @@
-"""Showing a job as it runs: one line or block per event of the job's stream."""
+"""Showing a job as it runs: one line or block per event of the job's stream, tokens as they come.
+
+``render_event`` gives the text of one event; ``LiveDisplay`` prints a stream of them, writing
+``model_delta`` text as it arrives (reasoning dimmed on a terminal) and then only the parts of the
+stored reply that were not already shown.
+"""
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 from tandem.reasoner.function_calling import extract_tag, strip_thinking
+from tandem.tasks.job_events import Final, JobEvent, ModelDelta, read_event
 
 
 def _short(text: str, limit: int = 400) -> str:
@@ -18,9 +25,27 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
-def render_event(event: dict[str, Any]) -> str:
-    """The text shown for one event (empty for events not worth a line)."""
-    kind, data = event["type"], event["data"]
+def _typed(event: JobEvent | Mapping[str, Any]) -> JobEvent:
+    if isinstance(event, Mapping):  # the plain-dict form of earlier versions
+        return read_event(str(event.get("id", "")), str(event["type"]), dict(event.get("data") or {}))
+    return event
+
+
+def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False) -> str:
+    """The text shown for one event (empty for events not worth a line).
+
+    ``streamed``: the reply's text was already shown from its ``model_delta`` events, so a
+    ``model_reply`` shows only what follows from it (tool calls in the action, a deliverable).
+    """
+    typed = _typed(event)
+    kind, data = typed.type, typed.data
+    if kind == "model_delta":
+        return ""
+    if kind == "model_reply" and streamed:
+        return _after_stream(data)
+    if kind == "waiting":
+        retry = f", retrying in {data['retry_in']:g} s" if data.get("retry_in") else ""
+        return f"  … waiting: {data.get('reason')}{retry} {data.get('detail') or ''}".rstrip()
     if kind == "job_started":
         spec = data.get("spec", {})
         return f"job started: {spec.get('reasoner', 'dual')} reasoner, up to {spec.get('max_rounds')} rounds"
@@ -73,13 +98,89 @@ def render_event(event: dict[str, Any]) -> str:
     return ""
 
 
-def show_events(events: Any, out: TextIO = sys.stdout) -> dict[str, Any] | None:
-    """Print every event as it arrives; return the ``final`` event's data."""
+def _after_stream(data: dict[str, Any]) -> str:
+    content = data.get("content", "")
+    notes = []
+    if data["role"] != "thinker":
+        action = extract_tag(content, "action") or ""
+        calls = len(re.findall(r"<function_call>", action))
+        if calls:
+            notes.append(f"{calls} tool call(s)")
+        if extract_tag(content, "deliverable") is not None:
+            notes.append("deliverable written")
+    return _indent(f"({'; '.join(notes)})") if notes else ""
+
+
+class LiveDisplay:
+    """Prints a job's events to ``out`` as they arrive; ``tokens`` shows ``model_delta`` text live.
+
+    ``color`` dims reasoning with ANSI codes (on by default when ``out`` is a terminal).
+    """
+
+    def __init__(self, out: TextIO | None = None, *, tokens: bool = True, color: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        self.tokens = tokens
+        self.color = self.out.isatty() if color is None else color
+        self._reply: tuple[int, str, str] | None = None  # (round, role, attempt) being streamed
+        self._part = ""  # "reasoning" or "content": what the last delta wrote
+        self._streamed: set[tuple[int, str]] = set()
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def _end_line(self) -> None:
+        if self._reply is not None:
+            self._write("\n")
+            self._reply, self._part = None, ""
+
+    def _delta(self, delta: ModelDelta) -> None:
+        key = (delta.round, delta.role, delta.attempt)
+        if self._reply != key:
+            restarted = (delta.round, delta.role) in self._streamed
+            self._end_line()
+            note = " (the model call started over)" if restarted else ""
+            self._write(f"{delta.role.capitalize()} (streaming){note}:\n")
+            self._reply = key
+            self._streamed.add((delta.round, delta.role))
+        if delta.reasoning:
+            if self._part != "reasoning":
+                self._write("    thinking: " if not self._part else "\n    thinking: ")
+            text = delta.reasoning.replace("\n", "\n    ")
+            self._write(f"\x1b[2m{text}\x1b[0m" if self.color else text)
+            self._part = "reasoning"
+        content = delta.content if self._part == "content" else delta.content.lstrip("\n")
+        if content:
+            if self._part != "content":
+                self._write("\n    " if self._part else "    ")
+            self._write(content.replace("\n", "\n    "))
+            self._part = "content"
+
+    def show(self, event: JobEvent | Mapping[str, Any]) -> None:
+        """Print one event."""
+        typed = _typed(event)
+        if isinstance(typed, ModelDelta):
+            if self.tokens:
+                self._delta(typed)
+            return
+        self._end_line()
+        streamed = typed.type == "model_reply" and (typed.data.get("round"), typed.data.get("role")) in (
+            self._streamed
+        )
+        text = render_event(typed, streamed=streamed)
+        if text:
+            print(text, file=self.out, flush=True)
+
+
+def show_events(
+    events: Iterable[JobEvent | Mapping[str, Any]], out: TextIO | None = None, *, tokens: bool = True
+) -> Final | None:
+    """Print every event as it arrives (tokens too, unless ``tokens=False``); return the ``final`` event."""
+    display = LiveDisplay(out, tokens=tokens)
     final = None
     for event in events:
-        text = render_event(event)
-        if text:
-            print(text, file=out, flush=True)
-        if event["type"] == "final":
-            final = event["data"]
+        typed = _typed(event)
+        display.show(typed)
+        if isinstance(typed, Final):
+            final = typed
     return final

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,16 @@ import pytest
 
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Usage
 from tandem.tasks import store as store_module
+from tandem.tasks.job_events import (
+    EventError,
+    Final,
+    JobEvent,
+    JobStarted,
+    ModelReply,
+    OtherEvent,
+    RoundStarted,
+    StreamSettings,
+)
 from tandem.tasks.spec import JobResult, JobSpec, JobStatus
 from tandem.tasks.store import JobStore
 
@@ -198,8 +209,9 @@ def test_finish_publishes_the_final_event(store: JobStore) -> None:
     populate(store)
     stored = store.finish(JobResult(job_id=JOB, status="truncated", error="budget"), ttl=60)
     events = list(store.events(JOB, timeout=30))
-    assert [e["type"] for e in events] == ["round_started", "final"]
-    assert events[-1]["data"] == stored.model_dump(mode="json")
+    assert [e.type for e in events] == ["round_started", "final"]
+    assert events[-1].data == stored.model_dump(mode="json")
+    assert isinstance(events[-1], Final) and events[-1].result() == stored
 
 
 # -- events -------------------------------------------------------------------------------------------
@@ -207,39 +219,96 @@ def test_finish_publishes_the_final_event(store: JobStore) -> None:
 
 def test_events_round_trip_and_stop_after_final(store: JobStore) -> None:
     store.publish(JOB, "job_started", {"spec": {"goal": "g"}})
-    store.publish(JOB, "model_reply", {"role": "actor", "content": "héllo", "n": 1})
+    store.publish(JOB, "model_reply", {"round": 0, "role": "actor", "content": "héllo", "n": 1})
     store.publish(JOB, "final", {"status": "completed"})
-    store.publish(JOB, "after_final", {})
+    store.publish(JOB, "round_started", {"round": 1, "max_rounds": 2})
 
     events = list(store.events(JOB, timeout=30))
 
-    assert [(e["type"], e["data"]) for e in events] == [
-        ("job_started", {"spec": {"goal": "g"}}),
-        ("model_reply", {"role": "actor", "content": "héllo", "n": 1}),
-        ("final", {"status": "completed"}),
-    ]
-    assert all(isinstance(e["id"], str) and e["at"] > 0 for e in events)
-    assert len({e["id"] for e in events}) == 3
+    assert [type(e) for e in events] == [JobStarted, ModelReply, Final]
+    assert [e.type for e in events] == ["job_started", "model_reply", "final"]
+    reply = events[1]
+    assert isinstance(reply, ModelReply)
+    assert (reply.round, reply.role, reply.content) == (0, "actor", "héllo")
+    assert reply.data["n"] == 1  # a field the writer added is kept
+    assert all(isinstance(e.id, str) and e.at > 0 for e in events)
+    assert len({e.id for e in events}) == 3
+
+
+def test_publish_refuses_an_event_that_does_not_fit_its_kind(store: JobStore) -> None:
+    with pytest.raises(EventError, match=r"'model_reply': field 'round': Field required"):
+        store.publish(JOB, "model_reply", {"role": "actor"})
+    with pytest.raises(EventError, match=r"unknown event type 'after_final': use one of job_started"):
+        store.publish(JOB, "after_final", {})
+    assert store.read_events(JOB) == []
+
+
+def test_events_of_the_plain_dict_format_stay_readable(store: JobStore) -> None:
+    """Entries written by an earlier version, or a newer one's unknown kind, are read, not dropped."""
+    key = store.key(JOB, "events")
+    store.redis.xadd(key, {"type": "model_reply", "data": json.dumps({"role": "actor"}), "at": "1.5"})
+    store.redis.xadd(key, {"type": "shiny_new", "data": json.dumps({"x": [1]}), "at": "2"})
+    store.redis.xadd(key, {"type": "final", "data": json.dumps({"status": "completed"}), "at": "3"})
+
+    old, new, final = store.events(JOB, timeout=30)
+
+    assert isinstance(old, OtherEvent) and old["type"] == "model_reply" and old["data"] == {"role": "actor"}
+    assert isinstance(new, OtherEvent) and new.data == {"x": [1]} and new.at == 2.0
+    assert isinstance(final, Final) and final.result().status == "completed"
 
 
 def test_events_resume_after_a_given_id(store: JobStore) -> None:
-    store.publish(JOB, "round_started", {"round": 0})
-    store.publish(JOB, "round_started", {"round": 1})
-    store.publish(JOB, "final", {})
+    store.publish(JOB, RoundStarted(round=0, max_rounds=2))
+    store.publish(JOB, RoundStarted(round=1, max_rounds=2))
+    store.publish(JOB, "final", {"status": "failed"})
     first, *_ = store.events(JOB, timeout=30)
-    rest = list(store.events(JOB, last_id=first["id"], timeout=30))
-    assert [(e["type"], e["data"]) for e in rest] == [("round_started", {"round": 1}), ("final", {})]
+    rest = list(store.events(JOB, last_id=first.id, timeout=30))
+    assert [(e.type, e.data.get("round")) for e in rest] == [("round_started", 1), ("final", None)]
+    assert [e.id for e in store.read_events(JOB, after=first.id)] == [e.id for e in rest]
+
+
+def test_events_from_now_skip_what_was_written_before(store: JobStore, server: fakeredis.FakeServer) -> None:
+    store.set_status(JOB, state="running")
+    store.publish(JOB, RoundStarted(round=0, max_rounds=2))
+    reading = store.events(JOB, last_id="$", block_ms=50, timeout=60)
+    writer = JobStore(fakeredis.FakeRedis(server=server), prefix="t")
+    threading.Timer(0.3, lambda: writer.publish(JOB, "final", {"status": "completed"})).start()
+    assert [e.type for e in reading] == ["final"]
+
+
+def test_the_stream_is_capped_and_expires(server: fakeredis.FakeServer) -> None:
+    capped = JobStore(
+        fakeredis.FakeRedis(server=server), prefix="t", ttl=120, stream=StreamSettings(maxlen=100)
+    )
+    for i in range(1000):
+        capped.publish(JOB, RoundStarted(round=i, max_rounds=1000))
+    key = capped.key(JOB, "events")
+    assert 100 <= capped.redis.xlen(key) < 1000
+    assert 0 < capped.redis.ttl(key) <= 120
+
+
+def test_submitted_jobs_are_listed_newest_first(store: JobStore) -> None:
+    store.mark_queued("a")
+    store.mark_queued("b")
+    store.create("c", JobSpec(goal="g", reasoner="mono"))
+    assert not store.mark_queued("c")  # an existing job keeps its status
+    assert [s.job_id for s in store.recent(10)] == ["c", "b", "a"]
+    assert store.recent(10)[0].reasoner == "mono"
+    assert [s.job_id for s in store.recent(1)] == ["c"]
+    assert 0 < store.redis.ttl(store.key("a", "status")) <= store.ttl
+    store.set_status("a", state="running")  # later writes keep the TTL
+    assert 0 < store.redis.ttl(store.key("a", "status")) <= store.ttl
 
 
 def test_events_arrive_while_the_job_runs(store: JobStore, server: fakeredis.FakeServer) -> None:
     """A reader started before the events sees them as they are published."""
     writer = JobStore(fakeredis.FakeRedis(server=server), prefix="t")
     store.set_status(JOB, state="running")
-    reading: Iterator[dict[str, object]] = store.events(JOB, block_ms=50, timeout=60)
+    reading: Iterator[JobEvent] = store.events(JOB, block_ms=50, timeout=60)
     got: list[object] = []
-    reader = threading.Thread(target=lambda: got.extend(e["type"] for e in reading))
+    reader = threading.Thread(target=lambda: got.extend(e.type for e in reading))
     reader.start()
-    writer.publish(JOB, "round_started", {"round": 0})
+    writer.publish(JOB, "round_started", {"round": 0, "max_rounds": 1})
     writer.publish(JOB, "final", {"status": "completed"})
     reader.join()
     assert got == ["round_started", "final"]

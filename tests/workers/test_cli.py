@@ -285,3 +285,65 @@ def test_flower_refuses_malformed_or_weak_credentials(
     assert cli.main(["flower", "--address", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert not execs and "at least 8" in err and "short" not in err.replace("shorter", "")
+
+
+# -- watch and api ----------------------------------------------------------------------------------
+
+
+def test_watch_and_api_arguments() -> None:
+    watch = parse("watch", "J1", "--from-now", "--no-tokens", "--timeout", "5")
+    assert (watch.job_id, watch.from_now, watch.no_tokens, watch.timeout) == ("J1", True, True, 5.0)
+    assert parse("watch", "J1").from_now is False
+    api = parse("api")
+    assert (api.host, api.port) == ("127.0.0.1", 8000)
+    assert parse("run", "g", "--no-tokens").no_tokens is True
+
+
+@pytest.fixture
+def fake_runtime() -> Any:
+    import fakeredis
+
+    from tandem.broker_config import Settings
+    from tandem.tasks import runtime as runtime_module
+
+    runtime = runtime_module.Runtime(Settings.from_env({}))
+    runtime.__dict__["redis"] = fakeredis.FakeRedis()
+    saved = runtime_module._runtime
+    runtime_module._runtime = runtime
+    yield runtime
+    runtime_module._runtime = saved
+
+
+def test_watch_prints_a_job_from_its_first_event(
+    fake_runtime: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tandem.tasks.job_events import ModelDelta, RoundStarted
+    from tandem.tasks.spec import JobResult, JobSpec
+
+    store = fake_runtime.store
+    store.create("J1", JobSpec(goal="g"))
+    store.publish("J1", RoundStarted(round=0, max_rounds=2))
+    store.publish("J1", ModelDelta(round=0, role="actor", attempt="a", content="Hello, "))
+    store.publish("J1", ModelDelta(round=0, role="actor", attempt="a", content="world"))
+    store.finish(JobResult(job_id="J1", status="completed", deliverable="hi", rounds=1), ttl=60)
+
+    assert cli.main(["watch", "J1", "--timeout", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "── round 1 of 2" in out and "Actor (streaming):\n    Hello, world\n" in out
+    assert "══ COMPLETED after 1 round(s)" in out
+
+    assert cli.main(["watch", "J1", "--no-tokens", "--timeout", "30"]) == 0
+    assert "Hello" not in capsys.readouterr().out
+
+
+def test_watch_of_an_unknown_job_says_so(fake_runtime: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["watch", "nope"]) == 2
+    assert "no job 'nope'" in capsys.readouterr().err
+
+
+def test_api_refuses_a_public_address_without_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("TANDEM_API_TOKENS", raising=False)
+    assert cli.main(["api", "--host", "0.0.0.0"]) == 2
+    assert "will not listen on '0.0.0.0' without tokens" in capsys.readouterr().err

@@ -11,9 +11,10 @@ import pytest
 from tandem.reasoner import MonoModelReasoner, Task
 from tandem.reasoner.demo import DEMO_GOAL, demo_model, demo_tools
 from tandem.tasks.events import EventHooks
+from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.store import JobStore
-from tandem.workers.display import render_event, show_events
+from tandem.workers.display import LiveDisplay, render_event, show_events
 
 
 def event(kind: str, **data: Any) -> dict[str, Any]:
@@ -131,7 +132,7 @@ def test_an_unknown_event_shows_nothing() -> None:
 
 
 @pytest.fixture
-def published_run() -> list[dict[str, Any]]:
+def published_run() -> list[JobEvent]:
     """The events of a real (in-process) demo run, published and read back through Redis."""
     store = JobStore(fakeredis.FakeRedis())
     spec = JobSpec(goal=DEMO_GOAL, reasoner="mono", max_rounds=5)
@@ -153,23 +154,66 @@ def published_run() -> list[dict[str, Any]]:
     return list(store.events("job", timeout=30))
 
 
-def test_every_event_of_a_real_run_renders(published_run: list[dict[str, Any]]) -> None:
-    kinds = {e["type"] for e in published_run}
-    assert kinds == {"job_started", "round_started", "model_reply", "tool_call", "tool_result", "final"}
+def test_every_event_of_a_real_run_renders(published_run: list[JobEvent]) -> None:
+    kinds = {e.type for e in published_run}
+    assert kinds == {
+        "job_started",
+        "round_started",
+        "model_delta",
+        "model_reply",
+        "tool_call",
+        "tool_result",
+        "final",
+    }
     for e in published_run:
-        assert render_event(e).strip(), e["type"]
+        assert render_event(e).strip() or e.type == "model_delta", e.type
 
 
-def test_show_events_prints_them_and_returns_the_final_data(published_run: list[dict[str, Any]]) -> None:
+def test_show_events_prints_them_and_returns_the_final_event(published_run: list[JobEvent]) -> None:
     out = io.StringIO()
-    final = show_events(iter(published_run), out=out)
+    final = show_events(iter(published_run), out=out, tokens=False)
 
-    assert final is not None and final["status"] == "completed"
+    assert final is not None and final.status == "completed"
     printed = out.getvalue()
     assert printed.startswith("job started: mono reasoner, up to 5 rounds\n")
     assert "  → tool call 1: word_count(text='tandem runs reasoning jobs on celery workers')" in printed
     assert "  ← result 1 [succeeded]: 84" in printed
     assert "══ COMPLETED after 3 round(s)" in printed and "7 * 12 = 84" in printed
+    assert "(streaming)" not in printed
+
+
+def test_show_events_prints_tokens_as_they_stream(published_run: list[JobEvent]) -> None:
+    """Each reply's text appears from its deltas, and the stored reply adds only a summary."""
+    out = io.StringIO()
+    show_events(iter(published_run), out=out)
+    printed = out.getvalue()
+
+    assert printed.count("Actor (streaming):") == 3
+    replies = [e for e in published_run if isinstance(e, ModelReply)]
+    for reply in replies:  # the whole content reached the screen (indented by the display)
+        assert reply.content.strip().replace("\n", "\n    ") in printed
+    assert "(1 tool call(s))" in printed and "(deliverable written)" in printed
+    assert "Actor (tandem-demo (offline)):" not in printed  # no second copy of the text
+    assert "\x1b[" not in printed  # no colour codes when the output is not a terminal
+
+
+def test_reasoning_and_content_deltas_are_shown_apart() -> None:
+    out = io.StringIO()
+    display = LiveDisplay(out, color=True)
+    for reasoning, content in [("let me ", ""), ("think", ""), ("", "The answer"), ("", " is 4.")]:
+        display.show(ModelDelta(round=0, role="thinker", attempt="a", reasoning=reasoning, content=content))
+    display.show(ModelReply(round=0, role="thinker", content="The answer is 4."))
+    display.show(ModelDelta(round=0, role="actor", attempt="b", content="ok"))
+    display.show(ModelDelta(round=0, role="actor", attempt="c", content="ok again"))
+    assert out.getvalue() == (
+        "Thinker (streaming):\n"
+        "    thinking: \x1b[2mlet me \x1b[0m\x1b[2mthink\x1b[0m\n"
+        "    The answer is 4.\n"
+        "Actor (streaming):\n"
+        "    ok\n"
+        "Actor (streaming) (the model call started over):\n"
+        "    ok again"
+    )
 
 
 def test_show_events_without_a_final_returns_none() -> None:

@@ -1,0 +1,306 @@
+"""``JobEvent``: the typed entries of a job's event stream, as written to and read from Redis.
+
+A job's stream (``JobStore.key(job_id, "events")``) is a Redis stream whose entries have three
+fields: ``type`` (the event kind), ``data`` (a JSON object: the event's fields) and ``at`` (Unix
+time). The stream entry id is the event's ``id``; it is what an SSE client sends back as
+``Last-Event-ID``. The store writes these models, and the CLI display, ``JobHandle.events()`` and
+the HTTP API read them back as the same models.
+
+Readers are lenient: an event of a kind this version does not know becomes an ``OtherEvent``
+(its fields kept), and fields a newer writer added are kept as extra fields, so an old reader
+follows a newer writer's stream. Writers are strict: publishing an unknown kind is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from tandem.reasoner.messages import Usage
+from tandem.tasks.errors import JobError
+from tandem.tasks.spec import JobResult
+
+_ENVELOPE = frozenset({"id", "type", "at"})
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str = ""
+    """The Redis stream id (``"<ms>-<seq>"``); empty before the event is written."""
+    at: float = 0.0
+    """When the event was written (Unix time, seconds)."""
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The event's own fields, as stored in the stream's ``data`` field (JSON types)."""
+        return self.model_dump(mode="json", exclude=set(_ENVELOPE))
+
+    def __getitem__(self, name: str) -> Any:
+        """The dict form of earlier versions: ``event["id"|"type"|"at"|"data"]``."""
+        if name == "data":
+            return self.data
+        if name in _ENVELOPE:
+            return getattr(self, name)
+        raise KeyError(name)
+
+
+class JobStarted(_Event):
+    """A worker took the job and stored its spec."""
+
+    type: Literal["job_started"] = "job_started"
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoundStarted(_Event):
+    """Round ``round`` (from 0) of ``max_rounds`` begins."""
+
+    type: Literal["round_started"] = "round_started"
+    round: int
+    max_rounds: int
+
+
+class ModelDelta(_Event):
+    """Text a model produced since the previous delta of the same reply (coalesced).
+
+    ``reasoning`` and ``content`` come from the role's reasoning parser, so thinking never shows
+    up in ``content``. ``attempt`` names one model call: when a step runs again after a worker
+    died mid-reply, its deltas carry a new ``attempt`` and a reader starts that reply over.
+    Concatenating the deltas of the attempt that was stored gives the ``model_reply`` text.
+    """
+
+    type: Literal["model_delta"] = "model_delta"
+    round: int
+    role: str
+    attempt: str = ""
+    seq: int = 0
+    """Position of this delta in its attempt, from 0."""
+    reasoning: str = ""
+    content: str = ""
+
+
+class ModelReply(_Event):
+    """A model reply was stored in the job's memory."""
+
+    type: Literal["model_reply"] = "model_reply"
+    round: int
+    role: str
+    model: str | None = None
+    reasoning: str = ""
+    content: str = ""
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCall(_Event):
+    """A tool call is about to run (``index`` from 1 in reply order)."""
+
+    type: Literal["tool_call"] = "tool_call"
+    round: int
+    index: int
+    name: str = ""
+    args: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class ToolResult(_Event):
+    """A tool call finished (``status`` is ``succeeded`` or ``failed``)."""
+
+    type: Literal["tool_result"] = "tool_result"
+    round: int
+    index: int
+    name: str = ""
+    status: str = ""
+    output: Any = ""
+
+
+class Waiting(_Event):
+    """The job waits: model-host capacity, a back-off, a transient failure's retry."""
+
+    type: Literal["waiting"] = "waiting"
+    reason: str
+    round: int | None = None
+    role: str | None = None
+    retry_in: float | None = None
+    detail: str = ""
+
+
+class ApprovalRequested(_Event):
+    """Tool calls wait for a human decision (the approval issue fills in the fields)."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    round: int | None = None
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ApprovalDecided(_Event):
+    """A human decided on waiting tool calls."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    round: int | None = None
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Final(_Event):
+    """The job ended; the fields are the ``JobResult``'s. Always the stream's last event."""
+
+    type: Literal["final"] = "final"
+    job_id: str = ""
+    status: str
+    deliverable: str = ""
+    rounds: int = 0
+    error: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+    def result(self) -> JobResult:
+        """The event as a ``JobResult``."""
+        return JobResult.model_validate(self.data)
+
+    @classmethod
+    def of(cls, result: JobResult) -> Final:
+        """The ``final`` event of ``result``."""
+        return cls.model_validate(result.model_dump(mode="json"))
+
+
+class OtherEvent(_Event):
+    """An event of a kind this version does not know (written by a newer version); fields kept."""
+
+    type: str
+
+
+KnownEvent = Annotated[
+    JobStarted
+    | RoundStarted
+    | ModelDelta
+    | ModelReply
+    | ToolCall
+    | ToolResult
+    | Waiting
+    | ApprovalRequested
+    | ApprovalDecided
+    | Final,
+    Field(discriminator="type"),
+]
+JobEvent = KnownEvent | OtherEvent
+"""Any entry of a job's event stream."""
+
+EVENT_TYPES: tuple[str, ...] = (
+    "job_started",
+    "round_started",
+    "model_delta",
+    "model_reply",
+    "tool_call",
+    "tool_result",
+    "waiting",
+    "approval_requested",
+    "approval_decided",
+    "final",
+)
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)
+
+
+class EventError(JobError, ValueError):
+    """An event to publish does not fit its kind (unknown kind, missing or wrong field)."""
+
+
+def make_event(kind: str, data: dict[str, Any]) -> JobEvent:
+    """A typed event of ``kind`` from its fields, for writing; ``EventError`` if they do not fit."""
+    if kind not in EVENT_TYPES:
+        raise EventError(f"unknown event type {kind!r}: use one of {', '.join(EVENT_TYPES)}")
+    try:
+        event: JobEvent = _ADAPTER.validate_python({**data, "type": kind})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "(event)"
+        raise EventError(f"event {kind!r}: field {where!r}: {first['msg']}") from None
+    return event
+
+
+def read_event(entry_id: str, kind: str, data: dict[str, Any], at: float = 0.0) -> JobEvent:
+    """The typed event of one stream entry; never fails (an unreadable one is an ``OtherEvent``)."""
+    fields = {k: v for k, v in data.items() if k not in _ENVELOPE}
+    if kind in EVENT_TYPES:
+        try:
+            event: JobEvent = _ADAPTER.validate_python({**fields, "type": kind, "id": entry_id, "at": at})
+            return event
+        except ValidationError:
+            pass  # a writer of another version: keep what is there
+    return OtherEvent.model_validate({**fields, "type": kind, "id": entry_id, "at": at})
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def decode_entry(entry_id: Any, fields: dict[Any, Any]) -> JobEvent:
+    """The typed event of a raw Redis stream entry (bytes or str keys and values)."""
+    decoded = {_text(k): _text(v) for k, v in fields.items()}
+    try:
+        data = json.loads(decoded.get("data", "{}"))
+    except ValueError:
+        data = {"raw": decoded.get("data", "")}
+    if not isinstance(data, dict):
+        data = {"value": data}
+    try:
+        at = float(decoded.get("at", 0) or 0)
+    except ValueError:
+        at = 0.0
+    return read_event(_text(entry_id), decoded.get("type", ""), data, at)
+
+
+def encode_event(event: JobEvent) -> dict[str, str]:
+    """The stream entry fields of ``event`` (``type``, ``data`` as JSON, ``at``)."""
+    return {
+        "type": event.type,
+        "data": json.dumps(event.data, ensure_ascii=False, default=str),
+        "at": f"{event.at or time.time():.3f}",
+    }
+
+
+def event_json(event: JobEvent) -> str:
+    """One event as a flat JSON object (``id``, ``type``, ``at`` and its fields): the SSE payload."""
+    return json.dumps(
+        {"id": event.id, "type": event.type, "at": event.at, **event.data}, ensure_ascii=False, default=str
+    )
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How a job's event stream is written.
+
+    ``maxlen`` caps the stream (approximately, as Redis trims whole nodes); ``deltas`` turns
+    ``model_delta`` events on; a reply's deltas are published at most every ``delta_interval``
+    seconds, or sooner once ``delta_max_chars`` characters are waiting.
+    """
+
+    maxlen: int = 10000
+    deltas: bool = True
+    delta_interval: float = 0.1
+    delta_max_chars: int = 512
+
+
+__all__ = [
+    "EVENT_TYPES",
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "EventError",
+    "Final",
+    "JobEvent",
+    "JobStarted",
+    "ModelDelta",
+    "ModelReply",
+    "OtherEvent",
+    "RoundStarted",
+    "StreamSettings",
+    "ToolCall",
+    "ToolResult",
+    "Waiting",
+    "decode_entry",
+    "encode_event",
+    "event_json",
+    "make_event",
+    "read_event",
+]

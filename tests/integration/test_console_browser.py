@@ -1,0 +1,92 @@
+"""The job console in headless Chromium: start the offline demo job, watch it, see its deliverable.
+
+Skipped when Chromium is not installed, except in CI (``CI=true``), where that is a failure
+(``.ci/run`` installs Debian's ``chromium``). The screenshot is written to
+``$TANDEM_TEST_ARTIFACTS`` (default ``.artifacts/`` at the repository root) as ``console.png``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cdp import Browser, chromium_path
+from tests.integration.conftest import _make_cluster
+from tests.integration.test_api import ApiProcess
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(os.environ.get("TANDEM_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / ".artifacts"))
+
+
+@pytest.fixture
+def chromium() -> str:
+    found = chromium_path()
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed: CI needs it (.ci/run installs Debian's chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    return found
+
+
+@pytest.fixture
+def demo_api(redis_base: str) -> Iterator[ApiProcess]:
+    """Workers with the offline demo model and tools, and ``tandem api`` on loopback, no tokens."""
+    gen = _make_cluster(
+        redis_base,
+        TANDEM_THINKER_MODEL="",
+        TANDEM_ACTOR_MODEL="",
+        TANDEM_TOOLKIT="",
+        TANDEM_API_TOKENS="",
+        TANDEM_DELTA_INTERVAL_MS="0",  # every piece the demo model streams is its own event
+    )
+    cluster, _, _ = next(gen)
+    cluster.start("thinker", "actor", "tools")
+    server = ApiProcess(cluster.env)
+    try:
+        yield server
+    finally:
+        server.stop()
+        gen.close()
+
+
+def test_the_console_runs_the_demo_job_and_shows_its_deliverable(chromium: str, demo_api: ApiProcess) -> None:
+    browser = Browser(f"{demo_api.url}/", chromium)
+    try:
+        page = browser.page()
+        page.wait_for("document.readyState === 'complete' && !!document.querySelector('#submit')", 30)
+        # Count the updates of the replies' text while the job runs: tokens arrive piece by piece.
+        page.evaluate(
+            "window.textUpdates = 0; new MutationObserver((ms) => { window.textUpdates += ms.filter("
+            "(m) => m.target.tagName === 'PRE').length; }).observe(document.querySelector('#rounds'), "
+            "{subtree: true, childList: true, characterData: true}); true"
+        )
+        page.evaluate("document.querySelector('#submit').click()")
+
+        shown = "document.querySelector('#outcome').hidden ? '' : "
+        deliverable = page.wait_for(shown + "document.querySelector('#deliverable').textContent", 120)
+        assert "84" in deliverable
+        assert page.evaluate("document.querySelector('#job-state').textContent") == "completed"
+        # 6 replies of about 40 streamed pieces each; the stored replies alone would be a few per reply.
+        assert page.evaluate("window.textUpdates") > 60
+        assert page.evaluate("document.querySelector('#cancel').disabled") is True
+        rounds = page.evaluate("document.querySelectorAll('#rounds .round').length")
+        assert rounds >= 2
+        tools = page.evaluate("Array.from(document.querySelectorAll('.tool')).map(n => n.textContent)")
+        assert any("word_count" in t and "7" in t for t in tools), tools
+        instruction = page.evaluate("document.querySelector('.turn .content').textContent")
+        assert instruction.startswith("instruction")
+        # The job list shows it, and the URL names it (a reload reopens it).
+        page.wait_for("document.querySelector('#jobs li.current .state.completed') !== null", 30)
+        assert page.evaluate("location.search").startswith("?job=")
+
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        png = page.screenshot()
+        assert png.startswith(b"\x89PNG")
+        (ARTIFACTS / "console.png").write_bytes(png)
+        page.close()
+    finally:
+        browser.close()

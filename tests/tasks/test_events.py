@@ -1,0 +1,126 @@
+"""``model_delta`` events: coalesced, ordered, split by the reasoning parser, and bounded."""
+
+from __future__ import annotations
+
+import math
+
+import fakeredis
+import pytest
+
+from tandem.reasoner import DualModelReasoner, Task
+from tandem.reasoner.testing import ScriptedModelService
+from tandem.tasks.events import DeltaCoalescer, EventHooks
+from tandem.tasks.job_events import (
+    EventError,
+    JobEvent,
+    ModelDelta,
+    ModelReply,
+    StreamSettings,
+    decode_entry,
+    encode_event,
+    make_event,
+)
+from tandem.tasks.store import JobStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_coalescer_sends_on_time_or_size_and_keeps_everything() -> None:
+    sent: list[tuple[str, str]] = []
+    clock = Clock()
+    coalescer = DeltaCoalescer(lambda r, c: sent.append((r, c)), interval=0.1, max_chars=10, clock=clock)
+    coalescer("ab", "")
+    coalescer("", "cd")
+    assert sent == []  # neither 100 ms nor 10 characters yet
+    clock.now = 0.15
+    coalescer("", "e")
+    assert sent == [("ab", "cde")]
+    coalescer("", "0123456789")  # the size bound, at once
+    assert sent[-1] == ("", "0123456789")
+    coalescer("", "tail")
+    coalescer("", "")
+    coalescer.flush()
+    coalescer.flush()  # nothing left: nothing sent
+    assert sent == [("ab", "cde"), ("", "0123456789"), ("", "tail")]
+
+
+def test_reasoning_after_content_is_never_merged_before_it() -> None:
+    sent: list[tuple[str, str]] = []
+    coalescer = DeltaCoalescer(lambda r, c: sent.append((r, c)), interval=60, max_chars=1000)
+    coalescer("think ", "")
+    coalescer("", "say ")
+    coalescer("think again", "")
+    coalescer.flush()
+    assert sent == [("think ", "say "), ("think again", "")]
+
+
+THINKER = "<think>The user wants words counted.</think><instruction>Count the words</instruction>"
+ACTOR = "<think>Easy: two words.</think><action>counting</action><deliverable>2 words</deliverable>"
+
+
+def run_job(store: JobStore, chunk: int | None = 3) -> list[JobEvent]:
+    thinker = ScriptedModelService([THINKER], name="t", stream_chunk=chunk)
+    actor = ScriptedModelService([ACTOR], name="a", stream_chunk=chunk)
+    store.set_status("job", state="running")
+    outcome = DualModelReasoner(thinker=thinker, actor=actor, hooks=EventHooks(store, "job")).run(
+        Task(goal="count 'a b'", max_rounds=2)
+    )
+    assert outcome.deliverable == "2 words"
+    return store.read_events("job", count=10_000)
+
+
+@pytest.mark.parametrize("interval", [0.0, 60.0], ids=["every-delta", "size-bound-only"])
+def test_deltas_come_before_their_reply_and_add_up_to_it(interval: float) -> None:
+    store = JobStore(
+        fakeredis.FakeRedis(), stream=StreamSettings(delta_interval=interval, delta_max_chars=16)
+    )
+    events = run_job(store)
+
+    replies = [e for e in events if isinstance(e, ModelReply)]
+    assert [(r.round, r.role) for r in replies] == [(0, "thinker"), (0, "actor")]
+    for reply in replies:
+        position = events.index(reply)
+        deltas = [e for e in events if isinstance(e, ModelDelta) and e.role == reply.role]
+        assert deltas and all(events.index(d) < position for d in deltas)
+        assert len({d.attempt for d in deltas}) == 1
+        assert [d.seq for d in deltas] == list(range(len(deltas)))
+        assert "".join(d.content for d in deltas) == reply.content
+        assert "".join(d.reasoning for d in deltas) == reply.reasoning
+        assert "<think>" not in "".join(d.content for d in deltas)  # thinking never leaks
+        if interval:
+            assert all(len(d.reasoning) + len(d.content) >= 16 for d in deltas[:-1])
+            text = len(reply.content) + len(reply.reasoning)
+            assert len(deltas) <= math.ceil(text / 16) + 1
+
+
+def test_deltas_can_be_turned_off() -> None:
+    store = JobStore(fakeredis.FakeRedis(), stream=StreamSettings(deltas=False))
+    kinds = [e.type for e in run_job(store)]
+    assert "model_delta" not in kinds and kinds.count("model_reply") == 2
+
+
+def test_a_failed_model_call_still_flushes_what_streamed() -> None:
+    store = JobStore(fakeredis.FakeRedis(), stream=StreamSettings(delta_interval=60))
+    hooks = EventHooks(store, "job")
+    listener = hooks.model_streaming(0, "actor")
+    assert listener is not None
+    listener("", "partial")
+    hooks.model_streamed(0, "actor")
+    (delta,) = store.read_events("job")
+    assert isinstance(delta, ModelDelta) and delta.content == "partial"
+
+
+def test_events_survive_the_wire_unchanged() -> None:
+    event = make_event(
+        "model_delta", {"round": 2, "role": "thinker", "attempt": "z", "seq": 4, "content": "é"}
+    )
+    back = decode_entry(b"5-1", {k.encode(): v.encode() for k, v in encode_event(event).items()})
+    assert back == event.model_copy(update={"id": "5-1", "at": back.at}) and back.at > 0
+    with pytest.raises(EventError, match="'tool_call': field 'index'"):
+        make_event("tool_call", {"round": 0})

@@ -1,0 +1,315 @@
+"""The HTTP API of ``tandem api``: jobs in, status and results out, events as server-sent events.
+
+``create_api(settings)`` builds the ASGI app. Routes (all JSON; errors are
+``{"error": {"code", "message", ...}}``):
+
+* ``POST /v1/jobs``: a ``JobSpec``; 202 with the job's id and status; 422 naming the field.
+* ``GET /v1/jobs``: the recent jobs' statuses, newest first (``?limit=``, at most 200).
+* ``GET /v1/jobs/{id}``: status and, once it ended, the ``JobResult``.
+* ``GET /v1/jobs/{id}/events``: the job's events as ``text/event-stream``; each SSE ``id`` is the
+  Redis stream id, so ``Last-Event-ID`` (or ``?after=``) resumes right after it. Comment lines keep
+  an idle connection alive; the stream ends after the ``final`` event.
+* ``POST /v1/jobs/{id}/cancel``: ask the job to stop (202), 409 once it has ended.
+* ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from celery import Celery
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from tandem.broker_config import Settings
+from tandem.tasks.client import JobHandle, submit
+from tandem.tasks.errors import JobSpecError
+from tandem.tasks.job_events import decode_entry, event_json
+from tandem.tasks.spec import FINAL_STATES, JobSpec
+from tandem.tasks.store import JobStore
+from tandem.workers.api.errors import ApiError, error_response
+from tandem.workers.api.guards import BearerAuth, BodyLimit, too_large
+from tandem.workers.api.openapi import openapi_document
+
+_STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/console.js": ("console.js", "text/javascript; charset=utf-8"),
+    "/console.css": ("console.css", "text/css; charset=utf-8"),
+}
+
+
+class Api:
+    """The API's state: the job store, an async Redis client for event streams, the Celery app."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        celery_app: Celery | None = None,
+        redis: Redis | None = None,
+        async_redis: AsyncRedis | None = None,
+        heartbeat: float = 15.0,
+    ) -> None:
+        self.settings = settings
+        if celery_app is None:
+            from tandem.tasks.app import create_app
+
+            celery_app = create_app(settings)
+        self.celery = celery_app
+        self.redis = redis or Redis.from_url(settings.redis_url, health_check_interval=30)
+        self.async_redis = async_redis or AsyncRedis.from_url(settings.redis_url, health_check_interval=30)
+        self.store = JobStore.from_settings(self.redis, settings)
+        self.heartbeat = heartbeat
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def handle(self, job_id: str) -> JobHandle:
+        """The handle of a known job; 404 otherwise."""
+        if not _JOB_ID.match(job_id):
+            raise ApiError(
+                404, "unknown_job", f"no job {job_id[:80]!r}: job ids are what POST /v1/jobs returned"
+            )
+        if self.store.status(job_id) is None and self.store.spec(job_id) is None:
+            raise ApiError(
+                404, "unknown_job", f"no job {job_id!r} is known (never submitted, or its records expired)"
+            )
+        return JobHandle(job_id, self.store, self.celery)
+
+    def job_body(self, job_id: str) -> dict[str, Any]:
+        """The JSON of ``GET /v1/jobs/{id}``."""
+        handle = self.handle(job_id)
+        result = self.store.result(job_id)
+        return {
+            "id": job_id,
+            "status": handle.status().model_dump(mode="json"),
+            "result": None if result is None else result.model_dump(mode="json"),
+            "links": _links(job_id),
+        }
+
+    # -- endpoints ---------------------------------------------------------------------------
+
+    async def create_job(self, request: Request) -> Response:
+        raw = await read_json(request, self.settings.api_max_body)
+        if not isinstance(raw, dict):
+            raise ApiError(
+                422,
+                "invalid_spec",
+                f"the body must be a JSON object (a job spec), got {type(raw).__name__}",
+                fields=[{"field": "(body)", "message": "not a JSON object"}],
+            )
+        spec = _validate(raw)
+        try:
+            handle = await run_in_threadpool(submit, spec, app=self.celery, store=self.store)
+        except JobSpecError as exc:  # pragma: no cover - _validate already checked it
+            raise ApiError(422, "invalid_spec", str(exc)) from None
+        status = await run_in_threadpool(handle.status)
+        body = {"id": handle.id, "status": status.model_dump(mode="json"), "links": _links(handle.id)}
+        return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{handle.id}"})
+
+    async def list_jobs(self, request: Request) -> Response:
+        raw = request.query_params.get("limit", "50")
+        if not raw.isdigit() or not 1 <= int(raw) <= 200:
+            raise ApiError(400, "invalid_query", f"limit={raw!r} must be a whole number from 1 to 200")
+        jobs = await run_in_threadpool(self.store.recent, int(raw))
+        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs]})
+
+    async def get_job(self, request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(self.job_body, request.path_params["job_id"]))
+
+    async def cancel_job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        handle = await run_in_threadpool(self.handle, job_id)
+        status = await run_in_threadpool(handle.status)
+        if status.state in FINAL_STATES:
+            raise ApiError(
+                409, "job_ended", f"job {job_id!r} has already ended ({status.state}): nothing to cancel"
+            )
+        await run_in_threadpool(handle.cancel)
+        status = await run_in_threadpool(handle.status)
+        body = {"id": job_id, "cancel_requested": True, "status": status.model_dump(mode="json")}
+        return JSONResponse(body, status_code=202)
+
+    async def job_events(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        await run_in_threadpool(self.handle, job_id)
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if after != "$" and not _STREAM_ID.match(after):
+            raise ApiError(
+                400,
+                "invalid_event_id",
+                f"Last-Event-ID {after[:60]!r} is not a stream id: send the id of the last event "
+                "received (like '1700000000000-0'), or '0' for the first event",
+            )
+        if after == "$":
+            newest = await self.async_redis.xrevrange(self.store.key(job_id, "events"), count=1)
+            after = newest[0][0].decode() if newest else "0"
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(
+            self._sse(request, job_id, after), media_type="text/event-stream", headers=headers
+        )
+
+    async def _sse(self, request: Request, job_id: str, after: str) -> AsyncIterator[str]:
+        key = self.store.key(job_id, "events")
+        yield f"retry: 2000\n: job {job_id} events after {after}\n\n"
+        block_ms = max(1, int(self.heartbeat * 1000))
+        while True:
+            batch = await self.async_redis.xread({key: after}, count=200, block=block_ms)
+            for _stream, entries in batch or []:
+                for entry_id, fields in entries:
+                    event = decode_entry(entry_id, fields)
+                    after = event.id
+                    yield f"id: {event.id}\nevent: {event.type}\ndata: {event_json(event)}\n\n"
+                    if event.type == "final":
+                        return
+            if batch:
+                continue
+            # Idle: end if the job ended (every event was read) or its records are gone.
+            ended = await self.async_redis.exists(self.store.key(job_id, "result"))
+            known = await self.async_redis.exists(self.store.key(job_id, "status"))
+            if ended or not known:
+                return
+            if await request.is_disconnected():
+                return
+            yield ": heartbeat\n\n"
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    async def healthz(self, request: Request) -> Response:
+        try:
+            await self.async_redis.ping()
+        except Exception as exc:  # the probe says why instead of failing with a 500
+            return error_response(503, "redis_unavailable", f"Redis does not answer: {exc}")
+        return JSONResponse({"ok": True})
+
+    async def static(self, request: Request) -> Response:
+        name, media = _STATIC[request.url.path]
+        text = resources.files("tandem.workers.api").joinpath("static", name).read_text("utf-8")
+        return Response(text, media_type=media, headers={"Cache-Control": "no-cache"})
+
+    async def aclose(self) -> None:
+        """Close the Redis clients."""
+        await self.async_redis.aclose()  # type: ignore[union-attr]
+        self.redis.close()
+
+
+def _links(job_id: str) -> dict[str, str]:
+    base = f"/v1/jobs/{job_id}"
+    return {"self": base, "events": f"{base}/events", "cancel": f"{base}/cancel"}
+
+
+def _validate(raw: dict[str, Any]) -> JobSpec:
+    from pydantic import ValidationError
+
+    try:
+        return JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        fields = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(spec)"
+            reason = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            fields.append({"field": where, "message": reason, "input": _short(err.get("input"))})
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        raise ApiError(422, "invalid_spec", f"invalid job spec: {summary}", fields=fields) from None
+
+
+def _short(value: Any) -> Any:
+    text = json.dumps(value, default=str)
+    return value if len(text) <= 200 else text[:200] + "…"
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body, read up to ``limit`` bytes (413 beyond it, 415/400 if not JSON)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"Content-Type {kind or '(none)'!r} is not accepted: send the job spec as application/json",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks) or b"null")
+    except ValueError as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    message = {
+        404: f"no route {request.url.path!r}: see /openapi.json for the endpoints",
+        405: f"{request.method} is not allowed on {request.url.path!r}: see /openapi.json",
+    }.get(exc.status_code, str(exc.detail))
+    return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), message)
+
+
+async def _redis_down(request: Request, exc: Exception) -> Response:
+    response = error_response(
+        503, "redis_unavailable", f"the job store (Redis) does not answer: {exc}; retry in a moment"
+    )
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return error_response(500, "internal_error", f"the server failed: {type(exc).__name__}: {exc}")
+
+
+def create_api(settings: Settings, **options: Any) -> ASGIApp:
+    """The ASGI app of ``tandem api`` for ``settings`` (options: see ``Api``)."""
+    api = Api(settings, **options)
+    routes = [
+        Route("/v1/jobs", api.create_job, methods=["POST"]),
+        Route("/v1/jobs", api.list_jobs, methods=["GET"]),
+        Route("/v1/jobs/{job_id}", api.get_job, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/events", api.job_events, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/cancel", api.cancel_job, methods=["POST"]),
+        Route("/openapi.json", api.openapi, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        *(Route(path, api.static, methods=["GET"]) for path in _STATIC),
+    ]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await api.aclose()
+
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            RedisConnectionError: _redis_down,
+            500: _server_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.api = api
+    return BodyLimit(BearerAuth(app, settings.api_tokens), settings.api_max_body)

@@ -1,0 +1,200 @@
+"""The OpenAPI 3.1 document of ``tandem api`` (served at ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+import tandem
+from tandem.tasks.job_events import EVENT_TYPES
+from tandem.tasks.spec import JobResult, JobSpec, JobStatus
+
+_REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    """The document: every endpoint, its bodies and its errors; the models' JSON schemas."""
+    _, defs = models_json_schema(
+        [(JobSpec, "validation"), (JobStatus, "serialization"), (JobResult, "serialization")],
+        ref_template=_REF,
+    )
+    schemas: dict[str, Any] = dict(defs.get("$defs", {}))
+    schemas["Error"] = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "examples": ["invalid_spec", "unauthorized", "body_too_large"],
+                    },
+                    "message": {"type": "string", "description": "What was wrong and what to do."},
+                    "fields": {
+                        "type": "array",
+                        "description": "For invalid_spec: each field at fault.",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "field": {"type": "string"},
+                                "message": {"type": "string"},
+                                "input": {},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    }
+    links = {"type": "object", "additionalProperties": {"type": "string"}}
+    schemas["Job"] = {
+        "type": "object",
+        "required": ["id", "status"],
+        "properties": {
+            "id": {"type": "string"},
+            "status": _ref("JobStatus"),
+            "result": {"anyOf": [_ref("JobResult"), {"type": "null"}]},
+            "links": links,
+        },
+    }
+    schemas["JobEvent"] = {
+        "type": "object",
+        "description": "One event of a job (the SSE data field): id (the stream id), type, at, and the "
+        "fields of its type.",
+        "required": ["id", "type"],
+        "properties": {
+            "id": {"type": "string"},
+            "type": {"type": "string", "enum": list(EVENT_TYPES)},
+            "at": {"type": "number"},
+        },
+        "additionalProperties": True,
+    }
+    unauthorized = _error("No or a wrong bearer token (when TANDEM_API_TOKENS is set).")
+    unknown = _error("No such job (never submitted, or its records expired).")
+    paths: dict[str, Any] = {
+        "/v1/jobs": {
+            "post": {
+                "summary": "Submit a job",
+                "operationId": "createJob",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("JobSpec")}},
+                },
+                "responses": {
+                    "202": _json(_ref("Job"), "Queued; follow links.events."),
+                    "400": _error("The body is not JSON."),
+                    "401": unauthorized,
+                    "413": _error("The body is larger than TANDEM_API_MAX_BODY."),
+                    "415": _error("The body is not application/json."),
+                    "422": _error("The spec is invalid; error.fields names each field."),
+                },
+            },
+            "get": {
+                "summary": "Recent jobs, newest first",
+                "operationId": "listJobs",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+                    }
+                ],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {"jobs": {"type": "array", "items": _ref("JobStatus")}},
+                        },
+                        "The statuses.",
+                    ),
+                    "401": unauthorized,
+                },
+            },
+        },
+        "/v1/jobs/{job_id}": {
+            "get": {
+                "summary": "A job's status, and its result once it ended",
+                "operationId": "getJob",
+                "parameters": [_JOB_ID],
+                "responses": {"200": _json(_ref("Job"), "The job."), "401": unauthorized, "404": unknown},
+            }
+        },
+        "/v1/jobs/{job_id}/events": {
+            "get": {
+                "summary": "The job's events as server-sent events, until the final event",
+                "description": "Each event: `id:` the Redis stream id, `event:` its type, `data:` a JobEvent "
+                "as JSON. Send `Last-Event-ID` (or `?after=`) to resume after an event; `after=$` starts "
+                "with the next new event. Lines starting with ':' are heartbeats.",
+                "operationId": "jobEvents",
+                "parameters": [
+                    _JOB_ID,
+                    {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The event stream.",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    "400": _error("Last-Event-ID is not a stream id."),
+                    "401": unauthorized,
+                    "404": unknown,
+                },
+            }
+        },
+        "/v1/jobs/{job_id}/cancel": {
+            "post": {
+                "summary": "Ask the job to stop at its next step",
+                "operationId": "cancelJob",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "202": _json({"type": "object"}, "Cancellation requested."),
+                    "401": unauthorized,
+                    "404": unknown,
+                    "409": _error("The job has already ended."),
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Liveness: Redis answers",
+                "security": [],
+                "responses": {"200": _json({"type": "object"}, "OK."), "503": _error("Redis is down.")},
+            }
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tandem API",
+            "version": tandem.__version__,
+            "description": "Submit reasoning jobs, follow their events, cancel them. "
+            "The job console is at /.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

@@ -1,0 +1,301 @@
+// tandem job console: plain JavaScript over the public HTTP API (/v1/jobs...). No build step.
+// Model text is only ever inserted as text (textContent), never as HTML.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const state = { token: localStorage.getItem("tandem.token") || "", jobId: null, stream: null, turns: {} };
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function notice(text) { $("#notice").textContent = text || ""; }
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Accept: "application/json" }, options.headers || {});
+  if (state.token) headers.Authorization = "Bearer " + state.token;
+  const response = await fetch(path, Object.assign({}, options, { headers }));
+  if (response.status === 401) {
+    $("#token-form").hidden = false;
+    notice("This API needs a token: enter one of TANDEM_API_TOKENS.");
+  }
+  return response;
+}
+
+async function errorText(response) {
+  try {
+    const body = await response.json();
+    const fields = (body.error.fields || []).map((f) => `${f.field}: ${f.message}`).join("\n");
+    return fields ? `${body.error.message}\n${fields}` : body.error.message;
+  } catch (e) {
+    return `HTTP ${response.status}`;
+  }
+}
+
+// -- text helpers (the same tags the CLI display reads) ------------------------------------------
+
+function stripThinking(text) {
+  return text.replace(/<(think|deep_thinking|shallow_thinking)>[\s\S]*?<\/\1>/g, "");
+}
+
+function tag(text, name) {
+  const match = stripThinking(text).match(new RegExp(`<${name}>([\\s\\S]*?)(</${name}>|$)`));
+  return match ? match[1].trim() : null;
+}
+
+function actionText(content) {
+  const action = tag(content, "action");
+  let shown = action === null ? stripThinking(content) : action;
+  shown = shown.replace(/<function_call>[\s\S]*?<\/function_call>/g, "[tool call]");
+  shown = shown.replace(/<deliverable>[\s\S]*?(<\/deliverable>|$)/g, "[deliverable written]");
+  return shown.trim();
+}
+
+// -- recent jobs -------------------------------------------------------------------------------------
+
+async function refreshJobs() {
+  const response = await api("/v1/jobs?limit=30");
+  if (!response.ok) return;
+  const { jobs } = await response.json();
+  const list = $("#jobs");
+  list.replaceChildren();
+  if (!jobs.length) list.append(el("li", "muted", "no jobs yet"));
+  for (const job of jobs) {
+    const item = el("li", job.job_id === state.jobId ? "current" : "");
+    item.dataset.id = job.job_id;
+    const when = job.updated_at ? new Date(job.updated_at * 1000).toLocaleTimeString() : "";
+    item.append(el("code", "", job.job_id.slice(0, 8)), el("span", "muted", `${job.reasoner} · ${when}`),
+      el("span", `state ${job.state}`, job.state));
+    item.addEventListener("click", () => openJob(job.job_id));
+    list.append(item);
+  }
+}
+
+// -- one job -----------------------------------------------------------------------------------------
+
+function setState(name) {
+  const badge = $("#job-state");
+  badge.textContent = name;
+  badge.className = `state ${name}`;
+  $("#cancel").disabled = ["completed", "truncated", "failed", "cancelled"].includes(name);
+}
+
+function roundBox(round, maxRounds) {
+  let box = document.getElementById(`round-${round}`);
+  if (!box) {
+    box = el("section", "round");
+    box.id = `round-${round}`;
+    box.append(el("h3", "", `Round ${round + 1}` + (maxRounds ? ` of ${maxRounds}` : "")));
+    $("#rounds").append(box);
+  }
+  return box;
+}
+
+function turnBox(round, role) {
+  const key = `${round}:${role}`;
+  if (!state.turns[key]) {
+    const box = el("div", "turn");
+    const who = el("div", "who", role === "thinker" ? "Thinker" : "Actor");
+    const thinking = el("pre", "thinking");
+    const content = el("pre", "content");
+    const tools = el("div", "tools");
+    box.append(who, thinking, content, tools);
+    roundBox(round).append(box);
+    state.turns[key] = { box, who, thinking, content, tools, attempt: null };
+  }
+  return state.turns[key];
+}
+
+function onDelta(ev) {
+  const turn = turnBox(ev.round, ev.role);
+  if (turn.attempt !== ev.attempt) { // a new model call (or the step started over): start clean
+    turn.attempt = ev.attempt;
+    turn.thinking.textContent = "";
+    turn.content.textContent = "";
+  }
+  turn.thinking.textContent += ev.reasoning || "";
+  turn.content.textContent += ev.content || "";
+  turn.content.classList.add("streaming");
+}
+
+function onReply(ev) {
+  const turn = turnBox(ev.round, ev.role);
+  turn.content.classList.remove("streaming");
+  turn.who.replaceChildren(ev.role === "thinker" ? "Thinker " : "Actor ", el("small", "", ev.model || ""));
+  turn.thinking.textContent = ev.reasoning || "";
+  if (ev.role === "thinker") {
+    const instruction = tag(ev.content, "instruction");
+    turn.content.textContent = "";
+    turn.content.append(el("div", "label", "instruction"), instruction === null ? stripThinking(ev.content).trim() : instruction);
+  } else {
+    turn.content.textContent = "";
+    turn.content.append(el("div", "label", "action"), actionText(ev.content));
+  }
+}
+
+function toolRow(ev) {
+  const turn = turnBox(ev.round, "actor");
+  let row = turn.tools.querySelector(`[data-index="${ev.index}"]`);
+  if (!row) {
+    row = el("div", "tool");
+    row.dataset.index = ev.index;
+    row.append(el("span", "call"), el("span", "result"));
+    turn.tools.append(row);
+  }
+  return row;
+}
+
+function onToolCall(ev) {
+  const args = Object.entries(ev.args || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+  toolRow(ev).querySelector(".call").textContent = `→ ${ev.name}(${args})` + (ev.error ? ` ✗ ${ev.error}` : "");
+}
+
+function onToolResult(ev) {
+  const row = toolRow(ev);
+  const result = row.querySelector(".result");
+  result.className = "result " + (ev.status === "succeeded" ? "ok" : "bad");
+  result.textContent = `  ← ${String(ev.output).slice(0, 400)}`;
+}
+
+function onFinal(ev) {
+  setState(ev.status);
+  $("#outcome").hidden = false;
+  $("#deliverable").textContent = ev.deliverable || "(no deliverable)";
+  $("#outcome-error").textContent = ev.error || "";
+  const usage = ev.usage || {};
+  $("#usage").textContent = `${ev.rounds} round(s), ${usage.calls || 0} model calls, ${usage.total_tokens || 0} tokens`;
+  document.querySelectorAll("pre.streaming").forEach((node) => node.classList.remove("streaming"));
+  refreshJobs();
+}
+
+function handle(ev) {
+  switch (ev.type) {
+    case "job_started": $("#job-goal").textContent = (ev.spec && ev.spec.goal) || ""; setState("running"); break;
+    case "round_started": roundBox(ev.round, ev.max_rounds); break;
+    case "model_delta": onDelta(ev); break;
+    case "model_reply": onReply(ev); break;
+    case "tool_call": onToolCall(ev); break;
+    case "tool_result": onToolResult(ev); break;
+    case "waiting": notice(`waiting: ${ev.reason}${ev.retry_in ? `, retry in ${ev.retry_in}s` : ""}`); break;
+    case "final": onFinal(ev); break;
+    default: break; // kinds this console does not know yet
+  }
+}
+
+// Server-sent events over fetch (so the bearer token can be sent); resumes with Last-Event-ID.
+async function follow(jobId) {
+  const controller = new AbortController();
+  state.stream = controller;
+  let lastId = "0";
+  let ended = false;
+  while (!ended && !controller.signal.aborted) {
+    try {
+      const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}/events`, {
+        headers: { Accept: "text/event-stream", "Last-Event-ID": lastId },
+        signal: controller.signal,
+      });
+      if (!response.ok) { notice(await errorText(response)); return; }
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          let id = null, data = "";
+          for (const line of block.split("\n")) {
+            if (line.startsWith("id: ")) id = line.slice(4);
+            else if (line.startsWith("data: ")) data += line.slice(6);
+          }
+          if (!data) continue; // a heartbeat or a comment
+          if (id) lastId = id;
+          const ev = JSON.parse(data);
+          handle(ev);
+          if (ev.type === "final") ended = true;
+        }
+      }
+      if (!ended) {
+        const check = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+        if (check.ok && (await check.json()).result) ended = true;
+      }
+    } catch (err) {
+      if (controller.signal.aborted) return;
+      notice(`event stream interrupted (${err.message}); reconnecting…`);
+    }
+    if (!ended) await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+  notice("");
+}
+
+async function openJob(jobId) {
+  if (state.stream) state.stream.abort();
+  state.jobId = jobId;
+  state.turns = {};
+  history.replaceState(null, "", `?job=${encodeURIComponent(jobId)}`);
+  $("#empty").hidden = true;
+  $("#job").hidden = false;
+  $("#job-id").textContent = jobId;
+  $("#job-goal").textContent = "";
+  $("#rounds").replaceChildren();
+  $("#outcome").hidden = true;
+  $("#deliverable").textContent = "";
+  const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+  if (!response.ok) { notice(await errorText(response)); return; }
+  const job = await response.json();
+  setState(job.status.state);
+  refreshJobs();
+  follow(jobId);
+}
+
+async function startJob(event) {
+  event.preventDefault();
+  $("#form-error").textContent = "";
+  const spec = {
+    goal: $("#goal").value,
+    reasoner: $("#reasoner").value,
+    max_rounds: Number($("#max-rounds").value),
+  };
+  $("#submit").disabled = true;
+  try {
+    const response = await api("/v1/jobs", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(spec),
+    });
+    if (!response.ok) { $("#form-error").textContent = await errorText(response); return; }
+    const job = await response.json();
+    openJob(job.id);
+  } finally {
+    $("#submit").disabled = false;
+  }
+}
+
+async function cancelJob() {
+  if (!state.jobId) return;
+  const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/cancel`, { method: "POST" });
+  notice(response.ok ? "cancellation requested" : await errorText(response));
+}
+
+$("#new-job").addEventListener("submit", startJob);
+$("#cancel").addEventListener("click", cancelJob);
+$("#token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  state.token = $("#token").value.trim();
+  localStorage.setItem("tandem.token", state.token);
+  $("#token-form").hidden = true;
+  notice("");
+  refreshJobs();
+  if (state.jobId) openJob(state.jobId);
+});
+
+const wanted = new URLSearchParams(location.search).get("job");
+refreshJobs();
+setInterval(refreshJobs, 4000);
+if (wanted) openJob(wanted);
