@@ -224,7 +224,7 @@ class JobStore:
             "data": json.dumps(redact_data(typed.data), ensure_ascii=False, default=str),
             "at": f"{typed.at or time.time():.3f}",
         }
-        pipe.xadd(key, entry, maxlen=self.stream.maxlen, approximate=True)  # type: ignore[arg-type]
+        pipe.xadd(key, entry, maxlen=self.stream.maxlen, approximate=True)
         pipe.expire(key, self.ttl)
         entry_id, _ = pipe.execute()
         return _text(entry_id)
