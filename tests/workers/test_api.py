@@ -125,6 +125,16 @@ def test_a_bad_spec_is_422_naming_the_field(
     assert api.client.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
 
 
+def test_a_spec_over_a_limit_is_422_naming_the_limit(api: Fixture) -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(40):
+        deep = {"k": deep}
+    response = api.client.post("/v1/jobs", json={"goal": "g", "metadata": deep})
+    assert response.status_code == 422
+    assert "TANDEM_MAX_METADATA_DEPTH" in response.json()["error"]["message"]
+    assert api.client.get("/v1/jobs").json()["jobs"] == []
+
+
 def test_a_body_that_is_not_a_json_object_is_refused(api: Fixture) -> None:
     assert api.client.post("/v1/jobs", json=["goal"]).status_code == 422
     bad = api.client.post("/v1/jobs", content=b"{goal", headers={"Content-Type": "application/json"})

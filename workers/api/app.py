@@ -115,7 +115,7 @@ class Api:
         spec = _validate(raw)
         try:
             handle = await run_in_threadpool(submit, spec, app=self.celery, store=self.store)
-        except JobSpecError as exc:  # pragma: no cover - _validate already checked it
+        except JobSpecError as exc:  # a limit of TANDEM_MAX_* (the message names it)
             raise ApiError(422, "invalid_spec", str(exc)) from None
         status = await run_in_threadpool(handle.status)
         body = {"id": handle.id, "status": status.model_dump(mode="json"), "links": _links(handle.id)}
