@@ -87,6 +87,22 @@ class JobStore:
         self.remember(job_id)
         return written
 
+    def discard_queued(self, job_id: str) -> None:
+        """Undo ``mark_queued`` for a job the intake refused (a refused spec stores nothing): its
+        ``queued`` status and its entry among the recent jobs go; a started job is left alone."""
+        key = self.key(job_id, "status")
+
+        def undo(pipe: Pipeline) -> None:
+            raw: Any = pipe.get(key)
+            started = pipe.exists(self.key(job_id, "spec"))
+            if raw is None or started or JobStatus.model_validate_json(raw).state != "queued":
+                return
+            pipe.multi()
+            pipe.delete(key)
+            pipe.zrem(f"{self.prefix}:recent-jobs", job_id)
+
+        self.redis.transaction(undo, key, self.key(job_id, "spec"))
+
     def remember(self, job_id: str, at: float | None = None) -> None:
         """Add the job to the index of recent jobs (kept to the newest ``RECENT_LIMIT``, idempotent)."""
         key = f"{self.prefix}:recent-jobs"

@@ -162,6 +162,7 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         rt.task_for(job_id, job_spec).recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else _failure(exc)
+        rt.store.discard_queued(job_id)  # what ``submit`` marked, so followers knew the job
         return JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
     rt.store.create(job_id, job_spec)
     with _step(self, job_id, "start", (job_spec.model_dump(mode="json"),)):  # secrets sealed

@@ -250,3 +250,18 @@ def test_bad_specs_are_422_and_big_bodies_413(api: Setup) -> None:
     big = client.post("/v1/jobs", json={"goal": "x", "context": "y" * 30000})
     assert big.status_code == 413 and big.json()["error"]["limit"] == 20000
     assert {j["job_id"] for j in client.get("/v1/jobs?limit=200").json()["jobs"]} == before
+
+
+def test_a_spec_the_workers_refuse_shows_as_failed_and_leaves_nothing_stored(api: Setup) -> None:
+    cluster, _, _, _, client = api
+    job_id = client.post("/v1/jobs", json={"goal": "g", "tools": ["no_such_tool"]}).json()["id"]
+    deadline = time.monotonic() + 60
+    body = client.get(f"/v1/jobs/{job_id}").json()
+    while body["result"] is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        body = client.get(f"/v1/jobs/{job_id}").json()
+    assert body["status"]["state"] == "failed"
+    assert "no_such_tool" in body["result"]["error"]
+    assert stream(client, job_id) == []  # nothing was stored: the stream ends at once
+    assert not list(cluster.redis.scan_iter(f"tandem:job:{job_id}:*"))
+    assert job_id not in [j["job_id"] for j in client.get("/v1/jobs?limit=200").json()["jobs"]]

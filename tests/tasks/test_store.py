@@ -287,6 +287,18 @@ def test_the_stream_is_capped_and_expires(server: fakeredis.FakeServer) -> None:
     assert 0 < capped.redis.ttl(key) <= 120
 
 
+def test_a_refused_job_leaves_nothing_behind_but_a_started_one_stays(store: JobStore) -> None:
+    store.mark_queued("refused")
+    store.mark_queued("started")
+    store.create("started", JobSpec(goal="g"))
+    store.discard_queued("refused")
+    store.discard_queued("started")
+    store.discard_queued("never")
+    assert store.status("refused") is None
+    assert [s.job_id for s in store.recent(10)] == ["started"]
+    assert list(store.redis.scan_iter("t:job:refused:*")) == []
+
+
 def test_submitted_jobs_are_listed_newest_first(store: JobStore) -> None:
     store.mark_queued("a")
     store.mark_queued("b")

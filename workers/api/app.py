@@ -36,9 +36,9 @@ from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
 from tandem.tasks.client import JobHandle, submit
-from tandem.tasks.errors import JobSpecError
+from tandem.tasks.errors import JobSpecError, JobTimeout, UnknownJobError
 from tandem.tasks.job_events import decode_entry, event_json
-from tandem.tasks.spec import FINAL_STATES, JobSpec
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
 from tandem.tasks.store import JobStore
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit, too_large
@@ -79,21 +79,27 @@ class Api:
     # -- helpers -----------------------------------------------------------------------------
 
     def handle(self, job_id: str) -> JobHandle:
-        """The handle of a known job; 404 otherwise."""
+        """The handle of a known job (stored, or refused at intake); 404 otherwise."""
         if not _JOB_ID.match(job_id):
             raise ApiError(
                 404, "unknown_job", f"no job {job_id[:80]!r}: job ids are what POST /v1/jobs returned"
             )
-        if self.store.status(job_id) is None and self.store.spec(job_id) is None:
+        handle = JobHandle(job_id, self.store, self.celery)
+        try:
+            handle.status()
+        except UnknownJobError:
             raise ApiError(
                 404, "unknown_job", f"no job {job_id!r} is known (never submitted, or its records expired)"
-            )
-        return JobHandle(job_id, self.store, self.celery)
+            ) from None
+        return handle
 
     def job_body(self, job_id: str) -> dict[str, Any]:
         """The JSON of ``GET /v1/jobs/{id}``."""
         handle = self.handle(job_id)
-        result = self.store.result(job_id)
+        try:
+            result: JobResult | None = handle.result(timeout=0)
+        except JobTimeout:
+            result = None
         return {
             "id": job_id,
             "status": handle.status().model_dump(mode="json"),

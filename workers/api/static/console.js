@@ -223,7 +223,8 @@ async function follow(jobId) {
       }
       if (!ended) {
         const check = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
-        if (check.ok && (await check.json()).result) ended = true;
+        const body = check.ok ? await check.json() : {};
+        if (body.result) { ended = true; onFinal(body.result); } // e.g. a spec the workers refused
       }
     } catch (err) {
       if (controller.signal.aborted) return;
