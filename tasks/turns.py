@@ -162,8 +162,12 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         rt.task_for(job_id, job_spec).recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else _failure(exc)
-        rt.store.discard_queued(job_id)  # what ``submit`` marked, so followers knew the job
-        return JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
+        refused = JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
+        # Answer first, then undo the ``queued`` marker ``submit`` wrote for followers: the job is
+        # never unknown in between.
+        self.backend.store_result(job_id, refused, "SUCCESS")
+        rt.store.discard_queued(job_id)
+        return refused
     rt.store.create(job_id, job_spec)
     with _step(self, job_id, "start", (job_spec.model_dump(mode="json"),)):  # secrets sealed
         rt.store.set_status(job_id, state="running", reasoner=job_spec.reasoner, step="start")

@@ -38,6 +38,7 @@ from tandem.broker_config import Settings
 from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.errors import JobSpecError, JobTimeout, UnknownJobError
 from tandem.tasks.job_events import decode_entry, event_json
+from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
 from tandem.tasks.store import JobStore
 from tandem.workers.api.errors import ApiError, error_response
@@ -71,8 +72,12 @@ class Api:
 
             celery_app = create_app(settings)
         self.celery = celery_app
-        self.redis = redis or Redis.from_url(settings.redis_url, health_check_interval=30)
-        self.async_redis = async_redis or AsyncRedis.from_url(settings.redis_url, health_check_interval=30)
+        options = redis_options(settings)
+        self.redis = redis or Redis.from_url(settings.redis_url, **options)
+        # An event stream blocks in XREAD for up to ``heartbeat`` seconds: reads may wait that long
+        # on top of TANDEM_REDIS_SOCKET_TIMEOUT (redis-py's own default would be 5 s).
+        wait = {**options, "socket_timeout": settings.redis_socket_timeout + heartbeat}
+        self.async_redis = async_redis or AsyncRedis.from_url(settings.redis_url, **wait)
         self.store = JobStore.from_settings(self.redis, settings)
         self.heartbeat = heartbeat
 
@@ -210,7 +215,7 @@ class Api:
 
     async def aclose(self) -> None:
         """Close the Redis clients."""
-        await self.async_redis.aclose()  # type: ignore[union-attr]
+        await self.async_redis.aclose()  # type: ignore[attr-defined]  # (stubs predate aclose)
         self.redis.close()
 
 
