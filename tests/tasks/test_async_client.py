@@ -142,14 +142,14 @@ def test_submit_async_sends_tandem_infer(store: JobStore, app: Celery, server: f
         id = "job-7"
 
     def send_task(name: str, kwargs: dict[str, Any], **options: Any) -> Sent:
-        sent.append({"name": name, "kwargs": kwargs, "thread": threading.current_thread().name})
+        sent.append({"name": name, "kwargs": kwargs, "thread": threading.current_thread().name, **options})
         return Sent()
 
     app.send_task = send_task  # type: ignore[method-assign,assignment]
     factory = lambda: fakeredis.FakeAsyncRedis(server=server)  # noqa: E731
     handle = asyncio.run(submit_async({"goal": "count"}, app=app, store=store, aredis=factory))
-    assert handle.id == "job-7"
     [message] = sent
+    assert handle.id == message["task_id"]  # the id is chosen, and marked queued, before sending
     assert message["name"] == "tandem.infer" and message["kwargs"]["spec"]["goal"] == "count"
     assert message["thread"] != threading.main_thread().name, "the blocking send ran off the loop"
     assert asyncio.run(handle.astatus()).state == "queued"
