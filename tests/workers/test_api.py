@@ -269,6 +269,7 @@ def test_the_openapi_document_names_every_endpoint(api: Fixture) -> None:
         "/v1/jobs/{job_id}",
         "/v1/jobs/{job_id}/events",
         "/v1/jobs/{job_id}/cancel",
+        "/v1/jobs/{job_id}/decisions",
         "/healthz",
     }
     schemas = doc["components"]["schemas"]
@@ -316,3 +317,34 @@ def test_api_settings_are_read_and_checked() -> None:
         Settings.from_env({"TANDEM_API_TOKENS": "short"})
     with pytest.raises(SettingsError, match="TANDEM_API_MAX_BODY"):
         Settings.from_env({"TANDEM_API_MAX_BODY": "10"})
+
+
+# -- decisions ---------------------------------------------------------------------------------------
+
+
+def test_decisions_reach_the_job_handle_and_refusals_are_409(
+    api: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tandem.reasoner.approval import Decision
+    from tandem.tasks.client import JobHandle
+    from tandem.tasks.errors import DecisionRefused
+
+    job_id = api.client.post("/v1/jobs", json={"goal": "g"}).json()["id"]
+    asked: list[Any] = []
+
+    def decide(self: JobHandle, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
+        asked.append((self.id, decisions))
+        if decisions is False:
+            raise DecisionRefused(f"job {self.id!r} is not waiting for a decision; nothing was decided")
+        return [Decision(index=1, approve=True)]
+
+    monkeypatch.setattr(JobHandle, "decide", decide)
+    ok = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"decisions": [{"index": 1, "approve": True}]})
+    assert ok.status_code == 200 and ok.json()["decisions"][0]["approve"] is True
+    refused = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"decisions": False})
+    assert refused.status_code == 409 and "not waiting for a decision" in refused.json()["error"]["message"]
+    bad = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"approve": "yes"})
+    assert bad.status_code == 422 and bad.json()["error"]["fields"][0]["field"] == "decisions"
+    assert asked == [(job_id, [{"index": 1, "approve": True}]), (job_id, False)]
+    assert api.client.get(f"/v1/jobs/{job_id}").json()["approval"] is None
+    assert api.client.post("/v1/jobs/nope/decisions", json={"decisions": True}).status_code == 404

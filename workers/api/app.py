@@ -10,6 +10,8 @@
   Redis stream id, so ``Last-Event-ID`` (or ``?after=``) resumes right after it. Comment lines keep
   an idle connection alive; the stream ends after the ``final`` event.
 * ``POST /v1/jobs/{id}/cancel``: ask the job to stop (202), 409 once it has ended.
+* ``POST /v1/jobs/{id}/decisions``: approve or reject tool calls awaiting approval (409 when
+  refused: nothing changed); ``GET /v1/jobs/{id}`` shows the pending ``approval``.
 * ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
 """
 
@@ -23,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeout
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -35,8 +38,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
+from tandem.tasks.approvals import ApprovalStore
 from tandem.tasks.client import JobHandle, submit
-from tandem.tasks.errors import JobSpecError, JobTimeout, UnknownJobError
+from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, UnknownJobError
 from tandem.tasks.job_events import decode_entry, event_json
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
@@ -65,6 +69,7 @@ class Api:
         redis: Redis | None = None,
         async_redis: AsyncRedis | None = None,
         heartbeat: float = 15.0,
+        decide_timeout: float = 30.0,
     ) -> None:
         self.settings = settings
         if celery_app is None:
@@ -80,6 +85,7 @@ class Api:
         self.async_redis = async_redis or AsyncRedis.from_url(settings.redis_url, **wait)
         self.store = JobStore.from_settings(self.redis, settings)
         self.heartbeat = heartbeat
+        self.decide_timeout = decide_timeout
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -105,10 +111,12 @@ class Api:
             result: JobResult | None = handle.result(timeout=0)
         except JobTimeout:
             result = None
+        approval = ApprovalStore(self.store).get(job_id)
         return {
             "id": job_id,
             "status": handle.status().model_dump(mode="json"),
             "result": None if result is None else result.model_dump(mode="json"),
+            "approval": None if approval is None else approval.model_dump(mode="json"),
             "links": _links(job_id),
         }
 
@@ -154,6 +162,33 @@ class Api:
         status = await run_in_threadpool(handle.status)
         body = {"id": job_id, "cancel_requested": True, "status": status.model_dump(mode="json")}
         return JSONResponse(body, status_code=202)
+
+    async def decide(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        handle = await run_in_threadpool(self.handle, job_id)
+        raw = await read_json(request, self.settings.api_max_body)
+        decisions = raw.get("decisions") if isinstance(raw, dict) else None
+        if not isinstance(decisions, bool | list):
+            raise ApiError(
+                422,
+                "invalid_decisions",
+                'send {"decisions": [{"index": 1, "approve": true}, {"index": 2, "approve": false, '
+                '"reason": "..."}]} (an "args" object edits a call), or {"decisions": true|false} '
+                "for every undecided call",
+                fields=[{"field": "decisions", "message": "a list of decisions, or true/false"}],
+            )
+        try:
+            decided = await run_in_threadpool(handle.decide, decisions, timeout=self.decide_timeout)
+        except DecisionRefused as exc:
+            raise ApiError(409, "decision_refused", str(exc)) from None
+        except CeleryTimeout:
+            raise ApiError(
+                504,
+                "no_worker_answered",
+                f"no worker applied the decisions within {self.decide_timeout:g} s: are workers "
+                "running? Nothing was decided unless GET /v1/jobs/{id} shows it",
+            ) from None
+        return JSONResponse({"id": job_id, "decisions": [d.model_dump(mode="json") for d in decided]})
 
     async def job_events(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -221,7 +256,12 @@ class Api:
 
 def _links(job_id: str) -> dict[str, str]:
     base = f"/v1/jobs/{job_id}"
-    return {"self": base, "events": f"{base}/events", "cancel": f"{base}/cancel"}
+    return {
+        "self": base,
+        "events": f"{base}/events",
+        "cancel": f"{base}/cancel",
+        "decisions": f"{base}/decisions",
+    }
 
 
 def _validate(raw: dict[str, Any]) -> JobSpec:
@@ -302,6 +342,7 @@ def create_api(settings: Settings, **options: Any) -> ASGIApp:
         Route("/v1/jobs/{job_id}", api.get_job, methods=["GET"]),
         Route("/v1/jobs/{job_id}/events", api.job_events, methods=["GET"]),
         Route("/v1/jobs/{job_id}/cancel", api.cancel_job, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         *(Route(path, api.static, methods=["GET"]) for path in _STATIC),

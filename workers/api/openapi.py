@@ -74,6 +74,7 @@ def openapi_document() -> dict[str, Any]:
             "id": {"type": "string"},
             "status": _ref("JobStatus"),
             "result": {"anyOf": [_ref("JobResult"), {"type": "null"}]},
+            "approval": {"type": ["object", "null"], "description": "Tool calls awaiting a decision."},
             "links": links,
         },
     }
@@ -172,6 +173,30 @@ def openapi_document() -> dict[str, Any]:
                     "401": unauthorized,
                     "404": unknown,
                     "409": _error("The job has already ended."),
+                },
+            }
+        },
+        "/v1/jobs/{job_id}/decisions": {
+            "post": {
+                "summary": "Approve or reject tool calls awaiting approval",
+                "description": 'Body: {"decisions": [{"index": 1, "approve": true}, {"index": 2, "approve": '
+                'false, "reason": "..."}, {"index": 3, "approve": true, "args": {...}}]}, or {"decisions": '
+                "true|false} for every undecided call. GET /v1/jobs/{id} shows the pending approval.",
+                "operationId": "decide",
+                "parameters": [_JOB_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "responses": {
+                    "200": _json({"type": "object"}, "The decisions stored for the round."),
+                    "401": unauthorized,
+                    "404": unknown,
+                    "409": _error(
+                        "Refused (no call waits, unknown call, bad args, decided already); nothing changed."
+                    ),
+                    "422": _error("The body is not a list of decisions or true/false."),
+                    "504": _error("No worker applied the decisions in time."),
                 },
             }
         },

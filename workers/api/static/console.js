@@ -171,6 +171,27 @@ function onFinal(ev) {
   refreshJobs();
 }
 
+function showApproval(pending) {
+  const waiting = pending && pending.length > 0;
+  $("#approve").hidden = !waiting;
+  $("#reject").hidden = !waiting;
+  $("#approval").hidden = !waiting;
+  if (waiting) {
+    const calls = pending.map((p) => `${p.index}. ${p.tool || p.name || "call"}(${JSON.stringify(p.args || {})})`);
+    $("#approval").textContent = `Waiting for your decision on: ${calls.join("; ")}`;
+  }
+}
+
+async function decideAll(approve) {
+  const body = approve ? { decisions: true } : { decisions: false };
+  const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/decisions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  notice(response.ok ? (approve ? "approved" : "rejected") : await errorText(response));
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started": $("#job-goal").textContent = (ev.spec && ev.spec.goal) || ""; setState("running"); break;
@@ -180,7 +201,9 @@ function handle(ev) {
     case "tool_call": onToolCall(ev); break;
     case "tool_result": onToolResult(ev); break;
     case "waiting": notice(`waiting: ${ev.reason}${ev.retry_in ? `, retry in ${ev.retry_in}s` : ""}`); break;
-    case "final": onFinal(ev); break;
+    case "approval_requested": showApproval(ev.pending || ev.calls || []); break;
+    case "approval_decided": if (ev.complete !== false) showApproval([]); break;
+    case "final": showApproval([]); onFinal(ev); break;
     default: break; // kinds this console does not know yet
   }
 }
@@ -286,6 +309,8 @@ async function cancelJob() {
 
 $("#new-job").addEventListener("submit", startJob);
 $("#cancel").addEventListener("click", cancelJob);
+$("#approve").addEventListener("click", () => decideAll(true));
+$("#reject").addEventListener("click", () => decideAll(false));
 $("#token-form").addEventListener("submit", (event) => {
   event.preventDefault();
   state.token = $("#token").value.trim();
