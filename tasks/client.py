@@ -54,11 +54,15 @@ class JobHandle:
         ``failed`` with the reason for a spec the worker refused; ``UnknownJobError`` for an id
         that no store, result or submit knows."""
         stored = self._store.status(self.id)
-        if stored is not None:
+        if stored is not None and stored.state != "queued":
             return stored
+        # Queued, or unknown to the store: the intake may have refused it (its answer comes
+        # before the ``queued`` marker of ``submit`` is removed).
         refused = self._celery_result()
         if refused is not None:
             return JobStatus(job_id=self.id, state=refused.status, error=refused.error, step="intake")
+        if stored is not None:
+            return stored
         if self._submitted:
             return JobStatus(job_id=self.id, state="queued")
         raise UnknownJobError(
