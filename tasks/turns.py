@@ -33,7 +33,7 @@ from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.reasoner.plan import LoopPlan, Step, StepInputs, call_context
 from tandem.reasoner.steps import apply_tool_results
 from tandem.tasks.app import app
-from tandem.tasks.budgets import budget_spent
+from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.host_model import CapacityWait
@@ -72,8 +72,9 @@ def step_messages(job_id: str, step: Step, indices: Sequence[int] | None = None)
     return [{"task": STEP_TASKS[step.kind], "args": [job_id, step.round]}]
 
 
-def send(messages: Sequence[Message]) -> None:
-    """Send ``messages`` (each under a fresh task id: revoking one never touches another step)."""
+def send(messages: Sequence[Message], priority: int | None = None) -> None:
+    """Send ``messages`` (each under a fresh task id: revoking one never touches another step),
+    with the broker ``priority`` of their job."""
     for m in messages:
         args = m["args"]
         tail = ".".join(str(a) for a in args[1:])
@@ -82,7 +83,14 @@ def send(messages: Sequence[Message]) -> None:
             args=args,
             countdown=m.get("countdown"),
             task_id=f"{args[0]}.{tail}.{uuid.uuid4().hex[:8]}",
+            priority=priority,
         )
+
+
+def job_priority(rt: Runtime, job_id: str) -> int | None:
+    """The broker priority of a job's messages (``JobSpec.priority``), ``None`` if unknown."""
+    spec = rt.store.spec(job_id)
+    return None if spec is None else message_priority(spec.priority, rt.settings.broker_url)
 
 
 def send_outbox(rt: Runtime, job_id: str) -> bool:
@@ -90,13 +98,11 @@ def send_outbox(rt: Runtime, job_id: str) -> bool:
     try:
         outbox_id, messages = rt.machine.outbox(job_id)
         if messages:
-            send(messages)
+            send(messages, job_priority(rt, job_id))
             rt.machine.mark_sent(job_id, outbox_id)
         return True
     except Exception:
-        log.warning(
-            "job %s: sending the next step failed; the reconciler will send it", job_id, exc_info=True
-        )
+        log.warning("job %s: sending the next step failed; the reconciler sends it", job_id, exc_info=True)
         return False
 
 

@@ -33,12 +33,12 @@ _reconciler: Reconciler | None = None
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
     from tandem.reasoner.plan import Step
-    from tandem.tasks.turns import send, step_messages
+    from tandem.tasks.turns import job_priority, send, step_messages
 
     rt = get_runtime()
     outbox_id, _ = rt.machine.outbox(job_id)
     step = Step(verdict.round, verdict.kind)  # type: ignore[arg-type]
-    send(step_messages(job_id, step, verdict.indices or None))
+    send(step_messages(job_id, step, verdict.indices or None), job_priority(rt, job_id))
     rt.machine.mark_sent(job_id, outbox_id)
 
 
