@@ -213,7 +213,14 @@ def _backoff(exc: BaseException, retries: int) -> float:
 
 
 def reschedule(
-    rt: Runtime, claim: Claim, delay: float, reason: str, error: str, *, send_now: bool = True
+    rt: Runtime,
+    claim: Claim,
+    delay: float,
+    reason: str,
+    error: str,
+    *,
+    send_now: bool = True,
+    host: str | None = None,
 ) -> dict[str, Any] | None:
     """Park the claimed step in ``waiting`` and send it again in ``delay`` seconds, holding no
     worker thread meanwhile (publishes a ``waiting`` event). Past the job's deadline the job
@@ -230,7 +237,15 @@ def reschedule(
     rt.store.publish(
         claim.job_id,
         "waiting",
-        {"round": claim.round, "step": claim.kind, "reason": reason, "until": until, "error": error},
+        {
+            "round": claim.round,
+            "step": claim.kind,
+            "reason": reason,
+            "until": until,
+            "error": error,
+            "detail": error,
+            **({"host": host} if host else {}),
+        },
     )
     log.warning(
         "job %s: %s; %s of round %d runs again in %.1f s", claim.job_id, error, claim.kind, claim.round, delay

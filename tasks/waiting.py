@@ -52,11 +52,4 @@ def wait_for_capacity(rt: Runtime, claim: Claim, spec: JobSpec, wait: CapacityWa
         if free:  # a slot freed between the refusal and the registration: go again now
             countdown, send = 0.0, True
     log.debug("job %s: %s waits %.2fs for %s", claim.job_id, claim.kind, countdown, info.reason)
-    return reschedule(
-        rt,
-        claim,
-        countdown,
-        f"model host capacity ({info.reason}, {info.host})",
-        info.describe(),
-        send_now=send,
-    )
+    return reschedule(rt, claim, countdown, info.reason, info.describe(), send_now=send, host=info.host)
