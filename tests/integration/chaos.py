@@ -31,6 +31,7 @@ CHAOS_ENV = {
     "TANDEM_LEASE_SECONDS": "2",
     "TANDEM_STALL_SECONDS": "4",
     "TANDEM_TOOL_TIMEOUT": "30",
+    "TANDEM_TOOLKIT": "tests.integration.tools:durable_toolkit",
 }
 PLAN = [
     [

@@ -18,7 +18,11 @@ from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 pytestmark = pytest.mark.integration
 
 Hosts = tuple[Cluster, OpenAIServer, OpenAIServer]
-FAST = {"TANDEM_STALL_SECONDS": "3", "TANDEM_TOOL_TIMEOUT": "30"}
+FAST = {
+    "TANDEM_STALL_SECONDS": "3",
+    "TANDEM_TOOL_TIMEOUT": "30",
+    "TANDEM_TOOLKIT": "tests.integration.tools:durable_toolkit",
+}
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 60.0, message: str = "") -> Any:

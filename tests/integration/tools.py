@@ -86,15 +86,18 @@ def charge_card(amount: int, seconds: float, ctx: ToolCallContext) -> str:
     return f"charged {amount}"
 
 
-def _build() -> ToolkitService:
+def _build(durable: bool = False) -> ToolkitService:
     service = ToolkitService()
     work = Action("work", "work", "Do the work the task needs")
     service.add_action(work, [], [])
     for fn in (sleep_tool, add, boom, hang):
         service.add_tool(Tool.from_function(fn), [(work, 1.0)])
     service.add_tool(Tool.from_function(notify, requires_approval=True), [(work, 1.0)])
-    service.add_tool(Tool.from_function(charge_card, at_most_once=True), [(work, 1.0)])
+    if durable:  # only where tested: every tool's description lengthens the prompts (and their usage)
+        service.add_tool(Tool.from_function(charge_card, at_most_once=True), [(work, 1.0)])
     return service
 
 
 toolkit = _build().get_toolkit()
+durable_toolkit = _build(durable=True).get_toolkit()
+"""The same tools plus ``charge_card`` (``at_most_once``), for the durability and chaos tests."""
