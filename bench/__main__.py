@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import chaos as bench_chaos
 from bench import event_stream, overhead, throughput
 from bench import toolkit as bench_toolkit
 from bench.common import ROLES, Cluster, ModelHosts, RawWorker, flush_db, redis_url
@@ -52,6 +53,14 @@ GOALS = {
     "fanout_speedup": Goal("fanout_speedup", 6.0, False, "at least 6"),
     "worker_ready": Goal("worker_ready_s_max", 6.0, True, "under 6 s per worker"),
     "worker_rss": Goal("worker_rss_mb_max", 250.0, True, "under 250 MB per process"),
+    "chaos_recovery": Goal(
+        "chaos_kill_to_progress_p99_s",
+        2 * bench_chaos.LEASE_SECONDS,
+        True,
+        f"under 2 × TANDEM_LEASE_SECONDS ({2 * bench_chaos.LEASE_SECONDS:g} s)",
+    ),
+    "chaos_stuck": Goal("chaos_stuck_jobs", 0.0, True, "no job left running"),
+    "chaos_duplicates": Goal("chaos_duplicate_tool_runs", 0.0, True, "no at_most_once call run twice"),
     "toolkit_recommend": Goal(
         "toolkit_recommend_ms", bench_toolkit.GOAL_MS, True, f"under {bench_toolkit.GOAL_MS:g} ms"
     ),
@@ -308,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     distributed(report, args.quick)
     report.add(event_stream.run(args.quick))  # its own clusters and Redis servers
     in_process(report, args.quick)
+    report.add(bench_chaos.chaos(args.quick))
     report.goals()
     seconds = time.monotonic() - started
     command = "python -m bench" + (" --quick" if args.quick else "")

@@ -185,12 +185,13 @@ class Cluster:
                 raise TimeoutError(f"{len(pending)} of {len(job_ids)} jobs had not ended after {timeout:g} s")
             pipe = self.redis.pipeline(transaction=False)
             for job_id in pending:
-                pipe.get(self.store.key(job_id, "status"))
+                pipe.hmget(self.store.key(job_id, "state"), ["state", "updated_at"])
             still = []
-            for job_id, raw in zip(pending, pipe.execute(), strict=True):
-                status = None if raw is None else JobStatus.model_validate_json(raw)
-                if status is not None and status.state in FINAL_STATES:
-                    ended[job_id] = status
+            for job_id, (state, updated) in zip(pending, pipe.execute(), strict=True):
+                if state is not None and state.decode() in FINAL_STATES:
+                    ended[job_id] = JobStatus(
+                        job_id=job_id, state=state.decode(), updated_at=float(updated or 0)
+                    )
                 else:
                     still.append(job_id)
             pending = still

@@ -314,6 +314,10 @@ class Settings:
     ``lease_seconds`` bounds how long a step whose worker died waits before another worker takes
     it over; ``task_time_limit`` is the hard limit of one step, and the broker's visibility
     timeout is set above it so Redis never hands out a step that is still running.
+    ``stall_seconds`` is how long a job may go without progress and without a live lease before
+    the reconciler sends its current step again; ``job_timeout`` is a job's default deadline
+    (``JobSpec.timeout_s``); ``max_lease_expiries`` is how often one step may lose its worker
+    before the job fails.
     """
 
     broker_url: str = DEFAULT_URL
@@ -325,6 +329,9 @@ class Settings:
     actor: RoleSettings = field(default_factory=lambda: RoleSettings("actor"))
     task_time_limit: float = 900.0
     lease_seconds: float = 30.0
+    stall_seconds: float = 60.0
+    job_timeout: float = 3600.0
+    max_lease_expiries: int = 5
     result_expires: int = 86400
     memory_ttl: int = 86400
     tool_timeout: float = 60.0
@@ -386,6 +393,8 @@ class Settings:
             )
         lease = _number(env, "TANDEM_LEASE_SECONDS", 30.0, minimum=1.0) or 30.0
         limit = _number(env, "TANDEM_TASK_TIME_LIMIT", 900.0, minimum=10.0) or 900.0
+        stall = _number(env, "TANDEM_STALL_SECONDS", max(60.0, 2 * lease), minimum=1.0) or 60.0
+        job_timeout = _number(env, "TANDEM_JOB_TIMEOUT", 3600.0, minimum=1.0) or 3600.0
         return cls(
             broker_url=broker,
             result_backend=backend,
@@ -396,6 +405,8 @@ class Settings:
             actor=RoleSettings.from_env("actor", env),
             task_time_limit=limit,
             lease_seconds=lease,
+            stall_seconds=stall,
+            job_timeout=job_timeout,
             result_expires=_integer(env, "TANDEM_RESULT_EXPIRES", 86400, minimum=60),
             memory_ttl=_integer(env, "TANDEM_MEMORY_TTL", 86400, minimum=60),
             tool_timeout=_number(env, "TANDEM_TOOL_TIMEOUT", 60.0, minimum=0.1) or 60.0,

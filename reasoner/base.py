@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from tandem.reasoner import steps
+from tandem.reasoner import plan, steps
 from tandem.reasoner.approval import Approver
 from tandem.reasoner.errors import ReasonerError
 from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
@@ -12,7 +12,6 @@ from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.model_service import ModelService
 from tandem.reasoner.task import ReasonerOutcome, Task
-from tandem.reasoner.tool_round import run_tool_round
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.tool import Tool
 
@@ -64,31 +63,11 @@ class LoopReasoner:
     def _loop(
         self, task: Task, memory: ReasonerMemory, tools: list[Tool], actions: list[Action]
     ) -> Literal["completed", "truncated"]:
-        for round_no in range(task.max_rounds):
-            self.hooks.round_started(round_no, task.max_rounds)
-            if self.mode == "dual":
-                assert self.thinker is not None
-                steps.thinker_step(self.thinker, task, memory, round_no, tools, hooks=self.hooks)
-            reply = steps.actor_step(
-                self.actor, task, memory, round_no, tools, actions, mode=self.mode, hooks=self.hooks
-            )
-            nxt = steps.plan_next(task, reply, round_no)
-            if nxt.kind == "deliver":
-                return "completed"
-            if nxt.kind == "truncated":
-                return "truncated"
-            if nxt.kind == "tools":
-                results = run_tool_round(
-                    self.runner,
-                    tools,
-                    nxt.calls,
-                    task=task,
-                    round_no=round_no,
-                    hooks=self.hooks,
-                    approver=self.approve,
-                )
-                steps.apply_tool_results(memory, round_no, results)
-        return "truncated"
+        models = {"actor": self.actor}
+        if self.thinker is not None:
+            models["thinker"] = self.thinker
+        inputs = plan.StepInputs(task, memory, tools, actions, self.hooks)
+        return plan.drive(plan.plan_for(self.mode), models, inputs, self.runner, approver=self.approve)
 
     async def arun(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
         """``run`` for asyncio: model calls are awaited (``agenerate``), a reply's tool calls run

@@ -77,20 +77,25 @@ class InMemoryReasonerMemory:
 
 
 class RedisReasonerMemory:
-    """A job's messages in one Redis hash, ``{prefix}:job:{job_id}:memory``, as JSON.
+    """A job's messages in one Redis hash, ``{prefix}:{<job_id>}:memory``, as JSON.
 
-    Field names are the message keys; ``HSETNX`` makes writes idempotent. The hash has no TTL
-    while the job runs; ``expire`` sets one when the job ends.
+    Field names are the message keys; ``HSETNX`` makes writes idempotent. With ``ttl`` the hash
+    expires ``ttl`` seconds after a write that finds it without one; ``expire`` sets one when the
+    job ends. (The key carries the job's hash tag, like every key of a job.)
     """
 
-    def __init__(self, redis: Redis, job_id: str, *, prefix: str = "tandem") -> None:
+    def __init__(self, redis: Redis, job_id: str, *, prefix: str = "tandem", ttl: int | None = None) -> None:
         self.redis = redis
         self.job_id = job_id
-        self.key = f"{prefix}:job:{job_id}:memory"
+        self.key = f"{prefix}:{{{job_id}}}:memory"
+        self.ttl = ttl
 
     def add_message(self, message: ModelMessage) -> bool:
         """Store ``message`` unless its key is already stored; ``True`` if it was stored."""
-        return bool(self.redis.hsetnx(self.key, message.key, message.model_dump_json()))
+        stored = bool(self.redis.hsetnx(self.key, message.key, message.model_dump_json()))
+        if self.ttl is not None and self.redis.ttl(self.key) < 0:
+            self.redis.expire(self.key, self.ttl)
+        return stored
 
     def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
         """The message stored for ``(round_no, role)``, if any."""

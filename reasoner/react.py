@@ -27,7 +27,8 @@ or odd: budgets 1 and 2 allow one model call, 3 and 4 allow two, ``B`` allows ``
 
 The steps here are idempotent like ``tandem.reasoner.steps``: ``react_step`` returns the stored reply of
 its round instead of calling the model again, and the tool step is skipped when its results are
-stored. The in-process ``ReActReasoner`` and the Celery tasks (``tandem.tasks.react_turns``) use them.
+stored. The in-process ``ReActReasoner`` and the Celery state machine use them through
+``tandem.reasoner.plan.ReActPlan``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, Mod
 from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelRequest, ModelService
 from tandem.reasoner.prompts import task_text
 from tandem.reasoner.task import OutcomeStatus, ReasonerOutcome, Task
-from tandem.reasoner.tool_round import run_tool_round
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.tool import Tool
@@ -496,35 +496,11 @@ class ReActReasoner:
     def _loop(
         self, task: Task, memory: ReasonerMemory, tools: list[Tool]
     ) -> Literal["completed", "truncated"]:
-        mode = self.function_calling
-        for round_no in range(rounds_for(self.max_steps)):
-            if memory.get_message(round_no, "actor") is None:
-                self.hooks.round_started(round_no, rounds_for(self.max_steps))
-            reply = react_step(self.model, task, memory, round_no, tools, mode=mode, hooks=self.hooks)
-            nxt = react_plan_next(task, reply, round_no, mode=mode)
-            if nxt.kind == "deliver":
-                return "completed"
-            if nxt.kind == "truncated":
-                return "truncated"
-            stored = memory.get_message(round_no, "tool")
-            if stored is None:
-                results = run_tool_round(
-                    self.runner,
-                    tools,
-                    nxt.calls,
-                    task=task,
-                    round_no=round_no,
-                    hooks=self.hooks,
-                    approver=self.approve,
-                    call_ids=react_call_ids(reply, nxt.calls),
-                )
-                stored = steps.apply_tool_results(memory, round_no, results)
-            after = react_after_tools(task, stored.function_results, round_no)
-            if after.kind == "deliver":
-                return "completed"
-            if after.kind == "truncated":
-                return "truncated"
-        return "truncated"  # not reached: the budget ends the loop through react_plan_next
+        from tandem.reasoner import plan
+
+        loop = plan.plan_for("react", function_calling=self.function_calling, budget=self.max_steps)
+        inputs = plan.StepInputs(task, memory, tools, (), self.hooks)
+        return plan.drive(loop, {"actor": self.model}, inputs, self.runner, approver=self.approve)
 
     async def arun(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
         """``run`` for asyncio: model calls are awaited (``agenerate``), a reply's tool calls run

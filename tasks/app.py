@@ -24,12 +24,10 @@ def create_app(settings: Settings) -> Celery:
     celery_app.conf.update(celery_config(settings))
     if settings.signing is not None:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")
+    # Workers import the tasks and their start-up hooks; clients only send by name.
+    celery_app.conf.imports = ("tandem.tasks.turns", "tandem.tasks.decide", "tandem.tasks.worker_signals")
     return celery_app
 
 
 settings = Settings.from_env()
 app = create_app(settings)
-
-import tandem.tasks.decide  # noqa: E402  (registers ``tandem.decide``)
-import tandem.tasks.turns  # noqa: E402  (registers the tasks on ``app``)
-import tandem.tasks.worker_signals  # noqa: E402,F401  (starts the lease watchdog in workers)

@@ -10,7 +10,7 @@ call is decided once: the first decision wins, and a batch touching a call decid
 refused whole and changes nothing. No decision within the timeout rejects the calls still
 undecided (``expire_if_due``, or the first decision that comes too late).
 
-Keys: ``{prefix}:job:{job_id}:approval`` (one JSON record), with a TTL from the moment it is written.
+Keys: ``{prefix}:{<job_id>}:approval`` (one JSON record), with a TTL from the moment it is written.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from tandem.tasks.spec import JobResult, JobStatus
-from tandem.tasks.store import JobStore
+from tandem.tasks.store import JobStore, status_from_record
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
 """Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""
@@ -66,8 +66,7 @@ class AsyncJobStore:
 
     async def status(self, job_id: str) -> JobStatus | None:
         """The job's status, or ``None`` for an unknown job."""
-        raw = await self.redis.get(self.keys.key(job_id, "status"))
-        return None if raw is None else JobStatus.model_validate_json(raw)
+        return status_from_record(job_id, await self.redis.hgetall(self.keys.key(job_id, "state")))
 
     async def result(self, job_id: str) -> JobResult | None:
         """The final result, once the job has ended."""

@@ -11,12 +11,14 @@ from redis import BlockingConnectionPool, Redis
 
 from tandem.broker_config import Settings
 from tandem.reasoner.model_service import ModelService
+from tandem.reasoner.plan import LoopPlan, plan_for
+from tandem.reasoner.react import FunctionCalling
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.capacity import HostCapacity, HostLimits, SlotKeeper
 from tandem.tasks.errors import JobSpecError
 from tandem.tasks.host_model import BACKOFF_STATUSES, HostModel
-from tandem.tasks.leases import LeaseKeys
+from tandem.tasks.jobstate import JobMachine
 from tandem.tasks.metrics import MeteredToolRunner
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
@@ -89,9 +91,21 @@ class Runtime:
         return JobStore.from_settings(self.redis, self.settings)
 
     @cached_property
-    def lease_keys(self) -> LeaseKeys:
-        """The keys of the step leases."""
-        return LeaseKeys(self.settings.prefix)
+    def machine(self) -> JobMachine:
+        """The jobs' state machine."""
+        return self.store.machine
+
+    def function_calling(self) -> FunctionCalling:
+        """How react jobs call tools: the setting, else native (prompt with the offline demo
+        model, which has no native tool calling)."""
+        conf = self.settings.role("actor")
+        if conf.function_calling is not None:
+            return conf.function_calling
+        return "prompt" if conf.is_demo else "native"
+
+    def plan(self, spec: JobSpec) -> LoopPlan:
+        """The loop plan of a job's reasoner kind."""
+        return plan_for(spec.reasoner, function_calling=self.function_calling(), budget=spec.max_rounds)
 
     @cached_property
     def runner(self) -> ToolRunner:

@@ -14,7 +14,7 @@ from tandem.tasks.errors import JobSpecError, SpecLimitError
 from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
-JobState = Literal["queued", "running", "completed", "truncated", "failed", "cancelled"]
+JobState = Literal["queued", "running", "waiting", "completed", "truncated", "failed", "cancelled"]
 FINAL_STATES: frozenset[str] = frozenset({"completed", "truncated", "failed", "cancelled"})
 MAX_SECRET_CHARS = 8192
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
@@ -88,6 +88,12 @@ class JobSpec(BaseModel):
         ge=0,
         le=9,
         description="0 (least urgent) to 9 (most urgent): queued steps of more urgent jobs are taken first.",
+    )
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 86400,
+        description="Seconds the job may take before it fails; None: TANDEM_JOB_TIMEOUT (3600 s).",
     )
 
     @field_validator("goal")
@@ -240,6 +246,14 @@ class JobStatus(BaseModel):
     updated_at: float = 0.0
     waiting: Waiting | None = None
     """Set while the step waits for a model host's capacity; cleared by the next update."""
+    waiting_for: str | None = None
+    """While ``waiting``: what the job waits for (a model host's back-off, a transient error)."""
+    until: float | None = None
+    """While ``waiting``: when the step is sent again (Unix time)."""
+    epoch: int = 0
+    """How many times a worker took the current job's steps (grows at every claim)."""
+    deadline: float | None = None
+    """When the job fails if it has not ended (Unix time)."""
 
 
 class JobResult(BaseModel):

@@ -1,15 +1,18 @@
-"""``JobStore``: a job's spec, status, tool results, event stream and final result in Redis.
+"""``JobStore``: a job's keys in Redis and the reads and writes outside its state machine.
 
-Keys live under ``{prefix}:job:{job_id}:``. Every write a step makes is idempotent: tool results
-and step transitions are set once (``HSETNX``), so a step that runs twice changes nothing.
+Every key of a job is ``{prefix}:{<job_id>}:{part}`` (one hash tag per job, so the state
+machine's scripts touch one Redis Cluster slot): ``state`` (the record of
+``tandem.tasks.jobstate``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
+calls' attempts and leases), ``events``, ``result``, ``cancel``. Every key has a TTL from the moment
+it is written.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from redis.client import Pipeline
@@ -18,14 +21,54 @@ from tandem.broker_config import Settings
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.job_events import Final, JobEvent, StreamSettings, decode_entry, make_event
-from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
-_FIXED_KEYS = ("spec", "status", "result", "events", "cancel", "tools", "done", "memory")
+if TYPE_CHECKING:
+    from tandem.tasks.jobstate import JobMachine
+
+JOB_PARTS = ("state", "spec", "memory", "tools", "calls", "events", "result", "cancel")
+"""A job's keys, in the order the state machine's scripts take them (``state`` first)."""
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def status_from_record(job_id: str, raw: Mapping[Any, Any]) -> JobStatus | None:
+    """A ``JobStatus`` from the raw fields of a job's record (``None`` for no record)."""
+    if not raw:
+        return None
+    rec = {_text(k): _text(v) for k, v in raw.items()}
+
+    def number(name: str) -> float:
+        try:
+            return float(rec.get(name) or 0)
+        except ValueError:
+            return 0.0
+
+    waiting = rec.get("state") == "waiting"
+    return JobStatus(
+        job_id=job_id,
+        state=rec.get("state", "queued"),  # type: ignore[arg-type]
+        reasoner=rec.get("reasoner") or "dual",  # type: ignore[arg-type]
+        round=int(number("round")),
+        step=rec.get("kind", ""),
+        error=rec.get("error") or (rec.get("last_error") or None if waiting else None),
+        updated_at=number("updated_at"),
+        waiting_for=rec.get("wait_for") or None if waiting else None,
+        until=number("wait_until") if waiting else None,
+        epoch=int(number("epoch")),
+        deadline=number("deadline") or None,
+        waiting=Waiting(
+            reason=rec.get("wait_for", ""),
+            host="",
+            until=number("wait_until"),
+            detail=rec.get("last_error", ""),
+        )
+        if waiting
+        else None,
+    )
 
 
 RECENT_LIMIT = 1000
@@ -33,24 +76,22 @@ RECENT_LIMIT = 1000
 
 
 class JobStore:
-    """Reads and writes one Redis database's jobs.
-
-    ``ttl`` bounds the life of keys written before a job ends (its event stream, the index of
-    recent jobs); ``stream`` says how the event stream is written.
-    """
+    """Reads and writes one Redis database's jobs. ``ttl`` bounds the life of keys written
+    before a job runs or after it ended (``TANDEM_MEMORY_TTL``)."""
 
     def __init__(
         self,
         redis: Redis,
         prefix: str = "tandem",
-        *,
         ttl: int = 86400,
+        *,
         stream: StreamSettings | None = None,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
         self.ttl = ttl
         self.stream = stream or StreamSettings()
+        self._machine: JobMachine | None = None
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> JobStore:
@@ -65,37 +106,55 @@ class JobStore:
 
     def key(self, job_id: str, part: str) -> str:
         """The Redis key of ``part`` of a job."""
-        return f"{self.prefix}:job:{job_id}:{part}"
+        return f"{self.prefix}:{{{job_id}}}:{part}"
+
+    def keys(self, job_id: str) -> list[str]:
+        """Every key of a job, in ``JOB_PARTS`` order."""
+        return [self.key(job_id, part) for part in JOB_PARTS]
+
+    @property
+    def machine(self) -> JobMachine:
+        """The state machine over this store's jobs."""
+        if self._machine is None:
+            from tandem.tasks.jobstate import JobMachine
+
+            self._machine = JobMachine(self)
+        return self._machine
 
     # -- spec, status, result ----------------------------------------------------------------
 
     def create(self, job_id: str, spec: JobSpec) -> bool:
         """Store the spec and a ``queued`` status; ``False`` if the job already exists."""
-        created = bool(self.redis.set(self.key(job_id, "spec"), spec.model_dump_json(), nx=True))
+        created = bool(self.redis.set(self.key(job_id, "spec"), spec.model_dump_json(), nx=True, ex=self.ttl))
         if created:
             self.set_status(job_id, state="queued", reasoner=spec.reasoner)
             self.remember(job_id)
         return created
 
     def mark_queued(self, job_id: str, reasoner: ReasonerKind = "dual") -> bool:
-        """Record a job as ``queued`` before its intake message is sent (no-op if the job exists),
-        so that followers know it at once; ``False`` if it had a status already."""
-        status = JobStatus(job_id=job_id, state="queued", reasoner=reasoner, updated_at=time.time())
-        written = bool(
-            self.redis.set(self.key(job_id, "status"), status.model_dump_json(), nx=True, ex=self.ttl)
-        )
+        """Record a job as ``queued`` before its intake message is sent (no-op if the job has a
+        record), so that followers know it at once; ``False`` if it had one already."""
+        key = self.key(job_id, "state")
+        pipe = self.redis.pipeline()
+        pipe.hsetnx(key, "state", "queued")
+        pipe.hsetnx(key, "reasoner", reasoner)
+        pipe.hsetnx(key, "updated_at", f"{time.time():.6f}")
+        pipe.ttl(key)
+        written, _, _, ttl = pipe.execute()
+        if ttl is not None and ttl < 0:
+            self.redis.expire(key, self.ttl)
         self.remember(job_id)
-        return written
+        return bool(written)
 
     def discard_queued(self, job_id: str) -> None:
         """Undo ``mark_queued`` for a job the intake refused (a refused spec stores nothing): its
-        ``queued`` status and its entry among the recent jobs go; a started job is left alone."""
-        key = self.key(job_id, "status")
+        ``queued`` record and its entry among the recent jobs go; a started job is left alone."""
+        key = self.key(job_id, "state")
 
         def undo(pipe: Pipeline) -> None:
-            raw: Any = pipe.get(key)
+            state: Any = pipe.hget(key, "state")
             started = pipe.exists(self.key(job_id, "spec"))
-            if raw is None or started or JobStatus.model_validate_json(raw).state != "queued":
+            if state is None or started or _text(state) != "queued":
                 return
             pipe.multi()
             pipe.delete(key)
@@ -116,8 +175,11 @@ class JobStore:
     def recent(self, limit: int = 50) -> list[JobStatus]:
         """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out)."""
         ids = [_text(i) for i in self.redis.zrevrange(f"{self.prefix}:recent-jobs", 0, max(limit, 1) - 1)]
-        raws = self.redis.mget([self.key(i, "status") for i in ids]) if ids else []
-        return [JobStatus.model_validate_json(raw) for raw in raws if raw is not None]
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.key(job_id, "state"))
+        found = [status_from_record(job_id, raw) for job_id, raw in zip(ids, pipe.execute(), strict=True)]
+        return [status for status in found if status is not None]
 
     def spec(self, job_id: str) -> JobSpec | None:
         """The job's spec, or ``None`` for an unknown job."""
@@ -125,75 +187,73 @@ class JobStore:
         return None if raw is None else JobSpec.model_validate_json(raw)
 
     def status(self, job_id: str) -> JobStatus | None:
-        """The job's status, or ``None`` for an unknown job."""
-        raw = self.redis.get(self.key(job_id, "status"))
-        return None if raw is None else JobStatus.model_validate_json(raw)
+        """The job's status (from its record), or ``None`` for an unknown job."""
+        return status_from_record(job_id, self.redis.hgetall(self.key(job_id, "state")))
 
     def set_status(self, job_id: str, **fields: Any) -> JobStatus:
-        """Update some status fields; a final state is never replaced by another state.
+        """Update some status fields (``state``, ``reasoner``, ``round``, ``step``, ``error``); a
+        final state is never replaced by another. For tools and tests: the state machine moves jobs itself.
 
-        ``waiting`` is cleared unless given: it describes only the latest thing the job does.
-
-        The read and the write are one optimistic transaction (``WATCH``): a step writing
-        ``running`` cannot overwrite a final state that ``finish`` wrote in between.
+        The read and the write are one optimistic transaction (``WATCH``).
         """
-        key = self.key(job_id, "status")
+        key = self.key(job_id, "state")
+        names = {"step": "kind"}
         if fields.get("error"):
             fields["error"] = redact(fields["error"])
         fields.setdefault("waiting", None)  # a wait ends with the next thing the job does
 
-        def update(pipe: Pipeline) -> JobStatus:
-            raw: Any = pipe.get(key)  # watched, so executed at once: the stored value
-            current = JobStatus(job_id=job_id) if raw is None else JobStatus.model_validate_json(raw)
-            if current.state in FINAL_STATES and fields.get("state", current.state) != current.state:
-                return current
-            updated = current.model_copy(update={**fields, "updated_at": time.time()})
+        def update(pipe: Pipeline) -> None:
+            current: Any = pipe.hget(key, "state")
+            final = current is not None and _text(current) in FINAL_STATES
+            if final and fields.get("state", _text(current)) != _text(current):
+                return
+            mapping: dict[str | bytes, Any] = {
+                names.get(k, k): ("" if v is None else v) for k, v in fields.items()
+            }
+            mapping["updated_at"] = f"{time.time():.6f}"
             pipe.multi()
-            pipe.set(key, updated.model_dump_json(), keepttl=True)  # the TTL mark_queued gave it
-            return updated
+            pipe.hset(key, mapping=mapping)
+            if current is None:
+                pipe.expire(key, self.ttl)
 
-        return self.redis.transaction(update, key, value_from_callable=True)
+        self.redis.transaction(update, key)
+        return self.status(job_id) or JobStatus(job_id=job_id)
 
     def result(self, job_id: str) -> JobResult | None:
         """The final result, once the job has ended."""
         raw = self.redis.get(self.key(job_id, "result"))
         return None if raw is None else JobResult.model_validate_json(raw)
 
-    def finish(self, result: JobResult, ttl: int) -> JobResult:
-        """Store the final result (the first one stored wins), set the status, expire the job's keys
-        ``ttl`` seconds from now, and return the stored result."""
-        job_id = result.job_id
+    def finish(self, result: JobResult, ttl: int | None = None) -> JobResult:
+        """End the job with ``result`` whatever step it is at (the first result stored wins),
+        expire its keys ``ttl`` seconds from now, and return the stored result (secrets redacted)."""
+        ttl = self.ttl if ttl is None else ttl
         result = result.model_copy(
-            update={"error": redact(result.error) if result.error else result.error,
-                    "deliverable": redact_known(result.deliverable)}
+            update={
+                "error": redact(result.error) if result.error else result.error,
+                "deliverable": redact_known(result.deliverable),
+            }
         )
-        first = self.redis.set(self.key(job_id, "result"), result.model_dump_json(), nx=True)
-        stored = self.result(job_id) or result
-        self.set_status(job_id, state=stored.status, error=stored.error, step="finalize")
-        if first:  # one ``final`` event per job, however often a duplicate step gets here
-            self.publish(job_id, Final.of(stored))
-        pipe = self.redis.pipeline()
-        for part in _FIXED_KEYS:
-            pipe.expire(self.key(job_id, part), ttl)
-        pipe.execute()
+        first = self.machine.finish(
+            result.job_id, result.model_dump_json(), result.status, result.error or "", ttl
+        )
+        stored = self.result(result.job_id) or result
+        if first:
+            self.publish(result.job_id, Final.of(stored))
+        self.machine.unindex(result.job_id)
         return stored
 
     # -- cancellation ----------------------------------------------------------------------
 
     def request_cancel(self, job_id: str) -> None:
         """Ask the job to stop at its next step."""
-        self.redis.set(self.key(job_id, "cancel"), "1")
+        self.redis.set(self.key(job_id, "cancel"), "1", ex=self.ttl)
 
     def cancel_requested(self, job_id: str) -> bool:
         """True once ``request_cancel`` was called."""
         return bool(self.redis.exists(self.key(job_id, "cancel")))
 
-    # -- tool results and transitions ------------------------------------------------------------
-
-    def save_tool_result(self, job_id: str, round_no: int, result: FunctionCallResult) -> bool:
-        """Store one tool call's result; ``False`` if one was already stored for that call."""
-        field = f"{round_no}:{result.index}"
-        return bool(self.redis.hsetnx(self.key(job_id, "tools"), field, result.model_dump_json()))
+    # -- tool results ----------------------------------------------------------------------------
 
     def tool_result(self, job_id: str, round_no: int, index: int) -> FunctionCallResult | None:
         """The stored result of call ``index`` of ``round_no``, if any."""
@@ -206,31 +266,18 @@ class JobStore:
         raws = self.redis.hmget(self.key(job_id, "tools"), fields) if fields else []
         return [None if r is None else FunctionCallResult.model_validate_json(r) for r in raws]
 
-    def mark_done(self, job_id: str, step: str, transition: str) -> bool:
-        """Record that ``step`` finished and moved on to ``transition``; ``True`` for the first caller.
-
-        Only the first caller dispatches the next step, so a duplicated step cannot fork the job.
-        """
-        return bool(self.redis.hsetnx(self.key(job_id, "done"), step, transition))
-
-    def done(self, job_id: str, step: str) -> str | None:
-        """The transition recorded for ``step``, if it finished."""
-        raw = self.redis.hget(self.key(job_id, "done"), step)
-        return None if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
-
     # -- memory and events -------------------------------------------------------------------
 
     def memory(self, job_id: str) -> RedisReasonerMemory:
         """The job's conversation."""
-        return RedisReasonerMemory(self.redis, job_id, prefix=self.prefix)
+        return RedisReasonerMemory(self.redis, job_id, prefix=self.prefix, ttl=self.ttl)
 
     def publish(self, job_id: str, event: JobEvent | str, data: dict[str, Any] | None = None) -> str:
         """Append an event to the job's stream (secrets redacted) and return its stream id.
 
-        ``event`` is a ``JobEvent``, or an event kind with its fields in ``data``
-        (``EventError`` when they do not fit the kind). The stream is capped at about
-        ``stream.maxlen`` entries and expires ``ttl`` seconds after its last write (``finish``
-        shortens that to the job's own expiry).
+        ``event`` is a ``JobEvent``, or an event kind with its fields in ``data`` (``EventError``
+        when they do not fit the kind). The stream is capped at about ``stream.maxlen`` entries; a new
+        stream gets the store's TTL, which the job's transitions and its end then set.
         """
         typed = make_event(event, data or {}) if isinstance(event, str) else event
         key = self.key(job_id, "events")
@@ -241,8 +288,10 @@ class JobStore:
             "at": f"{typed.at or time.time():.3f}",
         }
         pipe.xadd(key, entry, maxlen=self.stream.maxlen, approximate=True)
-        pipe.expire(key, self.ttl)
-        entry_id, _ = pipe.execute()
+        pipe.ttl(key)
+        entry_id, ttl = pipe.execute()
+        if ttl is not None and ttl < 0:
+            self.redis.expire(key, self.ttl)
         return _text(entry_id)
 
     def read_events(self, job_id: str, after: str = "0", count: int = 100) -> list[JobEvent]:

@@ -1,123 +1,202 @@
-"""The Celery tasks of a job: thin adapters over ``tandem.reasoner.steps``, one step per task.
+"""The Celery tasks of a job: thin wake-ups of the state machine (``tandem.tasks.jobstate``).
 
-``tandem.infer`` (intake) → ``thinker_turn`` (queue thinker) → ``actor_turn`` (queue actor) →
-``chord(run_tool × N)`` (queue tools) → ``collect_tools`` → next round … → ``finalize``.
-Each task replaces itself with the next (``Task.replace``), so every step runs under the job id
-and the job id's result is the final ``JobResult``.
+``tandem.infer`` (intake) creates the job's record at its first step and sends that step.
+Every other task names a step, ``(job, round)`` plus its kind by the task's name:
+``thinker_turn``, ``actor_turn`` (the model of mono and react jobs too), ``run_tool`` (one call
+of a ``tools`` step), ``collect_tools``, ``finalize``. A task claims its step (nothing happens if
+the job is elsewhere, ended, or a live worker holds the step), does the step's work, asks the
+job's plan (``tandem.reasoner.plan``) what follows, commits (stores the step's messages and moves
+the record to the next step, only if its claim still stands) and sends the outbox.
 
-Jobs may be delivered more than once (late acks, redelivery, lease takeover). Every step is
-keyed by (job, round, role): it first looks for its stored result, holds a lease while it works
-(``tandem.tasks.leases``), and records that it moved on; a duplicate finds one of these and is ignored.
+So a duplicated, stale, forged or wrong-round message does nothing, a lost one is sent again by
+the reconciler (``tandem.tasks.reconciler``), and a worker that lost its lease stores nothing.
+Transient failures (a model host's 429/5xx/time-out, Redis or broker errors) park the step in
+``waiting`` and send it again after a back-off, until the job's deadline.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from celery import Task as CeleryTask
-from celery import chord
-from celery.canvas import Signature
 from celery.exceptions import Ignore
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
-from tandem.reasoner import react, steps
-from tandem.reasoner.errors import ReasonerError
+from tandem.reasoner.errors import ReasonerError, TransientModelError
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
-from tandem.reasoner.task import Task
+from tandem.reasoner.plan import LoopPlan, Step, StepInputs, call_context
+from tandem.reasoner.steps import apply_tool_results
 from tandem.tasks.app import app
 from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.host_model import CapacityWait
-from tandem.tasks.leases import StepLease
-from tandem.tasks.runtime import get_runtime
+from tandem.tasks.jobstate import Claim, ClaimRefused, Message
+from tandem.tasks.leases import Heartbeat
+from tandem.tasks.pending import DeferredHooks, PendingMemory
+from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
-from tandem.tasks.waiting import wait_for_capacity
 from tandem.toolkit.errors import ToolkitError
-from tandem.toolkit.redaction import redact
+from tandem.toolkit.redaction import redact, redact_known
 
 log = logging.getLogger("tandem.tasks")
+T = TypeVar("T")
+
+STEP_TASKS: dict[str, str] = {
+    "thinker": "tandem.thinker_turn",
+    "actor": "tandem.actor_turn",
+    "tools": "tandem.run_tool",
+    "collect": "tandem.collect_tools",
+    "finalize": "tandem.finalize",
+}
+"""The task that wakes each kind of step."""
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientModelError, RedisError, OperationalError)
+"""Failures a step waits out (rescheduled with back-off) instead of failing the job."""
 
 
-def _dispatch(task: CeleryTask, args: tuple[Any, ...]) -> dict[str, Any]:
-    """How to send this very message again (used by a lease takeover)."""
-    req = task.request
-    options = {
-        "task_id": req.id,
-        "group_id": req.group,
-        "group_index": req.group_index,
-        "chord": req.chord,
-        "root_id": req.root_id,
-        "parent_id": req.parent_id,
-        "replaced_task_nesting": req.get("replaced_task_nesting", 0),
-        "priority": (req.delivery_info or {}).get("priority"),
-    }
-    return {
-        "name": task.name,
-        "args": list(args),
-        "options": {k: v for k, v in options.items() if v is not None},
-    }
+# -- sending -------------------------------------------------------------------------------
 
 
-@contextmanager
-def _step(task: CeleryTask, job_id: str, step_id: str, args: tuple[Any, ...]) -> Iterator[StepLease]:
-    """Run a step at most once at a time: ignore it if the job ended, the step already moved on,
-    or another live worker holds its lease."""
-    rt = get_runtime()
-    if rt.store.result(job_id) is not None or rt.store.done(job_id, step_id) is not None:
-        raise Ignore()
-    lease = StepLease(
-        rt.redis, rt.lease_keys, f"{job_id}:{step_id}", rt.settings.lease_seconds, _dispatch(task, args)
-    )
-    if not lease.acquire():
-        raise Ignore()
-    with lease:
-        yield lease
+def step_messages(job_id: str, step: Step, indices: Sequence[int] | None = None) -> list[Message]:
+    """The messages that wake ``step`` (every call of a ``tools`` step, or only ``indices``)."""
+    if step.kind == "tools":
+        chosen = indices if indices is not None else range(1, step.calls + 1)
+        return [{"task": STEP_TASKS["tools"], "args": [job_id, step.round, i]} for i in chosen]
+    return [{"task": STEP_TASKS[step.kind], "args": [job_id, step.round]}]
 
 
-def _advance(task: CeleryTask, job_id: str, step_id: str, transition: str, sig: Signature) -> Any:
-    """Hand the job to ``sig`` under the same task id, then record that ``step_id`` moved on.
+def send(messages: Sequence[Message], priority: int | None = None) -> None:
+    """Send ``messages`` (each under a fresh task id: revoking one never touches another step),
+    with the broker ``priority`` of their job."""
+    for m in messages:
+        args = m["args"]
+        tail = ".".join(str(a) for a in args[1:])
+        app.send_task(
+            m["task"],
+            args=args,
+            countdown=m.get("countdown"),
+            task_id=f"{args[0]}.{tail}.{uuid.uuid4().hex[:8]}",
+            priority=priority,
+        )
 
-    Sending comes first: if the worker dies in between, the step is run again and sends again,
-    and the duplicate next step is ignored by its own guard.
-    """
+
+def job_priority(rt: Runtime, job_id: str) -> int | None:
+    """The broker priority of a job's messages (``JobSpec.priority``), ``None`` if unknown."""
+    spec = rt.store.spec(job_id)
+    return None if spec is None else message_priority(spec.priority, rt.settings.broker_url)
+
+
+def send_outbox(rt: Runtime, job_id: str) -> bool:
+    """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed."""
     try:
-        return task.replace(sig)
-    finally:
-        get_runtime().store.mark_done(job_id, step_id, transition)
+        outbox_id, messages = rt.machine.outbox(job_id)
+        if messages:
+            send(messages, job_priority(rt, job_id))
+            rt.machine.mark_sent(job_id, outbox_id)
+        return True
+    except Exception:
+        log.warning("job %s: sending the next step failed; the reconciler sends it", job_id, exc_info=True)
+        return False
 
 
-def _load(job_id: str) -> tuple[JobSpec, Task]:
+def _retrying(rt: Runtime, action: Callable[[], T]) -> T:
+    """Run a Redis write, retrying connection errors for up to one lease period (the write is
+    idempotent). Raises the last error after that: the reconciler takes over."""
+    give_up = time.monotonic() + max(rt.settings.lease_seconds, 5.0)
+    pause = 0.2
+    while True:
+        try:
+            return action()
+        except RedisError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+# -- ending ----------------------------------------------------------------------------------
+
+
+def finish(
+    job_id: str, status: str, error: str | None = None, *, claim: Claim | None = None
+) -> dict[str, Any]:
+    """End the job with ``status`` (the first result stored wins) and return the stored result.
+
+    With ``claim`` only the claimed step may end the job (a lost claim ends nothing); without, the
+    job ends whatever step it is at (cancel, deadline, give-up).
+    """
     rt = get_runtime()
     spec = rt.store.spec(job_id)
-    if spec is None:
-        raise Ignore()  # unknown or expired job: nothing to do
-    return spec, rt.task_for(job_id, spec)
-
-
-def finish(job_id: str, status: str, error: str | None = None) -> dict[str, Any]:
-    """Store the job's final result (the first stored wins) and return it as a JSON dict."""
-    rt = get_runtime()
     memory = rt.store.memory(job_id)
-    messages = memory.get_messages()
-    deliverable = steps.conclude(memory) if status == "completed" else ""
-    budget_error = "the round budget (max_rounds) ran out before the Actor wrote a <deliverable>"
-    spec = rt.store.spec(job_id)
-    if spec is not None and spec.reasoner == "react":
-        # ReAct: the answer is the last reply or a return_direct output; truncated says "needs more steps".
-        deliverable = react.react_answer(memory) if status in ("completed", "truncated") else ""
-        budget_error = react.budget_error(spec.max_rounds)
+    plan = rt.plan(spec) if spec is not None else None
+    outcome_status = status if status in ("completed", "truncated") else "failed"
+    if plan is not None:
+        outcome = plan.outcome(memory, outcome_status, error)  # type: ignore[arg-type]
+        deliverable, rounds, usage = outcome.deliverable, outcome.rounds, outcome.usage
+        error = error or outcome.error
+    else:
+        outcome, deliverable, rounds, usage = None, "", 0, None
+    error = error if status != "completed" else None
     result = JobResult(
         job_id=job_id,
         status=status,  # type: ignore[arg-type]
-        deliverable=deliverable,
-        rounds=max((m.round for m in messages), default=-1) + 1,
-        error=error if error or status != "truncated" else budget_error,
-        usage=steps.total_usage(messages),
+        deliverable=redact_known(deliverable) if status in ("completed", "truncated") else "",
+        rounds=rounds,
+        error=redact(error) if error else None,
+        **({"usage": usage} if usage is not None else {}),
     )
-    return rt.store.finish(result, rt.settings.memory_ttl).model_dump(mode="json")
+    ttl = rt.settings.memory_ttl
+    first = rt.machine.finish(job_id, result.model_dump_json(), status, result.error or "", ttl, claim)
+    stored = rt.store.result(job_id)
+    if stored is None:  # a lost claim, and nobody ended the job: nothing to report
+        raise Ignore()
+    payload = stored.model_dump(mode="json")
+    if first:
+        rt.store.publish(job_id, "final", payload)
+        try:
+            app.backend.store_result(job_id, payload, "SUCCESS")
+        except Exception:
+            log.warning(
+                "job %s: storing the Celery result failed (JobResult is in Redis)", job_id, exc_info=True
+            )
+        if outcome is not None:
+            EventHooks(rt.store, job_id).finished(outcome)
+    rt.machine.unindex(job_id)
+    return payload
+
+
+def end_job(job_id: str, reason: str, detail: str = "") -> dict[str, Any] | None:
+    """End a job the reconciler or a refused claim gave up on: ``deadline``, ``give-up`` or
+    ``cancel``."""
+    rt = get_runtime()
+    if reason == "cancel":
+        return finish(job_id, "cancelled")
+    record = rt.machine.record(job_id)
+    where = f"step {record.get('kind', '?')} of round {record.get('round', '?')}"
+    if reason == "deadline":
+        last = record.get("last_error") or "none"
+        spec = rt.store.spec(job_id)
+        timeout = (spec.timeout_s if spec else None) or rt.settings.job_timeout
+        message = f"the job's deadline passed (timeout_s={timeout:g}) at {where}; last error: {last}"
+    else:
+        message = (
+            f"{where}{' call ' + detail if detail else ''} lost its worker more than "
+            f"{rt.settings.max_lease_expiries} times (lease expiries); giving up"
+        )
+    return finish(job_id, "failed", message)
+
+
+def _refused(job_id: str, refused: ClaimRefused) -> None:
+    if refused.reason in ("deadline", "give-up"):
+        end_job(job_id, refused.reason)
+    raise Ignore()
 
 
 def _failure(exc: BaseException) -> str:
@@ -126,39 +205,151 @@ def _failure(exc: BaseException) -> str:
     return redact(f"{type(exc).__name__}: {exc}")
 
 
-def _fan_out(job_id: str, round_no: int, count: int) -> Signature:
-    """The chord that runs the reply's tool calls: at most ``TANDEM_MAX_TOOL_CALLS`` ``run_tool``
-    tasks; the calls past the cap get their FAILED result (naming the cap) stored here, unrun."""
+def _backoff(exc: BaseException, retries: int) -> float:
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int | float) and retry_after > 0:
+        return float(retry_after)
+    return min(2.0**retries, 60.0) * random.uniform(0.8, 1.2)
+
+
+def reschedule(
+    rt: Runtime,
+    claim: Claim,
+    delay: float,
+    reason: str,
+    error: str,
+    *,
+    send_now: bool = True,
+    host: str | None = None,
+) -> dict[str, Any] | None:
+    """Park the claimed step in ``waiting`` and send it again in ``delay`` seconds, holding no
+    worker thread meanwhile (publishes a ``waiting`` event). Past the job's deadline the job
+    fails with ``error``. Also the path for a step that cannot get model-host capacity."""
+    step = Step(claim.round, claim.kind)  # type: ignore[arg-type]
+    outbox = [{**m, "countdown": round(delay, 3)} for m in step_messages(claim.job_id, step)]
+    until = rt.machine.reschedule(claim, delay, reason, error, outbox)
+    if until == "deadline":
+        return finish(
+            claim.job_id, "failed", f"the job's deadline came while waiting for {reason}; last error: {error}"
+        )
+    if isinstance(until, str):
+        raise Ignore()
+    rt.store.publish(
+        claim.job_id,
+        "waiting",
+        {
+            "round": claim.round,
+            "step": claim.kind,
+            "reason": reason,
+            "until": until,
+            "error": error,
+            "detail": error,
+            **({"host": host} if host else {}),
+        },
+    )
+    log.warning(
+        "job %s: %s; %s of round %d runs again in %.1f s", claim.job_id, error, claim.kind, claim.round, delay
+    )
+    if send_now:  # else a capacity waiter's wake-up (or the reconciler) sends it
+        send_outbox(rt, claim.job_id)
+    raise Ignore()
+
+
+def _step_failed(rt: Runtime, claim: Claim, exc: BaseException) -> dict[str, Any] | None:
+    if isinstance(exc, TRANSIENT_ERRORS):
+        reason = "the model host" if isinstance(exc, TransientModelError) else "Redis or the broker"
+        retries = int(rt.machine.record(claim.job_id).get("retries") or 0)
+        return reschedule(rt, claim, _backoff(exc, retries), reason, f"{type(exc).__name__}: {exc}")
+    return finish(claim.job_id, "failed", _failure(exc), claim=claim)
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def _claim(rt: Runtime, job_id: str, round_no: int, kind: str) -> Claim:
+    got = rt.machine.claim(job_id, round_no, kind, rt.settings.lease_seconds, rt.settings.max_lease_expiries)
+    if isinstance(got, ClaimRefused):
+        _refused(job_id, got)
+    assert isinstance(got, Claim)
+    return got
+
+
+def _load(rt: Runtime, job_id: str) -> tuple[JobSpec, LoopPlan]:
+    spec = rt.store.spec(job_id)
+    if spec is None:
+        raise Ignore()  # unknown or expired job: nothing to do
+    return spec, rt.plan(spec)
+
+
+def _commit(rt: Runtime, claim: Claim, nxt: Step, memory: PendingMemory, hooks: DeferredHooks) -> None:
+    """Store the step's writes and move to ``nxt``; then publish its events and send ``nxt``."""
+    tx = uuid.uuid4().hex
+    moved = _retrying(
+        rt,
+        lambda: rt.machine.transition(
+            claim,
+            (nxt.round, nxt.kind, nxt.calls, nxt.status),
+            step_messages(claim.job_id, nxt),
+            memory.writes(),
+            tx=tx,
+        ),
+    )
+    if not moved:
+        log.warning(
+            "job %s: %s of round %d lost its claim (epoch %d); its work is dropped",
+            claim.job_id,
+            claim.kind,
+            claim.round,
+            claim.epoch,
+        )
+        raise Ignore()
+    hooks.flush()
+    send_outbox(rt, claim.job_id)
+    raise Ignore()
+
+
+def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
+    """Run model step ``kind`` (``thinker`` or ``actor``) of ``round_no`` and move the job on."""
     rt = get_runtime()
-    cap = min(count, rt.runner.max_calls)
-    if count > cap:
-        reply = rt.store.memory(job_id).get_message(round_no, "actor")
-        calls = steps.calls_of(reply) if reply is not None else []
-        native = reply.tool_calls if reply is not None else []
-        for i in range(cap + 1, count + 1):
-            call_id = native[i - 1].id if native else None  # a native call needs its answer by id
-            result = rt.runner.run_call({}, calls[i - 1], i, call_id=call_id)  # over the cap: never run
-            rt.store.save_tool_result(job_id, round_no, result)
-    header = [run_tool.si(job_id, round_no, i) for i in range(1, cap + 1)]
-    return chord(header, collect_tools.si(job_id, round_no, count))
+    claim = _claim(rt, job_id, round_no, kind)
+    with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
+        spec, plan = _load(rt, job_id)
+        if rt.store.cancel_requested(job_id):
+            return finish(job_id, "cancelled", claim=claim)
+        task = rt.task_for(job_id, spec)
+        memory = PendingMemory(rt.store.memory(job_id))
+        hooks = DeferredHooks(EventHooks(rt.store, job_id))
+        step = Step(round_no, "thinker" if kind == "thinker" else "actor")
+        spent = budget_spent(spec, memory)
+        if spent is not None and memory.get_message(round_no, step.kind) is None:  # type: ignore[arg-type]
+            return finish(job_id, "truncated", spent, claim=claim)
+        try:
+            role, mode = plan.model(step.kind)  # type: ignore[arg-type]
+            if plan.starts_round(step) and memory.get_message(round_no, step.kind) is None:  # type: ignore[arg-type]
+                hooks.round_started(round_no, plan.rounds(task))
+            tools, actions = task.recommend()
+            inputs = StepInputs(task, memory, tools, actions, hooks)
+            reply = plan.run_model(step, rt.model(role, mode), inputs)
+            nxt = plan.after_model(step, reply, task)
+        except CapacityWait as wait:
+            from tandem.tasks.waiting import wait_for_capacity
 
-
-def first_step(spec: JobSpec, job_id: str, round_no: int) -> Signature:
-    """The task that opens ``round_no``: the Thinker's for dual jobs, the Actor's otherwise."""
-    if spec.reasoner == "dual":
-        return thinker_turn.si(job_id, round_no)
-    if spec.reasoner == "react":
-        return react_turn.si(job_id, round_no)
-    return actor_turn.si(job_id, round_no)
+            return wait_for_capacity(rt, claim, spec, wait)
+        except Exception as exc:
+            return _step_failed(rt, claim, exc)
+        _commit(rt, claim, nxt, memory, hooks)
+    return None
 
 
 @app.task(name="tandem.infer", bind=True)
 def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
-    """Start a job from its spec; the id of this task is the job id, its result the JobResult."""
+    """Start a job from its spec; the id of this task is the job id, its result the JobResult
+    (stored when the job ends)."""
     job_id = self.request.id
     rt = get_runtime()
     try:  # a refused spec stores nothing: the answer is this task's result only
-        job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))
+        job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))  # secrets sealed
+        plan = rt.plan(job_spec)
         rt.task_for(job_id, job_spec).recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else _failure(exc)
@@ -168,179 +359,146 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         self.backend.store_result(job_id, refused, "SUCCESS")
         rt.store.discard_queued(job_id)
         return refused
-    rt.store.create(job_id, job_spec)
-    with _step(self, job_id, "start", (job_spec.model_dump(mode="json"),)):  # secrets sealed
-        rt.store.set_status(job_id, state="running", reasoner=job_spec.reasoner, step="start")
+    first = plan.opening(0)
+    timeout = job_spec.timeout_s or rt.settings.job_timeout
+    live_ttl = int(timeout + rt.settings.memory_ttl)
+    first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
+    rt.machine.index(job_id, time.time() + first_look, live_ttl)
+    created = rt.machine.create(
+        job_id,
+        job_spec.model_dump_json(),
+        job_spec.reasoner,
+        (first.round, first.kind),
+        step_messages(job_id, first),
+        timeout=timeout,
+        ttl_after=rt.settings.memory_ttl,
+    )
+    if created:
+        rt.store.remember(job_id)
         rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()})
-        first = first_step(job_spec, job_id, 0)
-        first.set(priority=message_priority(job_spec.priority, rt.settings.broker_url))
-        return _advance(self, job_id, "start", "round 0", first)
+    send_outbox(rt, job_id)
+    raise Ignore()  # the result is stored when the job ends
 
 
 @app.task(name="tandem.thinker_turn", bind=True)
-def thinker_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
+def thinker_turn(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
     """The Thinker's turn of ``round_no`` (queue ``thinker``)."""
-    step_id = f"{round_no}:thinker"
-    with _step(self, job_id, step_id, (job_id, round_no)) as lease:
-        rt = get_runtime()
-        spec, task = _load(job_id)
-        if rt.store.cancel_requested(job_id):
-            return finish(job_id, "cancelled")
-        hooks = EventHooks(rt.store, job_id)
-        memory = rt.store.memory(job_id)
-        spent = budget_spent(spec, memory)
-        if spent is not None and memory.get_message(round_no, "thinker") is None:
-            return finish(job_id, "truncated", spent)
-        try:
-            if memory.get_message(round_no, "thinker") is None:
-                hooks.round_started(round_no, task.max_rounds)
-            rt.store.set_status(job_id, state="running", round=round_no, step="thinker")
-            tools, _ = task.recommend()
-            steps.thinker_step(rt.model("thinker"), task, memory, round_no, tools, hooks=hooks)
-        except CapacityWait as wait:
-            raise wait_for_capacity(self, lease, job_id, step_id, (job_id, round_no), wait) from None
-        except Exception as exc:
-            return finish(job_id, "failed", _failure(exc))
-        return _advance(self, job_id, step_id, "actor", actor_turn.si(job_id, round_no))
+    return model_step(job_id, round_no, "thinker")
 
 
 @app.task(name="tandem.actor_turn", bind=True)
-def actor_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
-    """The Actor's turn of ``round_no`` (queue ``actor``); also the single model of mono jobs."""
-    step_id = f"{round_no}:actor"
-    with _step(self, job_id, step_id, (job_id, round_no)) as lease:
-        rt = get_runtime()
-        spec, task = _load(job_id)
-        if rt.store.cancel_requested(job_id):
-            return finish(job_id, "cancelled")
-        mode: steps.Mode = "mono" if spec.reasoner == "mono" else "dual"
-        hooks = EventHooks(rt.store, job_id)
-        memory = rt.store.memory(job_id)
-        spent = budget_spent(spec, memory)
-        if spent is not None and memory.get_message(round_no, "actor") is None:
-            return finish(job_id, "truncated", spent)
-        try:
-            if mode == "mono" and memory.get_message(round_no, "actor") is None:
-                hooks.round_started(round_no, task.max_rounds)
-            rt.store.set_status(job_id, state="running", round=round_no, step="actor")
-            tools, actions = task.recommend()
-            reply = steps.actor_step(
-                rt.model("actor", mode), task, memory, round_no, tools, actions, mode=mode, hooks=hooks
-            )
-            nxt = steps.plan_next(task, reply, round_no)
-        except CapacityWait as wait:
-            raise wait_for_capacity(self, lease, job_id, step_id, (job_id, round_no), wait) from None
-        except Exception as exc:
-            return finish(job_id, "failed", _failure(exc))
-        if nxt.kind == "deliver":
-            return _advance(self, job_id, step_id, "finalize", finalize.si(job_id, "completed"))
-        if nxt.kind == "truncated":
-            return _advance(self, job_id, step_id, "finalize", finalize.si(job_id, "truncated"))
-        if nxt.kind == "continue":
-            return _advance(self, job_id, step_id, "next round", first_step(spec, job_id, round_no + 1))
-        count = len(nxt.calls)
-        return _advance(self, job_id, step_id, f"tools x{count}", _fan_out(job_id, round_no, count))
+def actor_turn(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """The Actor's turn of ``round_no`` (queue ``actor``): also the model of mono and react jobs."""
+    return model_step(job_id, round_no, "actor")
 
 
-def _cancelled_call(index: int) -> dict[str, Any]:
-    return FunctionCallResult(
-        index=index, name="(cancelled)", status=FunctionCallStatus.FAILED, output="the job was cancelled"
-    ).model_dump(mode="json")
+@app.task(name="tandem.react_turn", bind=True)
+def react_turn(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """The model step of a react job (an alias of ``tandem.actor_turn``, kept for old messages)."""
+    return model_step(job_id, round_no, "actor")
+
+
+def _call_failed(index: int, name: str, output: str) -> FunctionCallResult:
+    return FunctionCallResult(index=index, name=name, status=FunctionCallStatus.FAILED, output=output)
+
+
+INTERRUPTED = (
+    "this call was interrupted (the worker running it was lost) and was not run again because "
+    "the tool is at_most_once: it may or may not have taken effect; check before calling it again"
+)
 
 
 @app.task(name="tandem.run_tool", bind=True)
-def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int) -> dict[str, Any]:
+def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) -> dict[str, Any] | None:
     """Run call ``index`` of the Actor's reply in ``round_no`` (queue ``tools``).
 
-    A call whose result is stored is never run again: its stored result is returned.
+    The call's start (its attempt) is recorded before it runs; its result is stored once; the
+    call that stores the round's last result moves the job to ``collect``. An ``at_most_once``
+    tool whose earlier attempt was interrupted is not run again: its result is a failure saying so.
     """
     rt = get_runtime()
-    stored = rt.store.tool_result(job_id, round_no, index)
-    if stored is not None:
-        return stored.model_dump(mode="json")
-    if rt.store.cancel_requested(job_id) or rt.store.result(job_id) is not None:
-        return _cancelled_call(index)
-    step_id = f"{round_no}:tool:{index}"
-    lease = StepLease(
-        rt.redis,
-        rt.lease_keys,
-        f"{job_id}:{step_id}",
-        rt.settings.lease_seconds,
-        _dispatch(self, (job_id, round_no, index)),
+    got = rt.machine.claim_call(
+        job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries
     )
-    if not lease.acquire():
-        raise Ignore()  # a live worker runs this call and will report it to the chord
-    with lease:
+    if isinstance(got, ClaimRefused):
+        _refused(job_id, got)
+    claim = got
+    assert isinstance(claim, Claim)
+    hooks = EventHooks(rt.store, job_id)
+    with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
         try:
-            spec, task = _load(job_id)
+            spec, plan = _load(rt, job_id)
+            task = rt.task_for(job_id, spec)
             reply = rt.store.memory(job_id).get_message(round_no, "actor")
             if reply is None:
                 raise LookupError(f"the Actor's reply of round {round_no} is not in memory")
-            call = steps.calls_of(reply)[index - 1]
+            call = plan.calls_of(reply)[index - 1]
             call_id = reply.tool_calls[index - 1].id if reply.tool_calls else None
-            tools, _ = task.recommend()
-            hooks = EventHooks(rt.store, job_id)
-            hooks.tool_called(round_no, index, call)
-            ctx = steps.tool_context(task, round_no).model_copy(update={"call_index": index})
-            by_name = {t.name: t for t in tools}
-            if spec.reasoner == "react":  # injected values dropped, native argument errors in native words
-                result = react.run_call(rt.runner, by_name, call, index, ctx, call_id=call_id)
+            by_name = {t.name: t for t in task.recommend()[0]}
+            tool = by_name.get(call.name)
+            if rt.store.cancel_requested(job_id):
+                result = _call_failed(index, call.name or "(cancelled)", "the job was cancelled")
+            elif claim.attempt > 1 and tool is not None and tool.at_most_once:
+                result = _call_failed(index, call.name, INTERRUPTED)
             else:
-                result = rt.runner.run_call(by_name, call, index, ctx, call_id=call_id)
+                hooks.tool_called(round_no, index, call)
+                ctx = call_context(task, round_no, index, claim.attempt)
+                result = plan.run_call(rt.runner, by_name, call, index, ctx, call_id=call_id)
         except Ignore:
             raise
-        except Exception as exc:  # the chord must always hear back, or the job would hang
-            result = FunctionCallResult(
-                index=index, name="(unknown)", status=FunctionCallStatus.FAILED, output=_failure(exc)
+        except (RedisError, OperationalError):
+            log.warning(
+                "job %s: call %d of round %d hit a Redis error; it will be sent again",
+                job_id,
+                index,
+                round_no,
             )
-        if rt.store.save_tool_result(job_id, round_no, result):
-            EventHooks(rt.store, job_id).tool_returned(round_no, result)
-        final = rt.store.tool_result(job_id, round_no, index) or result
-        return final.model_dump(mode="json")
+            raise Ignore() from None
+        except Exception as exc:  # the round must always hear back, or the job would wait for it
+            result = _call_failed(index, "(unknown)", _failure(exc))
+        collect = step_messages(job_id, Step(round_no, "collect"))
+        moved = _retrying(rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect))
+    if not moved:
+        log.warning(
+            "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
+        )
+        raise Ignore()
+    hooks.tool_returned(round_no, result)
+    if moved == 2:
+        send_outbox(rt, job_id)
+    return result.model_dump(mode="json")
 
 
 @app.task(name="tandem.collect_tools", bind=True)
-def collect_tools(self: CeleryTask, job_id: str, round_no: int, count: int) -> Any:
-    """The chord callback: store the round's tool results in memory, then open the next round."""
-    step_id = f"{round_no}:collect"
-    with _step(self, job_id, step_id, (job_id, round_no, count)):
-        rt = get_runtime()
-        spec, task = _load(job_id)
+def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """Store the round's tool results in memory, then move to what the plan says follows."""
+    rt = get_runtime()
+    claim = _claim(rt, job_id, round_no, "collect")
+    with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
+        spec, plan = _load(rt, job_id)
         if rt.store.cancel_requested(job_id):
-            return finish(job_id, "cancelled")
+            return finish(job_id, "cancelled", claim=claim)
+        count = int(rt.machine.record(job_id).get("calls") or 0)
         results = rt.store.tool_results(job_id, round_no, count)
         missing = [i for i, r in enumerate(results, start=1) if r is None]
         if missing:
             return finish(
-                job_id, "failed", f"tool results of round {round_no} are missing for calls {missing}"
+                job_id,
+                "failed",
+                f"tool results of round {round_no} are missing for calls {missing}",
+                claim=claim,
             )
-        found = [r for r in results if r is not None]
-        stored = steps.apply_tool_results(rt.store.memory(job_id), round_no, found)
-        if spec.reasoner == "react":  # a return_direct result ends the job; the budget counts steps
-            nxt = react.react_after_tools(task, stored.function_results, round_no)
-            if nxt.kind in ("deliver", "truncated"):
-                status = "completed" if nxt.kind == "deliver" else "truncated"
-                return _advance(self, job_id, step_id, "finalize", finalize.si(job_id, status))
-            return _advance(self, job_id, step_id, "next round", first_step(spec, job_id, round_no + 1))
-        if round_no + 1 >= task.max_rounds:
-            return _advance(self, job_id, step_id, "finalize", finalize.si(job_id, "truncated"))
-        return _advance(self, job_id, step_id, "next round", first_step(spec, job_id, round_no + 1))
+        memory = PendingMemory(rt.store.memory(job_id))
+        stored = apply_tool_results(memory, round_no, [r for r in results if r is not None])
+        nxt = plan.after_tools(rt.task_for(job_id, spec), stored.function_results, round_no)
+        _commit(rt, claim, nxt, memory, DeferredHooks(EventHooks(rt.store, job_id)))
+    return None
 
 
 @app.task(name="tandem.finalize", bind=True)
-def finalize(self: CeleryTask, job_id: str, status: str, error: str | None = None) -> dict[str, Any]:
-    """Store and return the final ``JobResult``; running it twice returns the stored result.
-
-    A job this store never started (a forged or stale message) is ignored: nothing is written.
-    """
-    if get_runtime().store.spec(job_id) is None:
-        raise Ignore()
-    return finish(job_id, status, error)
-
-
-@app.task(name="tandem.react_turn", bind=True)
-def react_turn(self: CeleryTask, job_id: str, round_no: int) -> Any:
-    """A ReAct model step (queue ``actor``)."""
-    from tandem.tasks.react_turns import react_step
-
-    return react_step(self, job_id, round_no)
+def finalize(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> dict[str, Any]:
+    """Store and return the final ``JobResult`` with the status the job's record holds."""
+    rt = get_runtime()
+    claim = _claim(rt, job_id, round_no, "finalize")
+    status = rt.machine.record(job_id).get("status") or "completed"
+    return finish(job_id, status, claim=claim)

@@ -1,11 +1,14 @@
 """Worker start-up: the toolkit is loaded (a broken one stops the start), log lines are redacted,
-every worker process runs a lease watchdog (see ``tandem.tasks.leases``), sizes its Redis pools
-to its threads, and serves Prometheus metrics on ``TANDEM_METRICS_PORT``."""
+every worker process runs the reconciler (see ``tandem.tasks.reconciler``), warns when Redis
+would lose jobs on a restart, sizes its Redis pools to its threads, warms LiteLLM up where a model
+is called, and serves Prometheus metrics on ``TANDEM_METRICS_PORT``."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from celery.signals import (
@@ -19,25 +22,43 @@ from celery.signals import (
 )
 
 from tandem.tasks.app import app
-from tandem.tasks.leases import Watchdog
+from tandem.tasks.jobstate import Reconciled
+from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.runtime import get_runtime
 from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
-_watchdog: Watchdog | None = None
+_reconciler: Reconciler | None = None
 
 
-def _send_again(dispatch: dict[str, Any]) -> None:
-    app.send_task(dispatch["name"], args=dispatch["args"], **dispatch.get("options", {}))
+def _resend(job_id: str, verdict: Reconciled) -> None:
+    from tandem.reasoner.plan import Step
+    from tandem.tasks.turns import job_priority, send, step_messages
+
+    rt = get_runtime()
+    outbox_id, _ = rt.machine.outbox(job_id)
+    step = Step(verdict.round, verdict.kind)  # type: ignore[arg-type]
+    send(step_messages(job_id, step, verdict.indices or None), job_priority(rt, job_id))
+    rt.machine.mark_sent(job_id, outbox_id)
 
 
-def _give_up(step_id: str, dispatch: dict[str, Any]) -> None:
-    """A step that keeps losing its worker fails its job rather than loop for ever."""
-    from tandem.tasks.turns import finish
+def _end(job_id: str, verdict: Reconciled) -> None:
+    from celery.exceptions import Ignore
 
-    job_id = step_id.split(":", 1)[0]
-    result = finish(job_id, "failed", f"step {step_id} lost its worker too many times; giving up")
-    app.backend.store_result(job_id, result, "SUCCESS")
+    from tandem.tasks.turns import end_job
+
+    with contextlib.suppress(Ignore):
+        end_job(job_id, verdict.action)
+
+
+def persistence_warning(info: Mapping[str, Any]) -> str | None:
+    """The warning for a Redis whose ``INFO persistence`` says jobs would not survive a restart."""
+    if str(info.get("aof_enabled", "0")) == "1":
+        return None
+    return (
+        "Redis runs without append-only persistence (appendonly no): a Redis restart loses every "
+        "running job and its results. Start Redis with --appendonly yes (docker compose does)."
+    )
 
 
 @after_setup_logger.connect
@@ -139,31 +160,43 @@ def _step_ended(task: Any = None, state: str | None = None, **_: Any) -> None:
 
 
 @worker_ready.connect
-def _start_watchdog(**_: Any) -> None:
-    global _watchdog
+def _check_persistence(**_: Any) -> None:
+    try:
+        warning = persistence_warning(get_runtime().redis.info("persistence"))
+    except Exception:
+        log.warning("could not read Redis's persistence settings", exc_info=True)
+        return
+    if warning:
+        log.warning(warning)
+
+
+@worker_ready.connect
+def _start_reconciler(**_: Any) -> None:
+    global _reconciler
     rt = get_runtime()
-    _watchdog = Watchdog(rt.redis, rt.lease_keys, rt.settings.lease_seconds, _send_again, _give_up)
-    _watchdog.start()
-    log.info("lease watchdog started (lease %.1f s)", rt.settings.lease_seconds)
+    s = rt.settings
+    _reconciler = Reconciler(
+        rt.machine,
+        lease_seconds=s.lease_seconds,
+        stall_seconds=s.stall_seconds,
+        max_lease_expiries=s.max_lease_expiries,
+        resend=_resend,
+        end=_end,
+    )
+    _reconciler.start()
+    log.info("reconciler started (lease %.1f s, stall %.1f s)", s.lease_seconds, s.stall_seconds)
 
 
 @worker_ready.connect
 def _freeze_startup_objects(**_: Any) -> None:
-    """Keep the start-up objects (modules, LiteLLM's tables: some 400,000) out of garbage collection.
-
-    Every hop is a ``Task.replace``, and Celery answers it by building billiard ``ExceptionInfo``
-    copies of the traceback (each holding the positions of Celery's 2,300-instruction tracer):
-    reference cycles of a few hundred KB per hop. Python runs a full collection only once the
-    objects promoted since the last one reach a quarter of the old generation, so with the start-up
-    objects in it that garbage piles up for minutes (+50 to 140 MB per worker under load). Frozen,
-    they leave the old generation small and its collections frequent and cheap.
-    """
+    """Keep the start-up objects (modules, LiteLLM's tables: some 400,000) out of garbage collection,
+    so the old generation stays small and its collections frequent and cheap."""
     gc.collect()
     gc.freeze()
     gc.collect()  # counts the (now small) old generation afresh
 
 
 @worker_shutdown.connect
-def _stop_watchdog(**_: Any) -> None:
-    if _watchdog is not None:
-        _watchdog.stop()
+def _stop_reconciler(**_: Any) -> None:
+    if _reconciler is not None:
+        _reconciler.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 
 class ToolCallContext(BaseModel):
@@ -13,14 +13,26 @@ class ToolCallContext(BaseModel):
 
     It holds plain data only. ``secrets`` (the job's ``JobSpec.secrets``, unsealed) is left out of
     every dump and repr, so the context can be logged or stored without them.
+
+    ``idempotency_key`` is the same on every attempt of one call (``"<job>:<round>:<call index>"``)
+    and ``attempt`` counts them from 1: a tool with side effects passes the key to the system it
+    changes (an ``Idempotency-Key`` header, a unique column) so a call run again after a lost worker
+    does not act twice.
     """
 
     job_id: str = ""
     round: int = 0
     role: str = "actor"
     call_index: int = 0
+    attempt: int = 1
     metadata: dict[str, Any] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def idempotency_key(self) -> str:
+        """``"<job>:<round>:<call index>"``: the same on every attempt of this call."""
+        return f"{self.job_id}:{self.round}:{self.call_index}"
 
 
 class InjectionMapping:

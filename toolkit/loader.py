@@ -7,6 +7,7 @@ The YAML file has three optional lists, ``tools``, ``groups`` and ``actions``, a
       - function: mypkg.tools:add          # name defaults to the function's name
       - {name: search_docs, function: mypkg.tools:search, timeout: 10, return_direct: false}
       - {function: mypkg.tools:send_email, requires_approval: true}   # a person approves each call
+      - {function: mypkg.tools:charge_card, at_most_once: true}   # never re-run after a lost worker
     groups:
       - name: files
         mcp: {transport: stdio, command: python, args: ["-m", "mypkg.mcp_server"], timeout: 30}
@@ -59,7 +60,9 @@ from tandem.toolkit.tool import Tool
 logger = logging.getLogger(__name__)
 
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-_TOOL_KEYS = {"function", "name", "description", "timeout", "return_direct", "requires_approval"}
+_TOOL_KEYS = {
+    "function", "name", "description", "timeout", "return_direct", "requires_approval", "at_most_once"
+}
 _GROUP_KEYS = {"name", "description", "mcp"}
 _MCP_KEYS = {"transport", "command", "args", "env", "cwd", "url", "headers", "timeout", "prefix"}
 _ACTION_KEYS = {"name", "description", "tools", "next"}
@@ -230,6 +233,9 @@ class _Loader:
         requires_approval = row.get("requires_approval", False)
         if not isinstance(requires_approval, bool):
             self.fail(where, f"'requires_approval' must be true or false, got {requires_approval!r}")
+        at_most_once = row.get("at_most_once", False)
+        if not isinstance(at_most_once, bool):
+            self.fail(where, f"'at_most_once' must be true or false, got {at_most_once!r}")
         obj = import_reference(reference, f"{self.path}: {where}")
         if isinstance(obj, Tool):
             overrides: dict[str, Any] = {
@@ -241,6 +247,8 @@ class _Loader:
                 overrides["return_direct"] = return_direct
             if "requires_approval" in row:
                 overrides["requires_approval"] = requires_approval
+            if "at_most_once" in row:
+                overrides["at_most_once"] = at_most_once
             made = dataclasses.replace(obj, **overrides) if overrides else obj
         elif callable(obj):
             try:
@@ -251,6 +259,7 @@ class _Loader:
                     timeout=timeout,
                     return_direct=return_direct,
                     requires_approval=requires_approval,
+                    at_most_once=at_most_once,
                 )
             except ToolkitError as exc:
                 self.fail(where, str(exc))

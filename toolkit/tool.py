@@ -101,6 +101,10 @@ class Tool:
     async_function: Callable[..., Awaitable[Any]] | None = None
     """An ``async`` form of ``function`` with the same parameters (an MCP tool's call), awaited
     by ``ainvoke`` instead of running ``function`` in a thread."""
+    at_most_once: bool = False
+    """Never run this tool's call again once it started: after a lost worker, the call's result is
+    a failure saying it was interrupted (it may or may not have taken effect). Other tools are
+    at-least-once, with the same ``ToolCallContext.idempotency_key`` on every attempt."""
     injection: InjectionMapping = dataclasses.field(default_factory=lambda: injection_mapping, repr=False)
     _model_cache: tuple[int, dict[str, type], type[BaseModel] | None] | None = dataclasses.field(
         default=None, init=False, repr=False
@@ -122,6 +126,7 @@ class Tool:
         timeout: float | None = None,
         return_direct: bool = False,
         requires_approval: bool = False,
+        at_most_once: bool = False,
         injection: InjectionMapping | None = None,
     ) -> Tool:
         """A tool from a plain or ``async`` function; the docstring is its description."""
@@ -141,6 +146,7 @@ class Tool:
             timeout=timeout,
             return_direct=return_direct,
             requires_approval=requires_approval,
+            at_most_once=at_most_once,
             injection=injection or injection_mapping,
         )
         made._build()  # fail now, at definition, on an unusable signature
@@ -328,9 +334,10 @@ def tool(
     timeout: float | None = None,
     return_direct: bool = False,
     requires_approval: bool = False,
+    at_most_once: bool = False,
 ) -> Any:
     """Decorator form of ``Tool.from_function``: ``@tool`` or ``@tool(name=..., timeout=...,
-    requires_approval=True)``."""
+    requires_approval=True, at_most_once=True)``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool.from_function(
@@ -340,6 +347,7 @@ def tool(
             timeout=timeout,
             return_direct=return_direct,
             requires_approval=requires_approval,
+            at_most_once=at_most_once,
         )
 
     return wrap(fn) if fn is not None else wrap

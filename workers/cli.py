@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tandem.broker_config.errors import SettingsError
 from tandem.reasoner.errors import ReasonerError
@@ -139,8 +140,23 @@ def _worker(args: argparse.Namespace) -> int:
     if args.pool == "solo":
         argv.remove("--concurrency")
         argv.remove(str(args.concurrency or 4))
-    app.worker_main(argv)
-    return 0
+    return run_celery(app, argv)
+
+
+def run_celery(app: Any, argv: list[str]) -> int:
+    """Run the ``celery`` command line for ``app`` and return its exit code (a worker that stops
+    on an error exits non-zero, and so does ``tandem worker``)."""
+    from celery.bin.celery import celery as celery_command
+    from click.exceptions import Exit
+
+    celery_command.params[0].default = app
+    try:
+        code = celery_command.main(args=argv, standalone_mode=False)
+    except Exit as exc:
+        code = exc.exit_code
+    finally:
+        celery_command.params[0].default = None
+    return code if isinstance(code, int) else 0
 
 
 def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:

@@ -144,7 +144,11 @@ def _cluster_on(url: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, O
             yield cluster, thinker, actor
         finally:
             cluster.stop()
-            Redis.from_url(url).flushdb()
+            client = Redis.from_url(url)
+            prefix = cluster.settings.prefix
+            untimed = [k.decode() for k in client.scan_iter(match=f"{prefix}:*") if client.ttl(k) < 0]
+            client.flushdb()
+        assert not untimed, f"tandem keys without a TTL after the test: {untimed}"
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +158,7 @@ def dual_cluster(redis_base: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenA
     cluster, thinker, actor = next(gen)
     cluster.start("thinker", "actor", "tools")
     yield cluster, thinker, actor
-    gen.close()
+    next(gen, None)  # runs the teardown to its end, with its check of the keys' TTLs
 
 
 @pytest.fixture

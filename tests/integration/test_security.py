@@ -386,7 +386,7 @@ def test_bad_input_table_by_name_and_through_flower(secure: SecureCluster, tmp_p
             assert expected in result["error"], (case_id, via, result["error"])
             assert len(result["error"]) < 2000
             job_id = answer["task_id"]
-            assert not list(secure.redis.scan_iter(f"tandem:job:{job_id}:*")), f"{case_id}: keys were stored"
+            assert not list(secure.redis.scan_iter(f"tandem:{{{job_id}}}:*")), f"{case_id}: keys were stored"
     assert answers["flower-no-auth"]["status"] == 401
     assert answers["flower-no-auth-apply"]["status"] == 401
     workers = answers["flower-workers"]
@@ -409,13 +409,13 @@ def test_bad_input_table_by_name_and_through_flower(secure: SecureCluster, tmp_p
 
     # Ignored messages: nothing stored under the forged job, the workers are alive and still work.
     time.sleep(3)
-    assert not list(secure.redis.scan_iter("tandem:job:no-such-job:*"))
+    assert not list(secure.redis.scan_iter("tandem:{no-such-job}:*"))
     assert secure.workers_alive()
     healthy = secure.submit(goal=goal_with_plan("still works", [[{"name": "add", "args": {"a": 2, "b": 3}}]]))
     assert healthy.result(timeout=120).status == "completed"
     # No job is left running.
-    for key in secure.redis.scan_iter("tandem:job:*:status"):
-        state = json.loads(secure.redis.get(key) or b"{}").get("state")
+    for key in secure.redis.scan_iter("tandem:*:state"):
+        state = (secure.redis.hget(key, "state") or b"").decode()
         assert state in ("completed", "failed", "truncated", "cancelled"), (key, state)
 
 
@@ -599,7 +599,7 @@ def test_signed_messages_run_and_unsigned_or_forged_ones_are_refused(redis_base:
                 -3000:
             ]
             assert all(p.poll() is None for p in group.processes.values())
-            specs = [Redis.from_url(url).get(k) for k in Redis.from_url(url).scan_iter("tandem:job:*:spec")]
+            specs = [Redis.from_url(url).get(k) for k in Redis.from_url(url).scan_iter("tandem:*:spec")]
             assert all(b"unsigned" not in (s or b"") and b"forged" not in (s or b"") for s in specs)
         finally:
             group.stop()

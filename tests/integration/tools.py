@@ -31,6 +31,8 @@ def _record(ctx: ToolCallContext | None, name: str, started: float, **extra: obj
         "start": started,
         "end": time.time(),
         "pid": os.getpid(),
+        "key": ctx.idempotency_key if ctx else "",
+        "attempt": ctx.attempt if ctx else 0,
         **extra,
     }
     _redis.rpush("test:calls", json.dumps(entry))
@@ -72,16 +74,30 @@ def notify(to: str, ctx: ToolCallContext) -> str:
     """Send a notification (needs a person's approval)."""
     _record(ctx, "notify", time.time())
     return f"notified {to}"
+def charge_card(amount: int, seconds: float, ctx: ToolCallContext) -> str:
+    """Charge a card (a side effect that must never happen twice), then take ``seconds``.
+
+    Args:
+        amount: how much to charge.
+        seconds: how long the charge takes after it was made.
+    """
+    _record(ctx, "charge_card", time.time(), amount=amount)
+    time.sleep(seconds)
+    return f"charged {amount}"
 
 
-def _build() -> ToolkitService:
+def _build(durable: bool = False) -> ToolkitService:
     service = ToolkitService()
     work = Action("work", "work", "Do the work the task needs")
     service.add_action(work, [], [])
     for fn in (sleep_tool, add, boom, hang):
         service.add_tool(Tool.from_function(fn), [(work, 1.0)])
     service.add_tool(Tool.from_function(notify, requires_approval=True), [(work, 1.0)])
+    if durable:  # only where tested: every tool's description lengthens the prompts (and their usage)
+        service.add_tool(Tool.from_function(charge_card, at_most_once=True), [(work, 1.0)])
     return service
 
 
 toolkit = _build().get_toolkit()
+durable_toolkit = _build(durable=True).get_toolkit()
+"""The same tools plus ``charge_card`` (``at_most_once``), for the durability and chaos tests."""

@@ -138,7 +138,7 @@ def test_redis_memory_has_no_ttl_until_expire_sets_one() -> None:
     redis = fakeredis.FakeRedis()
     memory = RedisReasonerMemory(redis, "job-9", prefix="pfx")
     memory.add_message(msg(0, "actor"))
-    assert memory.key == "pfx:job:job-9:memory"
+    assert memory.key == "pfx:{job-9}:memory"
     assert redis.ttl(memory.key) == -1  # exists, no TTL while the job runs
 
     memory.expire(120)

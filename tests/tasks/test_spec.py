@@ -30,6 +30,7 @@ def test_defaults() -> None:
         "max_tokens_total": None,
         "max_cost_usd": None,
         "priority": 5,
+        "timeout_s": None,
     }
 
 
@@ -50,6 +51,7 @@ def test_every_field_is_read() -> None:
         "max_tokens_total": 5000,
         "max_cost_usd": 0.25,
         "priority": 9,
+        "timeout_s": 120.0,
     }
     assert validate_spec(raw).model_dump() == raw
 

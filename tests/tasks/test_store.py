@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import fakeredis
 import pytest
 
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Usage
-from tandem.tasks import store as store_module
 from tandem.tasks.job_events import (
     EventError,
     Final,
@@ -22,7 +20,7 @@ from tandem.tasks.job_events import (
     RoundStarted,
     StreamSettings,
 )
-from tandem.tasks.spec import JobResult, JobSpec, JobStatus
+from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.store import JobStore
 
 JOB = "job-1"
@@ -58,12 +56,14 @@ def test_create_is_idempotent(store: JobStore) -> None:
 
 def test_an_unknown_job_has_nothing(store: JobStore) -> None:
     assert (store.spec("nope"), store.status("nope"), store.result("nope")) == (None, None, None)
-    assert store.done("nope", "start") is None and not store.cancel_requested("nope")
+    assert not store.cancel_requested("nope")
 
 
 def test_keys_live_under_the_prefix(store: JobStore) -> None:
-    assert store.key(JOB, "spec") == "t:job:job-1:spec"
-    assert store.memory(JOB).key == "t:job:job-1:memory"
+    assert store.key(JOB, "spec") == "t:{job-1}:spec"
+    assert store.memory(JOB).key == "t:{job-1}:memory"
+    assert store.keys(JOB)[0] == "t:{job-1}:state"
+    assert len(set(store.keys(JOB))) == len(store.keys(JOB))
 
 
 def test_status_moves_on_until_a_final_state(store: JobStore) -> None:
@@ -96,80 +96,20 @@ def test_no_final_state_is_replaced(store: JobStore, final: str) -> None:
     assert status is not None and status.state == final
 
 
-def test_a_final_state_written_while_a_step_updates_is_kept(
-    store: JobStore, server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A step reads ``running``; before it writes, another worker finishes the job. The step's
-    write must not turn the finished job back into a running one."""
-    other = JobStore(fakeredis.FakeRedis(server=server), prefix="t")
-    store.set_status(JOB, state="running")
-    interfered = threading.Event()
-
-    class RacingStatus(JobStatus):
-        """Parsing the stored status is the moment between the step's read and its write."""
-
-        @classmethod
-        def model_validate_json(cls, *args: Any, **kwargs: Any) -> JobStatus:  # type: ignore[override]
-            read = JobStatus.model_validate_json(*args, **kwargs)
-            if not interfered.is_set():
-                interfered.set()
-                other.set_status(JOB, state="completed")  # the other worker wins the race
-            return read
-
-    monkeypatch.setattr(store_module, "JobStatus", RacingStatus)
-    returned = store.set_status(JOB, state="running", round=3)
-    monkeypatch.undo()
-
-    assert interfered.is_set()
-    status = store.status(JOB)
-    assert status is not None and status.state == "completed"
-    assert returned.state == "completed"
-
-
 # -- tool results and transitions -------------------------------------------------------------------
 
 
-def test_a_tool_result_is_set_once(store: JobStore) -> None:
-    assert store.save_tool_result(JOB, 0, result(1, "first")) is True
-    assert store.save_tool_result(JOB, 0, result(1, "second")) is False
-    assert store.save_tool_result(JOB, 1, result(1, "next round")) is True
-
-    stored = store.tool_result(JOB, 0, 1)
-    assert stored is not None and stored.output == "first"
-    assert store.tool_result(JOB, 0, 2) is None
+def save(store: JobStore, round_no: int, r: FunctionCallResult) -> None:
+    store.redis.hset(store.key(JOB, "tools"), f"{round_no}:{r.index}", r.model_dump_json())
 
 
 def test_tool_results_come_in_call_order_with_gaps(store: JobStore) -> None:
-    store.save_tool_result(JOB, 2, result(3, "c"))
-    store.save_tool_result(JOB, 2, result(1, "a"))
+    save(store, 2, result(3, "c"))
+    save(store, 2, result(1, "a"))
     found = store.tool_results(JOB, 2, 3)
     assert [r.output if r else None for r in found] == ["a", None, "c"]
     assert store.tool_results(JOB, 2, 0) == []
-
-
-def test_mark_done_first_caller_wins(store: JobStore) -> None:
-    assert store.done(JOB, "actor:0") is None
-    assert store.mark_done(JOB, "actor:0", "tools") is True
-    assert store.mark_done(JOB, "actor:0", "deliver") is False
-    assert store.done(JOB, "actor:0") == "tools"
-
-
-def test_mark_done_under_contention_has_one_winner(store: JobStore, server: fakeredis.FakeServer) -> None:
-    stores = [JobStore(fakeredis.FakeRedis(server=server), prefix="t") for _ in range(8)]
-    barrier = threading.Barrier(len(stores))
-    wins: list[str] = []
-
-    def race(i: int) -> None:
-        barrier.wait(timeout=10)
-        if stores[i].mark_done(JOB, "thinker:3", f"worker {i}"):
-            wins.append(f"worker {i}")
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(wins) == 1 and store.done(JOB, "thinker:3") == wins[0]
+    assert store.tool_result(JOB, 2, 3) is not None and store.tool_result(JOB, 2, 2) is None
 
 
 def test_cancellation_flag(store: JobStore) -> None:
@@ -184,8 +124,7 @@ def populate(store: JobStore) -> None:
     store.create(JOB, JobSpec(goal="g"))
     store.set_status(JOB, state="running")
     store.memory(JOB).add_message(ModelMessage(role="actor", content="x"))
-    store.save_tool_result(JOB, 0, result(1, "a"))
-    store.mark_done(JOB, "start", "round 0")
+    save(store, 0, result(1, "a"))
     store.request_cancel(JOB)
     store.publish(JOB, "round_started", {"round": 0, "max_rounds": 3})
 
@@ -200,7 +139,7 @@ def test_finish_stores_once_sets_the_status_and_ttls(store: JobStore) -> None:
     assert store.result(JOB) == first
     status = store.status(JOB)
     assert status is not None and (status.state, status.step, status.error) == ("completed", "finalize", None)
-    for part in ("spec", "status", "result", "events", "cancel", "tools", "done", "memory"):
+    for part in ("spec", "state", "result", "events", "cancel", "tools", "memory"):
         ttl = store.redis.ttl(store.key(JOB, part))
         assert 0 < ttl <= 300, part
 
@@ -307,9 +246,9 @@ def test_submitted_jobs_are_listed_newest_first(store: JobStore) -> None:
     assert [s.job_id for s in store.recent(10)] == ["c", "b", "a"]
     assert store.recent(10)[0].reasoner == "mono"
     assert [s.job_id for s in store.recent(1)] == ["c"]
-    assert 0 < store.redis.ttl(store.key("a", "status")) <= store.ttl
+    assert 0 < store.redis.ttl(store.key("a", "state")) <= store.ttl
     store.set_status("a", state="running")  # later writes keep the TTL
-    assert 0 < store.redis.ttl(store.key("a", "status")) <= store.ttl
+    assert 0 < store.redis.ttl(store.key("a", "state")) <= store.ttl
 
 
 def test_events_arrive_while_the_job_runs(store: JobStore, server: fakeredis.FakeServer) -> None:

@@ -320,3 +320,28 @@ def test_service_round_trip(write: Callable[[str], Path]) -> None:
     )
     tools, actions = ToolkitService(graph).recommend_tools_actions(["a"], threshold=0.5, hops=1)
     assert [t.name for t in tools] == ["add"] and [a.id for a in actions] == ["a"]
+
+
+def test_at_most_once_from_yaml(write: Callable[[str], Path]) -> None:
+    path = write(
+        """
+        tools:
+          - {function: MOD:add, at_most_once: true}
+          - {function: MOD:shout, at_most_once: true}
+          - function: MOD:search
+        """
+    )
+    tools = {t.name: t for t in load_toolkit(path).tools()}
+    assert tools["add"].at_most_once and tools["shout"].at_most_once
+    assert not tools["search"].at_most_once
+
+
+def test_at_most_once_must_be_a_boolean(write: Callable[[str], Path]) -> None:
+    path = write(
+        """
+        tools:
+          - {function: MOD:add, at_most_once: "yes"}
+        """
+    )
+    with pytest.raises(ToolkitError, match=r"'at_most_once' must be true or false, got 'yes'"):
+        load_toolkit(path)

@@ -165,18 +165,42 @@ def test_run_with_an_invalid_spec_fails_before_sending(
 class Captured:
     def __init__(self) -> None:
         self.argv: list[str] | None = None
+        self.code = 0
 
-    def __call__(self, argv: list[str]) -> None:
+    def __call__(self, app: object, argv: list[str]) -> int:
         self.argv = argv
+        return self.code
 
 
 @pytest.fixture
 def worker_main(monkeypatch: pytest.MonkeyPatch) -> Captured:
+    captured = Captured()
+    monkeypatch.setattr(cli, "run_celery", captured)
+    return captured
+
+
+def test_the_worker_exits_with_celerys_exit_code(worker_main: Captured) -> None:
+    worker_main.code = 70
+    assert cli.main(["worker", "actor"]) == 70
+
+
+def test_run_celery_returns_the_code_celery_exits_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery.bin.celery import celery as celery_command
+    from click.exceptions import Exit
+
     from tandem.tasks.app import app  # builds the app from the environment; nothing connects
 
-    captured = Captured()
-    monkeypatch.setattr(app, "worker_main", captured)
-    return captured
+    seen: list[object] = []
+
+    def exits(args: list[str], standalone_mode: bool) -> None:
+        seen.append(celery_command.params[0].default)
+        raise Exit(3)
+
+    monkeypatch.setattr(celery_command, "main", exits)
+    assert cli.run_celery(app, ["worker"]) == 3
+    assert seen == [app] and celery_command.params[0].default is None
+    monkeypatch.setattr(celery_command, "main", lambda args, standalone_mode: 0)
+    assert cli.run_celery(app, ["worker"]) == 0
 
 
 def option(argv: list[str], name: str) -> str:

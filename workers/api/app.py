@@ -226,7 +226,7 @@ class Api:
                 continue
             # Idle: end if the job ended (every event was read) or its records are gone.
             ended = await self.async_redis.exists(self.store.key(job_id, "result"))
-            known = await self.async_redis.exists(self.store.key(job_id, "status"))
+            known = await self.async_redis.exists(self.store.key(job_id, "state"))
             if ended or not known:
                 return
             if await request.is_disconnected():

@@ -1,0 +1,545 @@
+"""``JobMachine``: a job's progress as one record in Redis, moved by atomic transitions.
+
+The record (hash ``{prefix}:{<job>}:state``) holds the job's state (``running``, ``waiting`` or a
+final state), its current step (``round``, ``kind``; ``calls`` for a tool step, ``status`` for
+``finalize``), an ``epoch`` that grows at every claim of a step, the ``holder`` of the step's lease
+and when that lease runs out (``lease_until``, on Redis's clock), the progress time, the deadline,
+and the ``outbox``: the messages of the current step, written by the transition that made it
+current and cleared once they were sent.
+
+Every change is one Lua script over the job's keys, which all share the hash tag ``{<job>}``:
+
+- ``claim`` takes the current step for a worker (step and round must match, no live lease); it
+  bumps the epoch and counts a lease that ran out as a *lease expiry*;
+- ``transition`` stores the step's memory writes and moves to the next step, only for the
+  claim's epoch and holder (a step that lost its lease stores nothing); it writes the outbox;
+- ``claim_call`` / ``call_done`` run one tool call of a ``tools`` step: its start is recorded
+  (the attempt) before it runs, its result is stored once, and the call that counts the round's
+  pending calls down to zero moves the job to ``collect``;
+- ``reschedule`` parks the step (state ``waiting``) until a transient failure may have passed;
+- ``finish`` stores the final result (the first one wins) and expires the job's keys;
+- ``reconcile`` (the reconciler's look at one job) says which messages to send again.
+
+A message (a Celery task) only wakes a step up: a duplicated, stale, forged or wrong-round one
+finds the record elsewhere and does nothing. Every key gets a TTL when it is written: a live job's
+keys live until its deadline plus ``ttl_after``; an ended job's for ``TANDEM_MEMORY_TTL``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from tandem.tasks.store import JOB_PARTS, JobStore
+
+LIVE_SHARDS = 16
+"""The live-job index is this many sorted sets, so no single key is hot."""
+
+_COMMON = """
+local FINAL = {completed=true, truncated=true, failed=true, cancelled=true}
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+local function expire_all(ttl)
+  ttl = math.max(math.floor(ttl), 1)
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+local function live_ttl(t)
+  local f = redis.call('HMGET', KEYS[1], 'deadline', 'ttl_after')
+  return math.max((tonumber(f[1]) or t) - t, 0) + (tonumber(f[2]) or 86400)
+end
+"""
+
+# KEYS: the job's keys in JOB_PARTS order (state first). ARGV: spec, reasoner, round, kind,
+# timeout, ttl_after, outbox, outbox id.
+_CREATE = (
+    _COMMON
+    + """
+local existing = redis.call('HGET', KEYS[1], 'state')
+if existing and existing ~= 'queued' then return 0 end
+local t = now()
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[2], 'round', ARGV[3], 'kind', ARGV[4],
+  'calls', 0, 'status', '', 'epoch', 0, 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
+  'pending', 0, 'outbox', ARGV[7], 'outbox_id', ARGV[8], 'progress_at', fmt(t), 'created_at', fmt(t),
+  'updated_at', fmt(t), 'deadline', fmt(t + tonumber(ARGV[5])), 'ttl_after', ARGV[6], 'wait_for', '',
+  'wait_until', 0, 'last_error', '', 'error', '', 'tx', '')
+expire_all(live_ttl(t))
+return 1
+"""
+)
+
+# ARGV: round, kind, token, lease seconds, max expiries.
+_CLAIM = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'holder', 'lease_until', 'deadline',
+  'wait_until', 'expiries')
+if not s[1] then return {'gone'} end
+if FINAL[s[1]] then return {'ended'} end
+if s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return {'other'} end
+local t = now()
+if s[4] ~= '' and tonumber(s[5]) > t then return {'busy'} end
+local expiries = tonumber(s[8])
+if s[4] ~= '' then
+  expiries = redis.call('HINCRBY', KEYS[1], 'expiries', 1)
+  redis.call('HSET', KEYS[1], 'holder', '')
+end
+if t > tonumber(s[6]) then return {'deadline'} end
+if expiries > tonumber(ARGV[5]) then return {'give-up', tostring(expiries)} end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'holder', ARGV[3], 'lease_until', fmt(t + tonumber(ARGV[4])), 'state', 'running',
+  'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
+expire_all(live_ttl(t))
+return {'ok', tostring(epoch)}
+"""
+)
+
+# ARGV: token, lease seconds, call index ('' for the step's own lease).
+_RENEW = (
+    _COMMON
+    + """
+local t = now()
+if ARGV[3] == '' then
+  if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] then return 0 end
+  redis.call('HSET', KEYS[1], 'lease_until', fmt(t + tonumber(ARGV[2])))
+  return 1
+end
+if redis.call('HGET', KEYS[5], ARGV[3] .. ':holder') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[5], ARGV[3] .. ':until', fmt(t + tonumber(ARGV[2])))
+return 1
+"""
+)
+
+# ARGV: round, kind, epoch, token, tx, next round, next kind, next calls, next status, outbox,
+# outbox id, memory writes (JSON [[field, value], ...]).
+_TRANSITION = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx')
+if s[6] == ARGV[5] then return 1 end
+if not s[1] or FINAL[s[1]] then return 0 end
+if s[2] ~= ARGV[1] or s[3] ~= ARGV[2] or s[4] ~= ARGV[3] or s[5] ~= ARGV[4] then return 0 end
+for _, w in ipairs(cjson.decode(ARGV[12])) do redis.call('HSETNX', KEYS[3], w[1], w[2]) end
+local t = now()
+redis.call('HSET', KEYS[1], 'state', 'running', 'round', ARGV[6], 'kind', ARGV[7], 'calls', ARGV[8],
+  'status', ARGV[9], 'pending', ARGV[8], 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
+  'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t), 'tx', ARGV[5],
+  'wait_for', '', 'wait_until', 0, 'last_error', '')
+redis.call('DEL', KEYS[5])
+expire_all(live_ttl(t))
+return 1
+"""
+)
+
+# ARGV: outbox id.
+_SENT = """
+if redis.call('HGET', KEYS[1], 'outbox_id') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'outbox', '[]')
+  return 1
+end
+return 0
+"""
+
+# ARGV: round, kind, epoch, token, delay, reason, error, outbox, outbox id.
+_RESCHEDULE = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'deadline')
+if not s[1] or FINAL[s[1]] then return {'gone'} end
+if s[2] ~= ARGV[1] or s[3] ~= ARGV[2] or s[4] ~= ARGV[3] or s[5] ~= ARGV[4] then return {'lost'} end
+local t = now()
+local until_ = t + tonumber(ARGV[5])
+if until_ >= tonumber(s[6]) then return {'deadline'} end
+redis.call('HINCRBY', KEYS[1], 'retries', 1)
+redis.call('HSET', KEYS[1], 'state', 'waiting', 'wait_for', ARGV[6], 'wait_until', fmt(until_),
+  'last_error', ARGV[7], 'holder', '', 'lease_until', 0, 'outbox', ARGV[8], 'outbox_id', ARGV[9],
+  'progress_at', fmt(t), 'updated_at', fmt(t))
+expire_all(live_ttl(t))
+return {'ok', fmt(until_)}
+"""
+)
+
+# ARGV: round, index, token, lease seconds, max expiries.
+_CLAIM_CALL = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls')
+if not s[1] then return {'gone'} end
+if FINAL[s[1]] then return {'ended'} end
+if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return {'other'} end
+local n = tonumber(ARGV[2])
+if not n or n < 1 or n > tonumber(s[5]) then return {'other'} end
+if redis.call('HEXISTS', KEYS[4], ARGV[1] .. ':' .. ARGV[2]) == 1 then return {'done'} end
+local i = ARGV[2]
+local h = redis.call('HMGET', KEYS[5], i .. ':holder', i .. ':until')
+local t = now()
+if h[1] and h[1] ~= '' and tonumber(h[2]) > t then return {'busy'} end
+if h[1] and h[1] ~= '' then
+  local e = redis.call('HINCRBY', KEYS[5], i .. ':expiries', 1)
+  redis.call('HSET', KEYS[5], i .. ':holder', '')
+  if e > tonumber(ARGV[5]) then return {'give-up', tostring(e)} end
+end
+if t > tonumber(s[4]) then return {'deadline'} end
+local attempt = redis.call('HINCRBY', KEYS[5], i .. ':attempts', 1)
+redis.call('HSET', KEYS[5], i .. ':holder', ARGV[3], i .. ':until', fmt(t + tonumber(ARGV[4])))
+redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
+expire_all(live_ttl(t))
+return {'ok', tostring(attempt)}
+"""
+)
+
+# ARGV: round, index, token, result, collect outbox, outbox id.
+_CALL_DONE = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind')
+if not s[1] or FINAL[s[1]] then return 0 end
+if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return 0 end
+if redis.call('HGET', KEYS[5], ARGV[2] .. ':holder') ~= ARGV[3] then return 0 end
+if redis.call('HSETNX', KEYS[4], ARGV[1] .. ':' .. ARGV[2], ARGV[4]) == 0 then return 0 end
+redis.call('HSET', KEYS[5], ARGV[2] .. ':holder', '')
+local t = now()
+local left = redis.call('HINCRBY', KEYS[1], 'pending', -1)
+redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
+if left <= 0 then
+  redis.call('HSET', KEYS[1], 'kind', 'collect', 'holder', '', 'lease_until', 0, 'expiries', 0,
+    'outbox', ARGV[5], 'outbox_id', ARGV[6])
+  expire_all(live_ttl(t))
+  return 2
+end
+expire_all(live_ttl(t))
+return 1
+"""
+)
+
+# ARGV: result, status, error, ttl, force ('1': no step check), round, kind, epoch, token.
+_FINISH = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder')
+if s[1] and FINAL[s[1]] then return 0 end
+if ARGV[5] ~= '1' then
+  if not s[1] then return 0 end
+  if s[2] ~= ARGV[6] or s[3] ~= ARGV[7] or s[4] ~= ARGV[8] or s[5] ~= ARGV[9] then return 0 end
+end
+local first = redis.call('SET', KEYS[7], ARGV[1], 'NX')
+local t = now()
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'error', ARGV[3], 'kind', 'finalize', 'holder', '',
+  'lease_until', 0,
+  'outbox', '[]', 'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
+expire_all(tonumber(ARGV[4]))
+if first then return 1 end
+return 0
+"""
+)
+
+# ARGV: stall seconds, max expiries, outbox grace seconds.
+_RECONCILE = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
+  'wait_until', 'outbox', 'round', 'calls')
+if not s[1] or FINAL[s[1]] then return {'gone'} end
+local t = now()
+local stall = tonumber(ARGV[1])
+local idle = t - tonumber(s[5])
+if t > tonumber(s[6]) then return {'deadline'} end
+local live = s[3] ~= '' and tonumber(s[4]) > t
+if redis.call('EXISTS', KEYS[8]) == 1 and not live then return {'cancel'} end
+if s[2] == 'tools' then
+  local out = {'resend', s[2], s[9]}
+  for i = 1, tonumber(s[10]) do
+    local k = tostring(i)
+    if redis.call('HEXISTS', KEYS[4], s[9] .. ':' .. k) == 0 then
+      local h = redis.call('HMGET', KEYS[5], k .. ':holder', k .. ':until')
+      if h[1] and h[1] ~= '' then
+        if tonumber(h[2]) <= t then
+          redis.call('HSET', KEYS[5], k .. ':holder', '')
+          local e = redis.call('HINCRBY', KEYS[5], k .. ':expiries', 1)
+          if e > tonumber(ARGV[2]) then return {'give-up', k} end
+          table.insert(out, k)
+        end
+      elseif idle > stall or (s[8] ~= '[]' and idle > tonumber(ARGV[3])) then
+        table.insert(out, k)
+      end
+    end
+  end
+  if #out > 3 then
+    redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
+    return out
+  end
+  return {'wait'}
+end
+if live then return {'wait'} end
+if s[3] ~= '' then
+  local e = redis.call('HINCRBY', KEYS[1], 'expiries', 1)
+  redis.call('HSET', KEYS[1], 'holder', '', 'progress_at', fmt(t))
+  if e > tonumber(ARGV[2]) then return {'give-up', ''} end
+  return {'resend', s[2], s[9]}
+end
+if s[1] == 'waiting' then
+  if t < tonumber(s[7]) + stall then return {'wait'} end
+elseif not (idle > stall or (s[8] ~= '[]' and idle > tonumber(ARGV[3]))) then
+  return {'wait'}
+end
+redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
+return {'resend', s[2], s[9]}
+"""
+)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on a step (``index`` 0) or on one tool call: the token its writes must
+    carry, the epoch of the claim (steps) and the attempt (tool calls, from 1)."""
+
+    job_id: str
+    round: int
+    kind: str
+    token: str
+    epoch: int = 0
+    index: int = 0
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class ClaimRefused:
+    """Why a step or call was not claimed: ``gone``, ``ended``, ``other`` (the job is elsewhere),
+    ``busy`` (a live lease), ``done``, ``early`` (still backing off), ``deadline``, ``give-up``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """The reconciler's verdict on one job: ``wait``, ``gone``, ``resend`` (the step ``kind`` of
+    ``round``, and for a tool step the call ``indices``), ``deadline``, ``cancel`` or ``give-up``."""
+
+    action: str
+    kind: str = ""
+    round: int = 0
+    indices: tuple[int, ...] = ()
+
+
+Message = dict[str, Any]
+"""An outbox entry: ``{"task": name, "args": [...], "countdown": seconds}``."""
+
+
+class JobMachine:
+    """The atomic transitions of the jobs in one store (see the module docstring)."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self.redis: Redis = store.redis
+        self._scripts = {
+            name: self.redis.register_script(src)
+            for name, src in {
+                "create": _CREATE,
+                "claim": _CLAIM,
+                "renew": _RENEW,
+                "transition": _TRANSITION,
+                "sent": _SENT,
+                "reschedule": _RESCHEDULE,
+                "claim_call": _CLAIM_CALL,
+                "call_done": _CALL_DONE,
+                "finish": _FINISH,
+                "reconcile": _RECONCILE,
+            }.items()
+        }
+
+    def _run(self, name: str, job_id: str, *args: Any) -> Any:
+        return self._scripts[name](keys=self.store.keys(job_id), args=list(args))
+
+    # -- the live-job index ----------------------------------------------------------------
+
+    def shard_key(self, shard: int) -> str:
+        """The key of one shard of the live-job index."""
+        return f"{self.store.prefix}:live:{shard}"
+
+    def shard_of(self, job_id: str) -> int:
+        """The shard a job is indexed in."""
+        return zlib.crc32(job_id.encode()) % LIVE_SHARDS
+
+    def index(self, job_id: str, at: float, ttl: int) -> None:
+        """Put the job in the live index (checked from ``at`` on)."""
+        key = self.shard_key(self.shard_of(job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(key, {job_id: at})
+        pipe.expire(key, ttl)
+        pipe.execute()
+
+    def unindex(self, job_id: str) -> None:
+        """Take the job out of the live index."""
+        self.redis.zrem(self.shard_key(self.shard_of(job_id)), job_id)
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def create(
+        self,
+        job_id: str,
+        spec_json: str,
+        reasoner: str,
+        first: tuple[int, str],
+        outbox: list[Message],
+        *,
+        timeout: float,
+        ttl_after: int,
+    ) -> bool:
+        """Create the job's record at its first step with that step's messages in the outbox;
+        ``False`` if the job exists already."""
+        return bool(
+            self._run(
+                "create",
+                job_id,
+                spec_json,
+                reasoner,
+                first[0],
+                first[1],
+                f"{timeout:.3f}",
+                ttl_after,
+                json.dumps(outbox),
+                uuid.uuid4().hex,
+            )
+        )
+
+    def claim(
+        self, job_id: str, round_no: int, kind: str, lease: float, max_expiries: int
+    ) -> Claim | ClaimRefused:
+        """Take step ``(round_no, kind)`` for this worker, or say why not."""
+        token = uuid.uuid4().hex
+        reply = self._run("claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries)
+        if _text(reply[0]) != "ok":
+            return ClaimRefused(_text(reply[0]))
+        return Claim(job_id, round_no, kind, token, epoch=int(_text(reply[1])))
+
+    def claim_call(
+        self, job_id: str, round_no: int, index: int, lease: float, max_expiries: int
+    ) -> Claim | ClaimRefused:
+        """Take tool call ``index`` of ``round_no``; the attempt is recorded before it runs."""
+        token = uuid.uuid4().hex
+        reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries)
+        if _text(reply[0]) != "ok":
+            return ClaimRefused(_text(reply[0]))
+        return Claim(job_id, round_no, "tools", token, index=index, attempt=int(_text(reply[1])))
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        """Extend the claim's lease; ``False`` once the claim was lost."""
+        index = str(claim.index) if claim.index else ""
+        return bool(self._run("renew", claim.job_id, claim.token, f"{lease:.3f}", index))
+
+    def transition(
+        self,
+        claim: Claim,
+        nxt: tuple[int, str, int, str],
+        outbox: list[Message],
+        memory_writes: list[tuple[str, str]],
+        *,
+        tx: str,
+    ) -> bool:
+        """Store ``memory_writes`` and move from the claimed step to ``nxt`` (round, kind, calls,
+        status) with ``outbox``; ``False`` (nothing stored) if the claim was lost. Running it again
+        with the same ``tx`` returns ``True`` without changing anything."""
+        return bool(
+            self._run(
+                "transition",
+                claim.job_id,
+                claim.round,
+                claim.kind,
+                claim.epoch,
+                claim.token,
+                tx,
+                nxt[0],
+                nxt[1],
+                nxt[2],
+                nxt[3],
+                json.dumps(outbox),
+                tx,
+                json.dumps(memory_writes),
+            )
+        )
+
+    def outbox(self, job_id: str) -> tuple[str, list[Message]]:
+        """The outbox id and the messages not yet known to be sent."""
+        raw_id, raw = self.redis.hmget(self.store.key(job_id, "state"), ["outbox_id", "outbox"])
+        return ("" if raw_id is None else _text(raw_id)), ([] if raw is None else json.loads(raw))
+
+    def mark_sent(self, job_id: str, outbox_id: str) -> None:
+        """Clear the outbox if it is still the one that was sent."""
+        self._run("sent", job_id, outbox_id)
+
+    def reschedule(
+        self, claim: Claim, delay: float, reason: str, error: str, outbox: list[Message]
+    ) -> str | float:
+        """Park the claimed step until ``delay`` seconds from now (state ``waiting``); returns when
+        (Redis time), or ``"deadline"`` (the job's deadline comes first), ``"lost"`` or ``"gone"``."""
+        reply = self._run(
+            "reschedule",
+            claim.job_id,
+            claim.round,
+            claim.kind,
+            claim.epoch,
+            claim.token,
+            f"{delay:.3f}",
+            reason,
+            error,
+            json.dumps(outbox),
+            uuid.uuid4().hex,
+        )
+        return float(_text(reply[1])) if _text(reply[0]) == "ok" else _text(reply[0])
+
+    def call_done(self, claim: Claim, result_json: str, collect: list[Message]) -> int:
+        """Store the call's result and count the round's pending calls down: 0 if the claim was
+        lost (nothing stored), 1 if calls are still pending, 2 if the job moved to ``collect``."""
+        return int(
+            self._run(
+                "call_done",
+                claim.job_id,
+                claim.round,
+                claim.index,
+                claim.token,
+                result_json,
+                json.dumps(collect),
+                uuid.uuid4().hex,
+            )
+        )
+
+    def finish(
+        self, job_id: str, result_json: str, status: str, error: str, ttl: int, claim: Claim | None = None
+    ) -> bool:
+        """Store the final result and end the job: for ``claim``'s step only, or whatever the job
+        does (``claim=None``: cancel, deadline, give-up). ``True`` for the first result stored."""
+        if claim is None:
+            args: list[Any] = ["1", "", "", "", ""]
+        else:
+            args = ["0", claim.round, claim.kind, claim.epoch, claim.token]
+        return bool(self._run("finish", job_id, result_json, status, error, ttl, *args))
+
+    def reconcile(self, job_id: str, stall: float, max_expiries: int, outbox_grace: float) -> Reconciled:
+        """Look at one job for the reconciler (see ``tandem.tasks.reconciler``)."""
+        reply = [
+            _text(x)
+            for x in self._run("reconcile", job_id, f"{stall:.3f}", max_expiries, f"{outbox_grace:.3f}")
+        ]
+        if reply[0] != "resend":
+            return Reconciled(reply[0])
+        return Reconciled("resend", reply[1], int(reply[2]), tuple(int(x) for x in reply[3:]))
+
+    def record(self, job_id: str) -> dict[str, str]:
+        """The raw record (empty for an unknown job)."""
+        raw = self.redis.hgetall(self.store.key(job_id, "state"))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+__all__ = ["JOB_PARTS", "LIVE_SHARDS", "Claim", "ClaimRefused", "JobMachine", "Message", "Reconciled"]

@@ -1,0 +1,91 @@
+"""What a step produces before it commits: memory writes and hook calls held back.
+
+A step must store nothing and publish nothing unless its transition succeeds (a step that lost
+its lease is fenced off). ``PendingMemory`` keeps the step's new messages aside (the transition
+stores them in the same atomic script), and ``DeferredHooks`` replays the step's events only
+after the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.memory import RedisReasonerMemory, _order
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage, Role
+
+if TYPE_CHECKING:
+    from tandem.reasoner.function_calling import ParsedFunctionCall
+    from tandem.reasoner.task import ReasonerOutcome
+
+
+class PendingMemory:
+    """A ``ReasonerMemory`` that reads the job's stored messages and holds new ones back."""
+
+    def __init__(self, stored: RedisReasonerMemory) -> None:
+        self.stored = stored
+        self._new: dict[str, ModelMessage] = {}
+
+    def add_message(self, message: ModelMessage) -> bool:
+        """Hold ``message`` unless its key is stored or held; ``True`` if it was held."""
+        if message.key in self._new or self.stored.get_message(message.round, message.role) is not None:
+            return False
+        self._new[message.key] = message
+        return True
+
+    def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
+        """The held or stored message of ``(round_no, role)``."""
+        return self._new.get(f"{round_no}:{role}") or self.stored.get_message(round_no, role)
+
+    def get_messages(self) -> list[ModelMessage]:
+        """Stored and held messages, in order."""
+        merged = {m.key: m for m in self.stored.get_messages()}
+        for key, message in self._new.items():
+            merged.setdefault(key, message)
+        return sorted(merged.values(), key=_order)
+
+    def clear(self) -> None:
+        """Drop the held messages (the stored ones are not this step's to clear)."""
+        self._new.clear()
+
+    def expire(self, seconds: int) -> None:
+        """Nothing: the state machine sets the TTLs."""
+
+    def writes(self) -> list[tuple[str, str]]:
+        """The held messages as ``(field, JSON)`` pairs for the transition."""
+        return [(key, m.model_dump_json()) for key, m in self._new.items()]
+
+
+class DeferredHooks(ReasonerHooks):
+    """Records hook calls and replays them on ``inner`` at ``flush`` (after the commit)."""
+
+    def __init__(self, inner: ReasonerHooks) -> None:
+        self.inner = inner
+        self._calls: list[Callable[[], Any]] = []
+
+    def round_started(self, round_no: int, max_rounds: int) -> None:
+        """Held until the commit."""
+        self._calls.append(lambda: self.inner.round_started(round_no, max_rounds))
+
+    def model_replied(self, message: ModelMessage) -> None:
+        """Held until the commit."""
+        self._calls.append(lambda: self.inner.model_replied(message))
+
+    def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
+        """Held until the commit."""
+        self._calls.append(lambda: self.inner.tool_called(round_no, index, call))
+
+    def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:
+        """Held until the commit."""
+        self._calls.append(lambda: self.inner.tool_returned(round_no, result))
+
+    def finished(self, outcome: ReasonerOutcome) -> None:
+        """Passed on at once."""
+        self.inner.finished(outcome)
+
+    def flush(self) -> None:
+        """Replay the held calls, in order."""
+        calls, self._calls = self._calls, []
+        for call in calls:
+            call()

@@ -1,0 +1,120 @@
+"""The reconciler: no job stalls, whatever happened to its messages.
+
+Every worker process runs one ``Reconciler`` thread. It walks the live-job index (``LIVE_SHARDS``
+sorted sets; a shard is swept by one worker at a time, under a short lock) and asks
+``JobMachine.reconcile`` about each job due for a look:
+
+- a step whose lease ran out (its worker died or was paused past the lease) is a *lease expiry*:
+  it is counted and the step is sent again at once; after ``max_lease_expiries`` of one step the
+  job fails;
+- a step nobody holds that made no progress for ``stall_seconds`` (a lost, revoked or never-sent
+  message, or one prefetched by a worker that died) is sent again; a step whose outbox was never
+  sent is sent after ``lease_seconds``; time spent waiting in a queue is never a lease expiry;
+- a job past its deadline fails with its last error; a cancelled job nobody holds ends.
+
+Sending a step twice is harmless: only one claim of a step can succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+
+from tandem.tasks.jobstate import LIVE_SHARDS, JobMachine, Reconciled
+
+log = logging.getLogger("tandem.reconciler")
+
+
+class Reconciler:
+    """Sweeps the live-job index every ``interval`` seconds.
+
+    ``resend(job_id, verdict)`` sends a job's step again; ``end(job_id, verdict)`` ends a job
+    (``deadline``, ``cancel``, ``give-up``).
+    """
+
+    def __init__(
+        self,
+        machine: JobMachine,
+        *,
+        lease_seconds: float,
+        stall_seconds: float,
+        max_lease_expiries: int,
+        resend: Callable[[str, Reconciled], None],
+        end: Callable[[str, Reconciled], None],
+        batch: int = 200,
+    ) -> None:
+        self.machine = machine
+        self.lease_seconds = lease_seconds
+        self.stall_seconds = stall_seconds
+        self.max_lease_expiries = max_lease_expiries
+        self.resend = resend
+        self.end = end
+        self.batch = batch
+        self.interval = max(min(lease_seconds, stall_seconds) / 4, 0.2)
+        self.token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sweep(self) -> int:
+        """Look at every due job of the shards this worker gets; return how many were acted on."""
+        redis = self.machine.redis
+        acted = 0
+        for shard in range(LIVE_SHARDS):
+            key = self.machine.shard_key(shard)
+            lock = f"{key}:lock"
+            if not redis.set(lock, self.token, nx=True, px=max(int(self.interval * 2000), 500)):
+                continue
+            try:
+                now = float(redis.time()[0])
+                due = redis.zrangebyscore(key, "-inf", now, start=0, num=self.batch)
+                for raw in due:
+                    job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+                    acted += self._look(key, job_id, now)
+            finally:
+                if redis.get(lock) in (self.token, self.token.encode()):
+                    redis.delete(lock)
+        return acted
+
+    def _look(self, key: str, job_id: str, now: float) -> int:
+        verdict = self.machine.reconcile(
+            job_id, self.stall_seconds, self.max_lease_expiries, outbox_grace=self.lease_seconds
+        )
+        if verdict.action == "gone":
+            self.machine.redis.zrem(key, job_id)
+            return 0
+        self.machine.redis.zadd(key, {job_id: now + self.interval})
+        if verdict.action == "wait":
+            return 0
+        if verdict.action == "resend":
+            log.warning(
+                "job %s: step %s of round %d stalled; sending it again%s",
+                job_id,
+                verdict.kind,
+                verdict.round,
+                f" (calls {list(verdict.indices)})" if verdict.indices else "",
+            )
+            self.resend(job_id, verdict)
+        else:
+            self.end(job_id, verdict)
+        return 1
+
+    def start(self) -> None:
+        """Sweep in a daemon thread until ``stop``."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                try:
+                    self.sweep()
+                except Exception:  # Redis down: the next sweep tries again
+                    log.warning("reconciler sweep failed; retrying", exc_info=True)
+
+        self._thread = threading.Thread(target=loop, name="tandem-reconciler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sweeping."""
+        self._stop.set()

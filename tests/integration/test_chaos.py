@@ -1,0 +1,72 @@
+"""The chaos test and Redis faults, on a redis-server of this test (never the shared one).
+
+- ``test_chaos``: 30 dual jobs with tools on 2 workers per role; a random worker is SIGKILLed and
+  replaced every 3 to 5 s, and Redis restarts once (AOF on). Every job completes with the right
+  deliverable, no ``at_most_once`` call runs twice, no message is stored twice, no job is left
+  running, no key lacks a TTL. Bounded: at most 170 s of chaos.
+- Redis unreachable (SIGSTOP) for 10 s in the middle of a tool call: the job completes and the
+  ``at_most_once`` call ran once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.chaos import CHAOS_ENV, OwnRedis, run_chaos
+from tests.integration.conftest import Cluster, _cluster_on
+from tests.openai_server import OpenAIServer
+
+pytestmark = pytest.mark.integration
+
+Hosts = tuple[Cluster, OpenAIServer, OpenAIServer]
+
+
+@pytest.fixture
+def own_redis(redis_base: str) -> Iterator[OwnRedis]:
+    server = OwnRedis().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_cluster(own_redis: OwnRedis) -> Iterator[Hosts]:
+    yield from _cluster_on(f"{own_redis.base}/0", **CHAOS_ENV)
+
+
+def test_chaos(own_cluster: Hosts, own_redis: OwnRedis) -> None:
+    cluster, _, _ = own_cluster
+    stats = run_chaos(cluster, own_redis, jobs=30, limit=170)
+    print(f"\nchaos: {stats.kills} kills, {stats.redis_restarts} Redis restart, {stats.seconds:.0f} s")
+    assert stats.kills >= 5 and stats.redis_restarts == 1
+    assert stats.failures == []
+    assert (stats.completed, stats.stuck) == (30, 0)
+    assert (stats.wrong_deliverable, stats.duplicate_tool_runs, stats.duplicate_messages) == (0, 0, 0)
+    assert stats.keys_without_ttl == []
+
+
+def test_redis_unreachable_for_10_s_mid_step(own_cluster: Hosts, own_redis: OwnRedis) -> None:
+    cluster, _, _ = own_cluster
+    cluster.start("thinker", "actor", "tools", **CHAOS_ENV)
+    plan = [
+        [{"name": "charge_card", "args": {"amount": 5, "seconds": 3}}],
+        [{"name": "add", "args": {"a": 1, "b": 1}}],
+    ]
+    from tests.integration.plan_model import goal_with_plan
+
+    handle = cluster.submit(goal=goal_with_plan("redis away", plan), max_rounds=6)
+    deadline = time.monotonic() + 60
+    while not [c for c in cluster.tool_calls() if c["job"] == handle.id] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    own_redis.pause()
+    time.sleep(10)
+    own_redis.resume()
+    result = handle.result(timeout=120)
+    assert result.status == "completed" and result.deliverable == "all planned calls ran", result
+    charges = [c for c in cluster.tool_calls() if c["job"] == handle.id and c["name"] == "charge_card"]
+    assert len(charges) == 1
+    assert [c for c in cluster.tool_calls() if c["job"] == handle.id and c["name"] == "add"]

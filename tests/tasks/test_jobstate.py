@@ -1,0 +1,337 @@
+"""``JobMachine``: the job record's atomic transitions, fencing, tool count-down and reconciler verdicts.
+
+Each test runs on fakeredis (with Lua) and on the real Redis at 127.0.0.1:6379 db 8 (skipped when
+absent locally, required in CI). Keys get a fresh prefix per test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from tandem.tasks.jobstate import Claim, ClaimRefused, JobMachine, Reconciled
+from tandem.tasks.store import JobStore
+
+REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
+JOB = "job-1"
+LEASE = 30.0
+
+
+def _real_redis() -> Redis:
+    client = Redis.from_url(REAL_REDIS_URL)
+    try:
+        client.ping()
+    except RedisConnectionError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Redis answers at {REAL_REDIS_URL}: CI needs one")
+        pytest.skip(f"no Redis answers at {REAL_REDIS_URL}")
+    return client
+
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def machine(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
+    redis = fakeredis.FakeRedis() if request.param == "fakeredis" else _real_redis()
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    yield JobStore(redis, prefix=prefix, ttl=600).machine
+    for key in redis.scan_iter(match=f"{prefix}:*"):
+        redis.delete(key)
+
+
+def create(machine: JobMachine, kind: str = "thinker", timeout: float = 3600.0) -> None:
+    outbox = [{"task": f"tandem.{kind}", "args": [JOB, 0]}]
+    assert machine.create(JOB, '{"goal": "g"}', "dual", (0, kind), outbox, timeout=timeout, ttl_after=600)
+
+
+def claim(machine: JobMachine, round_no: int, kind: str, lease: float = LEASE) -> Claim:
+    got = machine.claim(JOB, round_no, kind, lease, 5)
+    assert isinstance(got, Claim), got
+    return got
+
+
+def expire_lease(machine: JobMachine, field: str = "lease_until", key: str = "state") -> None:
+    """What a dead worker leaves: a lease that ran out (it was renewed by nobody)."""
+    machine.redis.hset(machine.store.key(JOB, key), field, "1.0")
+
+
+def no_key_without_ttl(machine: JobMachine) -> None:
+    for key in machine.redis.scan_iter(match=f"{machine.store.prefix}:*"):
+        assert machine.redis.ttl(key) > 0, key
+
+
+# -- create, claim, transition --------------------------------------------------------------------
+
+
+def test_create_records_the_first_step_and_its_outbox_once(machine: JobMachine) -> None:
+    create(machine)
+    assert not machine.create(JOB, "{}", "dual", (0, "thinker"), [], timeout=10, ttl_after=600)
+    rec = machine.record(JOB)
+    assert (rec["state"], rec["round"], rec["kind"], rec["epoch"]) == ("running", "0", "thinker", "0")
+    _, outbox = machine.outbox(JOB)
+    assert outbox == [{"task": "tandem.thinker", "args": [JOB, 0]}]
+    assert float(rec["deadline"]) - float(rec["created_at"]) == pytest.approx(3600, abs=1)
+    no_key_without_ttl(machine)
+
+
+def test_a_step_is_claimed_once_and_every_claim_grows_the_epoch(machine: JobMachine) -> None:
+    create(machine)
+    first = claim(machine, 0, "thinker")
+    assert first.epoch == 1
+    assert machine.claim(JOB, 0, "thinker", LEASE, 5) == ClaimRefused("busy")
+    expire_lease(machine)
+    second = claim(machine, 0, "thinker")
+    assert second.epoch == 2
+    assert machine.record(JOB)["expiries"] == "1"  # the lease that ran out is counted
+
+
+@pytest.mark.parametrize(
+    ("round_no", "kind"),
+    [
+        pytest.param(0, "finalize", id="forged-finalize"),
+        pytest.param(1, "thinker", id="another-round"),
+        pytest.param(0, "actor", id="a-later-step"),
+    ],
+)
+def test_a_message_for_another_step_claims_nothing(machine: JobMachine, round_no: int, kind: str) -> None:
+    create(machine)
+    assert machine.claim(JOB, round_no, kind, LEASE, 5) == ClaimRefused("other")
+    assert machine.record(JOB)["epoch"] == "0"
+
+
+def test_an_unknown_or_ended_job_claims_nothing(machine: JobMachine) -> None:
+    assert machine.claim("nope", 0, "thinker", LEASE, 5) == ClaimRefused("gone")
+    create(machine)
+    machine.finish(JOB, '{"job_id": "job-1", "status": "cancelled"}', "cancelled", "", 60)
+    assert machine.claim(JOB, 0, "thinker", LEASE, 5) == ClaimRefused("ended")
+
+
+def test_a_transition_stores_the_writes_moves_on_and_writes_the_outbox(machine: JobMachine) -> None:
+    create(machine)
+    c = claim(machine, 0, "thinker")
+    out = [{"task": "tandem.actor_turn", "args": [JOB, 0]}]
+    assert machine.transition(c, (0, "actor", 0, ""), out, [("0:thinker", '{"m": 1}')], tx="t1")
+    rec = machine.record(JOB)
+    assert (rec["kind"], rec["holder"], rec["tx"]) == ("actor", "", "t1")
+    assert machine.redis.hget(machine.store.key(JOB, "memory"), "0:thinker") == b'{"m": 1}'
+    outbox_id, outbox = machine.outbox(JOB)
+    assert outbox == out
+    # The same transition again (a retry whose reply was lost) changes nothing and says it happened.
+    assert machine.transition(c, (0, "actor", 0, ""), out, [("0:thinker", "other")], tx="t1")
+    machine.mark_sent(JOB, outbox_id)
+    assert machine.outbox(JOB)[1] == []
+    no_key_without_ttl(machine)
+
+
+def test_a_step_that_lost_its_lease_stores_nothing(machine: JobMachine) -> None:
+    """A paused worker (SIGSTOP past its lease) wakes up after another took the step over."""
+    create(machine)
+    paused = claim(machine, 0, "thinker")
+    expire_lease(machine)
+    taker = claim(machine, 0, "thinker")
+    assert not machine.transition(paused, (0, "actor", 0, ""), [], [("0:thinker", "stale")], tx="a")
+    assert machine.redis.hget(machine.store.key(JOB, "memory"), "0:thinker") is None
+    assert not machine.renew(paused, LEASE)
+    assert machine.transition(taker, (0, "actor", 0, ""), [], [("0:thinker", "fresh")], tx="b")
+    assert machine.redis.hget(machine.store.key(JOB, "memory"), "0:thinker") == b"fresh"
+    assert not machine.finish(JOB, "{}", "completed", "", 60, claim=paused)
+
+
+# -- tool calls --------------------------------------------------------------------------------------
+
+
+def to_tools(machine: JobMachine, calls: int) -> None:
+    create(machine, "actor")
+    c = claim(machine, 0, "actor")
+    outbox = [{"task": "tandem.run_tool", "args": [JOB, 0, i]} for i in range(1, calls + 1)]
+    assert machine.transition(c, (0, "tools", calls, ""), outbox, [], tx="x")
+
+
+def call(machine: JobMachine, index: int) -> Claim:
+    got = machine.claim_call(JOB, 0, index, LEASE, 5)
+    assert isinstance(got, Claim), got
+    return got
+
+
+def test_the_last_call_to_report_moves_the_job_to_collect(machine: JobMachine) -> None:
+    to_tools(machine, 3)
+    claims = [call(machine, i) for i in (1, 2, 3)]
+    collect = [{"task": "tandem.collect_tools", "args": [JOB, 0]}]
+    assert machine.call_done(claims[2], '{"index": 3}', collect) == 1
+    assert machine.call_done(claims[0], '{"index": 1}', collect) == 1
+    assert machine.record(JOB)["kind"] == "tools"
+    assert machine.call_done(claims[1], '{"index": 2}', collect) == 2
+    rec = machine.record(JOB)
+    assert (rec["kind"], rec["pending"]) == ("collect", "0")
+    assert machine.outbox(JOB)[1] == collect
+    assert machine.claim_call(JOB, 0, 1, LEASE, 5) == ClaimRefused("other")
+    no_key_without_ttl(machine)
+
+
+@pytest.mark.parametrize("index", [0, 3, 9, -1])
+def test_a_call_that_was_never_made_claims_nothing(machine: JobMachine, index: int) -> None:
+    to_tools(machine, 2)
+    assert machine.claim_call(JOB, 0, index, LEASE, 5) == ClaimRefused("other")
+    assert machine.record(JOB)["pending"] == "2"
+
+
+def test_a_call_runs_once_at_a_time_and_a_reported_call_is_done(machine: JobMachine) -> None:
+    to_tools(machine, 2)
+    first = call(machine, 1)
+    assert first.attempt == 1
+    assert machine.claim_call(JOB, 0, 1, LEASE, 5) == ClaimRefused("busy")
+    assert machine.call_done(first, '{"index": 1}', []) == 1
+    assert machine.claim_call(JOB, 0, 1, LEASE, 5) == ClaimRefused("done")
+    assert machine.call_done(first, '{"index": 1}', []) == 0  # a duplicate report counts nothing
+    assert machine.record(JOB)["pending"] == "1"
+
+
+def test_a_renewed_lease_keeps_a_call_and_a_step_claimed(machine: JobMachine) -> None:
+    to_tools(machine, 1)
+    held = call(machine, 1)
+    expire_lease(machine, "1:until", "calls")
+    assert machine.renew(held, LEASE)  # the heartbeat came in time
+    assert machine.claim_call(JOB, 0, 1, LEASE, 5) == ClaimRefused("busy")
+    assert reconcile(machine) == Reconciled("wait")
+    machine.redis.delete(machine.store.key(JOB, "state"))
+    create(machine)
+    step = claim(machine, 0, "thinker")
+    expire_lease(machine)
+    assert machine.renew(step, LEASE)
+    assert machine.claim(JOB, 0, "thinker", LEASE, 5) == ClaimRefused("busy")
+
+
+def test_a_call_taken_over_knows_its_attempt_and_the_old_worker_stores_nothing(machine: JobMachine) -> None:
+    to_tools(machine, 1)
+    paused = call(machine, 1)
+    expire_lease(machine, "1:until", "calls")
+    again = call(machine, 1)
+    assert again.attempt == 2  # an at_most_once tool is not run again on this attempt
+    assert machine.call_done(paused, '{"from": "paused"}', []) == 0
+    assert machine.redis.hget(machine.store.key(JOB, "tools"), "0:1") is None
+    assert machine.call_done(again, '{"from": "again"}', []) == 2
+    assert machine.redis.hget(machine.store.key(JOB, "tools"), "0:1") == b'{"from": "again"}'
+
+
+# -- waiting, finishing --------------------------------------------------------------------------------
+
+
+def test_a_rescheduled_step_waits_and_is_claimed_after(machine: JobMachine) -> None:
+    create(machine)
+    c = claim(machine, 0, "thinker")
+    out = [{"task": "tandem.thinker_turn", "args": [JOB, 0], "countdown": 40}]
+    until = machine.reschedule(c, 40, "the model host", "TransientModelError: 429", out)
+    assert isinstance(until, float)
+    status = machine.store.status(JOB)
+    assert status is not None and (status.state, status.waiting_for) == ("waiting", "the model host")
+    assert status.until == pytest.approx(until) and "429" in (status.error or "")
+    assert claim(machine, 0, "thinker").epoch == 2  # a wake-up may come before the countdown
+    assert machine.record(JOB)["expiries"] == "0"  # waiting is not a lost worker
+
+
+def test_a_wait_past_the_deadline_is_refused(machine: JobMachine) -> None:
+    create(machine, timeout=10)
+    c = claim(machine, 0, "thinker")
+    assert machine.reschedule(c, 40, "the model host", "429", []) == "deadline"
+
+
+def test_finish_keeps_the_first_result_and_expires_every_key(machine: JobMachine) -> None:
+    create(machine)
+    machine.redis.set(machine.store.key(JOB, "cancel"), "1")
+    assert machine.finish(JOB, '{"status": "cancelled"}', "cancelled", "", 120)
+    assert not machine.finish(JOB, '{"status": "failed"}', "failed", "late", 120)
+    assert machine.redis.get(machine.store.key(JOB, "result")) == b'{"status": "cancelled"}'
+    assert machine.record(JOB)["state"] == "cancelled"
+    for key in machine.store.keys(JOB):
+        if machine.redis.exists(key):
+            assert 0 < machine.redis.ttl(key) <= 120, key
+
+
+# -- the reconciler's verdicts ------------------------------------------------------------------------
+
+
+def reconcile(machine: JobMachine, stall: float = 60.0, grace: float = 30.0) -> Reconciled:
+    return machine.reconcile(JOB, stall, 2, grace)
+
+
+def age(machine: JobMachine, seconds: float) -> None:
+    machine.redis.hset(machine.store.key(JOB, "state"), "progress_at", f"{time.time() - seconds:.6f}")
+
+
+def test_a_live_or_fresh_job_is_left_alone_and_an_ended_one_is_gone(machine: JobMachine) -> None:
+    create(machine)
+    assert reconcile(machine) == Reconciled("wait")  # its outbox is fresh
+    claim(machine, 0, "thinker")
+    age(machine, 1000)
+    assert reconcile(machine) == Reconciled("wait")  # a live lease, however long the step runs
+    machine.finish(JOB, "{}", "completed", "", 60)
+    assert reconcile(machine) == Reconciled("gone")
+    assert machine.reconcile("nope", 60, 2, 30) == Reconciled("gone")
+
+
+def test_a_never_sent_outbox_is_resent_after_the_grace(machine: JobMachine) -> None:
+    """The worker died (or the broker refused) between the transition and the send."""
+    create(machine)
+    age(machine, 31)
+    assert reconcile(machine) == Reconciled("resend", "thinker", 0)
+    assert reconcile(machine) == Reconciled("wait")  # once per stall period, not in a loop
+
+
+def test_a_lost_message_is_resent_after_the_stall(machine: JobMachine) -> None:
+    create(machine)
+    machine.mark_sent(JOB, machine.outbox(JOB)[0])
+    age(machine, 59)
+    assert reconcile(machine) == Reconciled("wait")  # it may be waiting in a busy queue
+    age(machine, 61)
+    assert reconcile(machine) == Reconciled("resend", "thinker", 0)
+    assert machine.record(JOB)["expiries"] == "0"  # a queue wait is no lease expiry
+
+
+def test_a_dead_workers_step_is_resent_at_once_and_give_up_counts_expiries(machine: JobMachine) -> None:
+    create(machine)
+    for expiry in (1, 2):
+        claim(machine, 0, "thinker")
+        expire_lease(machine)
+        assert reconcile(machine) == Reconciled("resend", "thinker", 0)
+        assert machine.record(JOB)["expiries"] == str(expiry)
+    claim(machine, 0, "thinker")
+    expire_lease(machine)
+    assert reconcile(machine).action == "give-up"
+
+
+def test_only_the_lost_calls_of_a_tool_step_are_resent(machine: JobMachine) -> None:
+    to_tools(machine, 3)
+    machine.mark_sent(JOB, machine.outbox(JOB)[0])
+    done = call(machine, 1)
+    machine.call_done(done, "{}", [])
+    call(machine, 2)
+    expire_lease(machine, "2:until", "calls")
+    assert reconcile(machine) == Reconciled("resend", "tools", 0, (2,))  # call 3 may still be queued
+    age(machine, 61)
+    assert reconcile(machine) == Reconciled("resend", "tools", 0, (2, 3))
+
+
+def test_deadline_and_cancel_verdicts(machine: JobMachine) -> None:
+    create(machine)
+    machine.redis.set(machine.store.key(JOB, "cancel"), "1")
+    assert reconcile(machine) == Reconciled("cancel")
+    machine.redis.hset(machine.store.key(JOB, "state"), "deadline", "1.0")
+    assert reconcile(machine) == Reconciled("deadline")
+
+
+def test_the_live_index_is_sharded_and_expires(machine: JobMachine) -> None:
+    jobs = [f"job-{i}" for i in range(64)]
+    for job in jobs:
+        machine.index(job, 1.0, 600)
+    shards = {machine.shard_of(job) for job in jobs}
+    assert len(shards) > 4
+    for shard in shards:
+        key = machine.shard_key(shard)
+        assert 0 < machine.redis.ttl(key) <= 600
+    machine.unindex(jobs[0])
+    assert machine.redis.zscore(machine.shard_key(machine.shard_of(jobs[0])), jobs[0]) is None

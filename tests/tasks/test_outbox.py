@@ -1,0 +1,81 @@
+"""The outbox: a step whose transition was stored but whose next message could not be sent (the
+broker refused, or the worker died in between) is sent by the reconciler; nothing is lost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+from kombu.exceptions import OperationalError
+
+from tandem.broker_config import Settings
+from tandem.reasoner.plan import Step
+from tandem.tasks import runtime as runtime_module
+from tandem.tasks import turns, worker_signals
+from tandem.tasks.reconciler import Reconciler
+from tandem.tasks.runtime import Runtime
+
+JOB = "job-7"
+
+
+@pytest.fixture
+def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    runtime = Runtime(Settings(lease_seconds=2.0, stall_seconds=60.0))
+    runtime.__dict__["redis"] = fakeredis.FakeRedis()
+    monkeypatch.setattr(runtime_module, "_runtime", runtime)
+    yield runtime
+
+
+def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine = rt.machine
+    first = Step(0, "thinker")
+    assert machine.create(
+        JOB,
+        '{"goal": "g"}',
+        "dual",
+        (0, "thinker"),
+        turns.step_messages(JOB, first),
+        timeout=3600,
+        ttl_after=600,
+    )
+    machine.index(JOB, 0.0, 600)
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("Error 111 connecting to the broker")
+
+    monkeypatch.setattr(turns.app, "send_task", broker_down)
+    assert turns.send_outbox(rt, JOB) is False
+    assert machine.outbox(JOB)[1] == [{"task": "tandem.thinker_turn", "args": [JOB, 0]}]  # kept
+
+    sent: list[tuple[str, list[Any]]] = []
+    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: sent.append((name, list(args))))
+    ended: list[str] = []
+    reconciler = Reconciler(
+        machine,
+        lease_seconds=2.0,
+        stall_seconds=60.0,
+        max_lease_expiries=5,
+        resend=worker_signals._resend,
+        end=lambda job, verdict: ended.append(job),
+    )
+    assert reconciler.sweep() == 0  # the sender may still be at it: wait one lease period
+    state = rt.store.key(JOB, "state")
+    progress = float(machine.redis.hget(state, "progress_at") or 0)
+    machine.redis.hset(state, "progress_at", f"{progress - 3:.6f}")
+    machine.index(JOB, 0.0, 600)
+    assert reconciler.sweep() == 1
+    assert sent == [("tandem.thinker_turn", [JOB, 0])]
+    assert machine.outbox(JOB)[1] == []
+    assert ended == []
+    machine.index(JOB, 0.0, 600)
+    assert reconciler.sweep() == 0  # sent once, not on every sweep
+
+
+def test_the_persistence_warning() -> None:
+    assert worker_signals.persistence_warning({"aof_enabled": 1}) is None
+    warning = worker_signals.persistence_warning({"aof_enabled": 0, "rdb_bgsave_in_progress": 0})
+    assert warning is not None and "appendonly" in warning and "restart" in warning
