@@ -17,6 +17,7 @@ from tandem.reasoner.messages import FunctionCallResult, ModelMessage, Role
 
 if TYPE_CHECKING:
     from tandem.reasoner.function_calling import ParsedFunctionCall
+    from tandem.reasoner.model_service import DeltaListener
     from tandem.reasoner.task import ReasonerOutcome
 
 
@@ -67,6 +68,15 @@ class DeferredHooks(ReasonerHooks):
     def round_started(self, round_no: int, max_rounds: int) -> None:
         """Held until the commit."""
         self._calls.append(lambda: self.inner.round_started(round_no, max_rounds))
+
+    def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
+        """Passed on at once: tokens are shown as they come (each attempt's deltas carry its own
+        ``attempt``, so a reply that a fenced worker streamed is told apart from the stored one)."""
+        return self.inner.model_streaming(round_no, role)
+
+    def model_streamed(self, round_no: int, role: str) -> None:
+        """Passed on at once, so the last deltas come before the (held) ``model_reply``."""
+        self.inner.model_streamed(round_no, role)
 
     def model_replied(self, message: ModelMessage) -> None:
         """Held until the commit."""
