@@ -16,7 +16,7 @@ from typing import Any
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from tandem.tasks.spec import JobResult, JobStatus
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tandem.tasks.store import JobStore, status_from_record
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
@@ -93,6 +93,14 @@ class AsyncJobStore:
                 last_id = _text(entry_id)
         return last_id
 
+    async def final_is_last(self, job_id: str, event_id: str) -> bool:
+        """``JobStore.final_is_last``: no event follows ``final`` event ``event_id`` and the job
+        was not reopened (resumed) since."""
+        if await self.redis.xrange(self.keys.key(job_id, "events"), min=f"({event_id}", count=1):
+            return False
+        state = await self.redis.hget(self.keys.key(job_id, "state"), "state")
+        return state is None or _text(state) in FINAL_STATES
+
     async def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None
     ) -> AsyncIterator[dict[str, Any]]:
@@ -112,7 +120,7 @@ class AsyncJobStore:
                     event = event_from_entry(entry_id, fields)
                     last_id = event["id"]
                     yield event
-                    if event["type"] == "final":
+                    if event["type"] == "final" and await self.final_is_last(job_id, event["id"]):
                         return
             # Nothing new: stop for an unknown job, or for one that has ended.
             if not batch and (await self.status(job_id) is None or await self.result(job_id) is not None):

@@ -300,11 +300,20 @@ class JobStore:
         entries = self.redis.xrange(self.key(job_id, "events"), min=start, count=count)
         return [decode_entry(entry_id, fields) for entry_id, fields in entries]
 
+    def final_is_last(self, job_id: str, event_id: str) -> bool:
+        """True when the ``final`` event ``event_id`` ends the job's stream: no event follows it
+        and the job was not reopened since (a resumed job's stream goes on after its old ``final``)."""
+        if self.redis.xrange(self.key(job_id, "events"), min=f"({event_id}", count=1):
+            return False
+        state = self.redis.hget(self.key(job_id, "state"), "state")
+        return state is None or _text(state) in FINAL_STATES
+
     def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None
     ) -> Iterator[JobEvent]:
         """Yield the job's events after stream id ``last_id`` (``"0"``: from the first, ``"$"``:
-        only new ones), waiting for new ones, until ``final``. Stops after ``timeout`` seconds if given.
+        only new ones), waiting for new ones, until the ``final`` that ends the stream (a resumed
+        job's goes on after its earlier ``final``). Stops after ``timeout`` seconds if given.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         key = self.key(job_id, "events")
@@ -318,7 +327,7 @@ class JobStore:
                     event = decode_entry(entry_id, fields)
                     last_id = event.id
                     yield event
-                    if event.type == "final":
+                    if event.type == "final" and self.final_is_last(job_id, event.id):
                         return
             # Nothing new: stop for an unknown job, or for one that has ended (every event was
             # read, even if its finisher died before publishing ``final``).

@@ -220,7 +220,7 @@ class Api:
                     event = decode_entry(entry_id, fields)
                     after = event.id
                     yield f"id: {event.id}\nevent: {event.type}\ndata: {event_json(event)}\n\n"
-                    if event.type == "final":
+                    if event.type == "final" and await self._final_is_last(job_id, event.id):
                         return
             if batch:
                 continue
@@ -232,6 +232,13 @@ class Api:
             if await request.is_disconnected():
                 return
             yield ": heartbeat\n\n"
+
+    async def _final_is_last(self, job_id: str, event_id: str) -> bool:
+        """No event follows ``final`` event ``event_id`` and the job was not resumed since."""
+        if await self.async_redis.xrange(self.store.key(job_id, "events"), min=f"({event_id}", count=1):
+            return False
+        state = await self.async_redis.hget(self.store.key(job_id, "state"), "state")
+        return state is None or state.decode() in FINAL_STATES
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
