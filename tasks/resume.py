@@ -214,7 +214,7 @@ def fork_job(
     if isinstance(round_no, bool) or not isinstance(round_no, int) or not 1 <= round_no <= used:
         span = f"from 1 to {used}" if used else "none: it stored no round"
         raise ResumeRefused(
-            f"round={round_no!r} is outside job {job_id!r}'s stored rounds (0..{used - 1}): the fork "
+            f"round={round_no!r} is outside the stored rounds of job {job_id!r} (0..{used - 1}): the fork "
             f"keeps rounds 0..round-1, so round must be a whole number {span}",
             "invalid",
         )
