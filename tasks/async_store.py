@@ -16,8 +16,8 @@ from typing import Any
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
-from tandem.tasks.store import JobStore, status_from_record
+from tandem.tasks.spec import JobResult, JobStatus
+from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends, status_from_record
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
 """Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""
@@ -94,12 +94,11 @@ class AsyncJobStore:
         return last_id
 
     async def final_is_last(self, job_id: str, event_id: str) -> bool:
-        """``JobStore.final_is_last``: no event follows ``final`` event ``event_id`` and the job
-        was not reopened (resumed) since."""
-        if await self.redis.xrange(self.keys.key(job_id, "events"), min=f"({event_id}", count=1):
-            return False
+        """``JobStore.final_is_last``: the ``final`` event ``event_id`` ends the job's stream."""
+        key = self.keys.key(job_id, "events")
+        after = await self.redis.xrange(key, min=f"({event_id}", count=FINAL_LOOKAHEAD)
         state = await self.redis.hget(self.keys.key(job_id, "state"), "state")
-        return state is None or _text(state) in FINAL_STATES
+        return final_ends(entry_types(after), state)
 
     async def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None

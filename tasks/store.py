@@ -71,6 +71,24 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any]) -> JobStatus | None:
     )
 
 
+FINAL_LOOKAHEAD = 100
+"""How many entries after a ``final`` event are searched for the ``job_started`` of a resume."""
+
+
+def entry_types(entries: Any) -> list[str]:
+    """The ``type`` field of raw stream entries (bytes or str)."""
+    return [_text(f.get(b"type", f.get("type", ""))) for _, f in entries]
+
+
+def final_ends(following: list[str], state: Any) -> bool:
+    """Whether a ``final`` event ends its job's stream, from the types of the entries that follow
+    it and the job's state now: it does, unless the job was resumed since (a ``job_started``
+    follows, or none yet but the record is live again)."""
+    if "job_started" in following:
+        return False
+    return bool(following) or state is None or _text(state) in FINAL_STATES
+
+
 RECENT_LIMIT = 1000
 """How many jobs the index of recent jobs (``JobStore.recent``) keeps."""
 
@@ -301,12 +319,10 @@ class JobStore:
         return [decode_entry(entry_id, fields) for entry_id, fields in entries]
 
     def final_is_last(self, job_id: str, event_id: str) -> bool:
-        """True when the ``final`` event ``event_id`` ends the job's stream: no event follows it
-        and the job was not reopened since (a resumed job's stream goes on after its old ``final``)."""
-        if self.redis.xrange(self.key(job_id, "events"), min=f"({event_id}", count=1):
-            return False
+        """True when the ``final`` event ``event_id`` ends the job's stream (see ``final_ends``)."""
+        after = self.redis.xrange(self.key(job_id, "events"), min=f"({event_id}", count=FINAL_LOOKAHEAD)
         state = self.redis.hget(self.key(job_id, "state"), "state")
-        return state is None or _text(state) in FINAL_STATES
+        return final_ends(entry_types(after), state)
 
     def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None

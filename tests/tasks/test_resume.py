@@ -206,3 +206,32 @@ def test_a_running_job_is_not_forked(rt: Runtime, sent: Sent) -> None:
     stored_job(rt, None, one_round())
     with pytest.raises(ResumeRefused, match="is running, not ended: only an ended job can be forked"):
         fork_job(rt, JOB, 1)
+
+
+def test_a_resumed_jobs_stream_goes_on_after_its_first_final(rt: Runtime, sent: Sent) -> None:
+    stored_job(rt, "failed", one_round())
+    rt.store.publish(JOB, "final", {"status": "failed", "error": "host down"})
+    resume_job(rt, JOB)
+    rt.store.publish(JOB, "model_reply", {"round": 1, "role": "thinker", "content": "again"})
+    rt.store.publish(JOB, "final", {"status": "completed"})
+    rt.machine.finish(JOB, f'{{"job_id": "{JOB}", "status": "completed"}}', "completed", "", 60)
+    kinds = [(e.type, e.data.get("status")) for e in rt.store.events(JOB, timeout=10)]
+    assert kinds == [
+        ("final", "failed"), ("job_started", None), ("model_reply", None), ("final", "completed"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("following", "state", "ends"),
+    [
+        pytest.param([], b"failed", True, id="the-end"),
+        pytest.param([], None, True, id="expired"),
+        pytest.param([], b"running", False, id="reopened-not-announced-yet"),
+        pytest.param(["tool_result", "job_started"], b"running", False, id="resumed"),
+        pytest.param(["round_started"], b"completed", True, id="a-straggler-after-the-end"),
+    ],
+)
+def test_when_a_final_event_ends_the_stream(following: list[str], state: bytes | None, ends: bool) -> None:
+    from tandem.tasks.store import final_ends
+
+    assert final_ends(following, state) is ends

@@ -44,7 +44,7 @@ from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, Unkno
 from tandem.tasks.job_events import decode_entry, event_json
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit, too_large
 from tandem.workers.api.openapi import openapi_document
@@ -234,11 +234,11 @@ class Api:
             yield ": heartbeat\n\n"
 
     async def _final_is_last(self, job_id: str, event_id: str) -> bool:
-        """No event follows ``final`` event ``event_id`` and the job was not resumed since."""
-        if await self.async_redis.xrange(self.store.key(job_id, "events"), min=f"({event_id}", count=1):
-            return False
+        """The ``final`` event ``event_id`` ends the job's stream (a resumed job's goes on)."""
+        key = self.store.key(job_id, "events")
+        after = await self.async_redis.xrange(key, min=f"({event_id}", count=FINAL_LOOKAHEAD)
         state = await self.async_redis.hget(self.store.key(job_id, "state"), "state")
-        return state is None or state.decode() in FINAL_STATES
+        return final_ends(entry_types(after), state)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
