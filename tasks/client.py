@@ -196,13 +196,18 @@ class JobHandle:
         self._ask("tandem.resume", kwargs, timeout)
         return self
 
-    def fork(self, round: int, goal: str | None = None, *, timeout: float = 30.0) -> JobHandle:
+    def fork(
+        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+    ) -> JobHandle:
         """Start a new job holding rounds ``0..round-1`` of this ended job, running on from round
-        ``round`` with the same spec (the goal replaced by ``goal`` if given) through
-        ``tandem.fork``; its handle. This job is untouched. ``ResumeRefused`` says why not."""
+        ``round`` with the same spec (the goal replaced by ``goal``, the budget by ``max_rounds``,
+        if given) through ``tandem.fork``; its handle. This job is untouched. ``ResumeRefused``
+        says why not."""
         kwargs: dict[str, Any] = {"job_id": self.id, "round": round}
         if goal is not None:
             kwargs["goal"] = goal
+        if max_rounds is not None:
+            kwargs["max_rounds"] = max_rounds
         reply = self._ask("tandem.fork", kwargs, timeout)
         return JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
 

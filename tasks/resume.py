@@ -17,16 +17,17 @@ it once. The old result goes (from the job's keys and from Celery's result backe
 new run in the job's stream.
 
 **Fork** copies rounds ``0..round-1`` of a job's memory into a new job with the same spec (the
-goal replaced if given) and runs it from there; the source job is untouched. Its stream opens
-with a ``job_started`` event with ``forked_from``.
+goal, and the budget ``max_rounds``, replaced if given) and runs it from there; the source job is
+untouched. Its stream opens with a ``job_started`` event with ``forked_from``.
 
 The tasks answer ``{"job_id", "accepted": true, "round", "step", "max_rounds"}`` (a fork adds
-``fork_id``, the new job's id) or ``{"job_id", "accepted": false, "error": "..."}``: a refused
+``fork_id``, the new job's id) or ``{"job_id", "accepted": false, "error", "reason"}``: a refused
 request changes nothing. Refused: unknown ids and jobs whose records expired
 (``TANDEM_MEMORY_TTL``), jobs that have not ended, a completed job (resume), a truncated job whose
-budget was not raised, ``max_rounds`` not above the rounds used, a ``round`` outside the stored
-rounds. Running either task twice is safe: a second resume finds the job running and is refused;
-a redelivered fork finds the fork it made (its id comes from the task's id).
+budget was not raised (or a fork whose kept rounds spend it), ``max_rounds`` not above the rounds
+used, a ``round`` outside the stored rounds. Running either task twice is safe: a second resume
+finds the job running and is refused; a redelivered fork finds the fork it made (its id comes from
+the task's id).
 """
 
 from __future__ import annotations
@@ -132,6 +133,30 @@ def _started(rt: Runtime, job_id: str, spec: JobSpec, at: Placement, **extra: An
     )
 
 
+def _budget(job_id: str, max_rounds: Any, used: int, spec: JobSpec) -> int | None:
+    """``max_rounds`` checked against the ``used`` rounds (``None``: keep the spec's)."""
+    if max_rounds is None:
+        return None
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds <= used:
+        raise ResumeRefused(
+            f"max_rounds={max_rounds!r}: job {job_id!r} has used {used} round(s) already; give a "
+            f"whole number above {used}, or leave max_rounds out to keep {spec.max_rounds}",
+            "invalid",
+        )
+    return max_rounds
+
+
+def _changed(rt: Runtime, spec: JobSpec, **changes: Any) -> JobSpec:
+    """``spec`` with ``changes`` (those not ``None``), validated like a submitted spec."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return spec
+    try:
+        return validate_spec({**spec.model_dump(mode="json"), **changes}, rt.settings.limits)
+    except JobError as exc:
+        raise ResumeRefused(str(exc), "invalid") from None
+
+
 def resume_job(rt: Runtime, job_id: Any, max_rounds: Any = None) -> dict[str, Any]:
     """Reopen ended job ``job_id`` at its first step with nothing stored (see the module
     docstring) and send that step; the task's answer. ``ResumeRefused`` says why not."""
@@ -145,19 +170,7 @@ def resume_job(rt: Runtime, job_id: Any, max_rounds: Any = None) -> dict[str, An
         )
     memory = rt.store.memory(job_id)
     used = rounds_used(memory)
-    if max_rounds is not None:
-        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds <= used:
-            raise ResumeRefused(
-                f"max_rounds={max_rounds!r}: job {job_id!r} has used {used} round(s) already; give a "
-                f"whole number above {used}, or leave max_rounds out to keep {spec.max_rounds}",
-                "invalid",
-            )
-        try:
-            spec = validate_spec(
-                {**spec.model_dump(mode="json"), "max_rounds": max_rounds}, rt.settings.limits
-            )
-        except JobError as exc:
-            raise ResumeRefused(str(exc), "invalid") from None
+    spec = _changed(rt, spec, max_rounds=_budget(job_id, max_rounds, used, spec))
     point = _walk(rt, job_id, spec, memory, lambda r, n: rt.store.tool_results(job_id, r, n))
     if point.step.kind == "finalize" and point.step.status == "truncated":
         raise ResumeRefused(
@@ -203,10 +216,17 @@ def _stored_round(field: str) -> int:
 
 
 def fork_job(
-    rt: Runtime, job_id: Any, round_no: Any, goal: Any = None, *, fork_id: str | None = None
+    rt: Runtime,
+    job_id: Any,
+    round_no: Any,
+    goal: Any = None,
+    max_rounds: Any = None,
+    *,
+    fork_id: str | None = None,
 ) -> dict[str, Any]:
     """Start a new job (id ``fork_id``, else a fresh one) from rounds ``0..round_no-1`` of ended
-    job ``job_id``, its goal replaced by ``goal`` if given; the task's answer."""
+    job ``job_id``, its goal replaced by ``goal`` and its budget by ``max_rounds`` if given; the
+    task's answer."""
     _, spec = _ended_job(rt, job_id, "fork")
     source = rt.store.memory(job_id)
     messages = source.get_messages()
@@ -218,13 +238,9 @@ def fork_job(
             f"keeps rounds 0..round-1, so round must be a whole number {span}",
             "invalid",
         )
-    if goal is not None:
-        if not isinstance(goal, str):
-            raise ResumeRefused(f"goal must be a string, got {type(goal).__name__}", "invalid")
-        try:
-            spec = validate_spec({**spec.model_dump(mode="json"), "goal": goal}, rt.settings.limits)
-        except JobError as exc:
-            raise ResumeRefused(str(exc), "invalid") from None
+    if goal is not None and not isinstance(goal, str):
+        raise ResumeRefused(f"goal must be a string, got {type(goal).__name__}", "invalid")
+    spec = _changed(rt, spec, goal=goal, max_rounds=_budget(job_id, max_rounds, round_no, spec))
     kept: list[ModelMessage] = [m for m in messages if m.round < round_no]
     raw_calls: Mapping[Any, Any] = rt.redis.hgetall(rt.store.key(job_id, "tools"))
     calls: dict[str, FunctionCallResult] = {}
@@ -239,6 +255,12 @@ def fork_job(
         return [calls.get(f"{r}:{i}") for i in range(1, n + 1)]
 
     point = _walk(rt, new_id, spec, InMemoryReasonerMemory(kept), results)
+    if point.step.kind == "finalize" and point.step.status == "truncated":
+        raise ResumeRefused(
+            f"a fork of job {job_id!r} at round {round_no} would end truncated at once: its "
+            f"{round_no} round(s) spend max_rounds={spec.max_rounds}; give max_rounds above {round_no}",
+            "invalid",
+        )
     at = _placement(new_id, point)
     answer = {"job_id": job_id, "accepted": True, "fork_id": new_id, "round": round_no, "step": at.kind}
     timeout, ttl_after = _go_live(rt, new_id, spec)
@@ -276,10 +298,14 @@ def resume(job_id: str, max_rounds: int | None = None) -> dict[str, Any]:
 
 
 @app.task(name="tandem.fork", bind=True, acks_late=True)
-def fork(self: CeleryTask, job_id: str, round: int, goal: str | None = None) -> dict[str, Any]:
+def fork(
+    self: CeleryTask, job_id: str, round: int, goal: str | None = None, max_rounds: int | None = None
+) -> dict[str, Any]:
     """Fork job ``job_id`` at ``round`` (see the module docstring)."""
     fork_id = str(uuid.uuid5(_FORK_IDS, self.request.id)) if self.request.id else None
-    return _answer(job_id, lambda: fork_job(get_runtime(), job_id, round, goal, fork_id=fork_id))
+    return _answer(
+        job_id, lambda: fork_job(get_runtime(), job_id, round, goal, max_rounds, fork_id=fork_id)
+    )
 
 
 __all__ = ["fork", "fork_job", "ran", "resume", "resume_job"]

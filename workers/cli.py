@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         "--round", type=int, required=True, metavar="R", help="keep the first R rounds (0..R-1) and go on"
     )
     fk.add_argument("--goal", default=None, help="the new job's goal (default: the same goal)")
+    fk.add_argument("--max-rounds", type=int, default=None, help="the new job's round budget")
     _follow_options(fk)
 
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
@@ -228,7 +229,7 @@ def _resume(args: argparse.Namespace) -> int:
 def _fork(args: argparse.Namespace) -> int:
     from tandem.tasks import job
 
-    forked = job(args.job_id).fork(args.round, args.goal)
+    forked = job(args.job_id).fork(args.round, args.goal, max_rounds=args.max_rounds)
     print(f"job {forked.id} forked from {args.job_id}: it keeps its first {args.round} round(s)", flush=True)
     if args.detach:
         print(forked.id)
