@@ -78,12 +78,16 @@ def _ended_job(rt: Runtime, job_id: Any, doing: str) -> tuple[dict[str, str], Jo
         )
     state = record.get("state", "")
     if state not in FINAL_STATES:
-        raise ResumeRefused(
-            f"job {job_id!r} is {state}, not ended: only an ended job can be {_DONE[doing]} "
-            "(wait for it to end, or cancel it first)",
-            "state",
-        )
+        raise _not_ended(job_id, state, doing)
     return record, spec
+
+
+def _not_ended(job_id: str, state: str, doing: str) -> ResumeRefused:
+    return ResumeRefused(
+        f"job {job_id!r} is {state}, not ended: only an ended job can be {_DONE[doing]} "
+        "(wait for it to end, or cancel it first)",
+        "state",
+    )
 
 
 def _placement(job_id: str, point: ResumePoint) -> Placement:
@@ -124,6 +128,8 @@ def _refusal(job_id: str, got: Reopened, doing: str) -> ResumeRefused:
             "now: look at its status and try again",
             "state",
         )
+    if got.state not in FINAL_STATES:  # another resume reopened it first
+        return _not_ended(job_id, got.state, doing)
     return ResumeRefused(f"job {job_id!r} is {got.state}: it cannot be {_DONE[doing]}", "state")
 
 
