@@ -235,3 +235,22 @@ def test_when_a_final_event_ends_the_stream(following: list[str], state: bytes |
     from tandem.tasks.store import final_ends
 
     assert final_ends(following, state) is ends
+
+
+def test_result_never_takes_celerys_old_result_for_a_running_job(rt: Runtime) -> None:
+    from celery import Celery
+
+    from tandem.tasks.client import JobHandle
+    from tandem.tasks.errors import JobTimeout
+
+    app = Celery("test-resume", broker="memory://", backend="cache+memory://")
+    stored_job(rt, None, one_round())  # running again (as after a resume)
+    app.backend.store_result(JOB, {"job_id": JOB, "status": "failed", "error": "the first run"}, "SUCCESS")
+    handle = JobHandle(JOB, rt.store, app)
+    with pytest.raises(JobTimeout, match="state: running"):
+        handle.result(timeout=0.2)
+    rt.machine.finish(JOB, f'{{"job_id": "{JOB}", "status": "completed"}}', "completed", "", 60)
+    assert handle.result(timeout=1).status == "completed"
+    # A job the store does not know (refused at intake) is still answered from Celery's result.
+    app.backend.store_result("refused", {"job_id": "refused", "status": "failed", "error": "bad"}, "SUCCESS")
+    assert JobHandle("refused", rt.store, app).result(timeout=1).error == "bad"
