@@ -221,8 +221,7 @@ def _resume(args: argparse.Namespace) -> int:
     after = newest[0][0] if newest else "0"
     after = after.decode() if isinstance(after, bytes) else str(after)  # its events from the resume on
     handle.resume(args.max_rounds)
-    status = handle.status()
-    print(f"job {handle.id} resumed: the {status.step} step of round {status.round + 1} is next", flush=True)
+    print(f"job {handle.id} resumed", flush=True)  # where it goes on: its job_started event
     return 0 if args.detach else _show_to_end(handle, after, args)
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,14 @@ def adds(cluster: Cluster, job_id: str) -> list[tuple[int, int]]:
     """(round, call index) of every run of the ``add`` tool for the job."""
     calls = cluster.tool_calls()
     return [(c["round"], c["index"]) for c in calls if c["job"] == job_id and c["name"] == "add"]
+
+
+def started(cluster: Cluster, job: JobHandle, timeout: float = 60.0) -> None:
+    """Wait until a worker has started the job (its spec is stored)."""
+    deadline = time.monotonic() + timeout
+    while cluster.store.spec(job.id) is None:
+        assert time.monotonic() < deadline, f"job {job.id} did not start"
+        time.sleep(0.05)
 
 
 def test_a_failed_job_resumes_without_repeating_a_stored_call(hosts: Hosts) -> None:
@@ -94,7 +103,8 @@ def test_a_truncated_job_resumes_with_a_raised_budget_from_the_cli(hosts: Hosts)
     env = {**os.environ, **cluster.env}
     done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "resumed: the tools step of round 2 is next" in done.stdout
+    assert f"job {handle.id} resumed" in done.stdout
+    assert "job resumed at the tools step of round 2: dual reasoner, up to 6 rounds" in done.stdout
     assert json.loads(done.stdout[done.stdout.index("{\n") :])["status"] == "completed"
     assert handle.result(timeout=5).rounds == 4
     assert asked(thinker, marker) == [1, 2, 3, 4] and asked(actor, marker) == [1, 2, 3, 4]
@@ -136,6 +146,7 @@ def forked_tool_output(cluster: Cluster, job_id: str) -> str:
 def test_refusals_running_unknown_and_expired_jobs(hosts: Hosts) -> None:
     cluster, _, _ = hosts
     running = cluster.submit(goal="NEVER_DONE refusals", max_rounds=50)
+    started(cluster, running)
     try:
         not_ended = rf"job '{running.id}' is (running|waiting), not ended"
         with pytest.raises(ResumeRefused, match=not_ended) as exc:
@@ -161,6 +172,7 @@ def test_refusals_running_unknown_and_expired_jobs(hosts: Hosts) -> None:
 def test_two_resumes_at_once_reopen_the_job_once(hosts: Hosts) -> None:
     cluster, _, _ = hosts
     job = cluster.submit(goal="NEVER_DONE twice", max_rounds=50)
+    started(cluster, job)  # a job cancelled while queued never stored a spec: nothing to resume
     job.cancel()
     assert job.result(timeout=60).status == "cancelled"
     sent = [cluster.app.send_task("tandem.resume", kwargs={"job_id": job.id}) for _ in range(2)]
