@@ -89,6 +89,34 @@ def test_a_failed_job_resumes_without_repeating_a_stored_call(hosts: Hosts) -> N
         handle.resume()
 
 
+def test_a_job_whose_deadline_passed_resumes_with_a_fresh_deadline(hosts: Hosts) -> None:
+    cluster, thinker, actor = hosts
+    marker = "deadline-then-back"
+    down = {"now": True}
+
+    def host(request: RecordedRequest) -> Reply:
+        if down["now"] and plan_model.turn(request) == 2 and marker in json.dumps(request["messages"]):
+            return Reply(status=503, error="overloaded")
+        return plan_model.thinker(request)
+
+    thinker.set_script(host)
+    handle = cluster.submit(goal=goal_with_plan(marker, ADD), max_rounds=6, timeout_s=6)
+    failed = handle.result(timeout=90)
+    assert failed.status == "failed" and "deadline" in (failed.error or ""), failed
+    refused_turns = asked(thinker, marker).count(2)
+    assert refused_turns >= 1 and asked(actor, marker) == [1]
+
+    down["now"] = False
+    handle.resume()
+    record = cluster.store.machine.record(handle.id)
+    assert float(record["deadline"]) > float(record["updated_at"])  # a new deadline, 6 s on
+    result = handle.result(timeout=90)
+    assert result.status == "completed", result
+    assert asked(thinker, marker).count(1) == 1 and asked(actor, marker) == [1, 2, 3]
+    assert asked(thinker, marker).count(2) == refused_turns + 1
+    assert adds(cluster, handle.id) == [(0, 1), (1, 1)]
+
+
 def test_a_truncated_job_resumes_with_a_raised_budget_from_the_cli(hosts: Hosts) -> None:
     cluster, thinker, actor = hosts
     marker = "truncated-then-raised"
