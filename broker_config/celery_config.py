@@ -52,6 +52,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
+    routes["tandem.resume"] = {"queue": settings.intake_queue}
+    routes["tandem.fork"] = {"queue": settings.intake_queue}
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend,

@@ -25,7 +25,12 @@ def create_app(settings: Settings) -> Celery:
     if settings.signing is not None:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")
     # Workers import the tasks and their start-up hooks; clients only send by name.
-    celery_app.conf.imports = ("tandem.tasks.turns", "tandem.tasks.decide", "tandem.tasks.worker_signals")
+    celery_app.conf.imports = (
+        "tandem.tasks.turns",
+        "tandem.tasks.decide",
+        "tandem.tasks.resume",
+        "tandem.tasks.worker_signals",
+    )
     return celery_app
 
 

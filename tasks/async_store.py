@@ -17,7 +17,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from tandem.tasks.spec import JobResult, JobStatus
-from tandem.tasks.store import JobStore, status_from_record
+from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends, status_from_record
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
 """Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""
@@ -93,6 +93,13 @@ class AsyncJobStore:
                 last_id = _text(entry_id)
         return last_id
 
+    async def final_is_last(self, job_id: str, event_id: str) -> bool:
+        """``JobStore.final_is_last``: the ``final`` event ``event_id`` ends the job's stream."""
+        key = self.keys.key(job_id, "events")
+        after = await self.redis.xrange(key, min=f"({event_id}", count=FINAL_LOOKAHEAD)
+        state = await self.redis.hget(self.keys.key(job_id, "state"), "state")
+        return final_ends(entry_types(after), state)
+
     async def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None
     ) -> AsyncIterator[dict[str, Any]]:
@@ -112,7 +119,7 @@ class AsyncJobStore:
                     event = event_from_entry(entry_id, fields)
                     last_id = event["id"]
                     yield event
-                    if event["type"] == "final":
+                    if event["type"] == "final" and await self.final_is_last(job_id, event["id"]):
                         return
             # Nothing new: stop for an unknown job, or for one that has ended.
             if not batch and (await self.status(job_id) is None or await self.result(job_id) is not None):

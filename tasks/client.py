@@ -16,7 +16,7 @@ from celery import Celery
 from tandem.reasoner.approval import Decision
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
-from tandem.tasks.errors import DecisionRefused, JobTimeout, UnknownJobError
+from tandem.tasks.errors import DecisionRefused, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
@@ -82,7 +82,9 @@ class JobHandle:
         """Wait for the final result; ``JobTimeout`` after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            found = self._store.result(self.id) or self._celery_result()
+            found = self._store.result(self.id)
+            if found is None and not self._running():
+                found = self._celery_result()
             if found is not None:
                 return found
             if deadline is not None and time.monotonic() >= deadline:
@@ -90,6 +92,13 @@ class JobHandle:
                     f"job {self.id} has not ended after {timeout:g} s (state: {self._state()})"
                 )
             time.sleep(poll)
+
+    def _running(self) -> bool:
+        """True while the store has the job running: Celery's result (a refused spec's answer, or
+        the end of a run before a resume) does not answer for it then."""
+        raw = self._store.redis.hget(self._store.key(self.id, "state"), "state")
+        state = None if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))
+        return state is not None and state != "queued" and state not in FINAL_STATES
 
     def _state(self) -> str:
         try:
@@ -173,6 +182,42 @@ class JobHandle:
             raise DecisionRefused(f"job {self.id!r} is not waiting for a decision; nothing was decided")
         undecided = [{"index": p.index, "approve": False, "reason": reason} for p in record.undecided()]
         return self.decide(undecided, timeout=timeout)
+
+    # -- resume and fork ----------------------------------------------------------------------
+
+    def resume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
+        """Continue this failed, cancelled or truncated job from its last stored step, under the
+        same id (``tandem.resume``: stored model replies and tool results are reused, never
+        redone); ``max_rounds`` raises its round budget. Returns this handle: ``result()`` then
+        waits for the new end. ``ResumeRefused`` says why not (nothing changed then)."""
+        kwargs: dict[str, Any] = {"job_id": self.id}
+        if max_rounds is not None:
+            kwargs["max_rounds"] = max_rounds
+        self._ask("tandem.resume", kwargs, timeout)
+        return self
+
+    def fork(
+        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+    ) -> JobHandle:
+        """Start a new job holding rounds ``0..round-1`` of this ended job, running on from round
+        ``round`` with the same spec (the goal replaced by ``goal``, the budget by ``max_rounds``,
+        if given) through ``tandem.fork``; its handle. This job is untouched. ``ResumeRefused``
+        says why not."""
+        kwargs: dict[str, Any] = {"job_id": self.id, "round": round}
+        if goal is not None:
+            kwargs["goal"] = goal
+        if max_rounds is not None:
+            kwargs["max_rounds"] = max_rounds
+        reply = self._ask("tandem.fork", kwargs, timeout)
+        return JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
+
+    def _ask(self, task: str, kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
+        reply = self._app.send_task(task, kwargs=kwargs).get(timeout=timeout)
+        if not isinstance(reply, dict) or not reply.get("accepted"):
+            error = reply.get("error") if isinstance(reply, dict) else repr(reply)
+            reason = reply.get("reason", "invalid") if isinstance(reply, dict) else "invalid"
+            raise ResumeRefused(str(error), str(reason))
+        return reply
 
     # -- asyncio ------------------------------------------------------------------------------
 

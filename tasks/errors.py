@@ -7,7 +7,8 @@ The tree::
     │   └── SpecLimitError    a spec (or a part of it) is over a size or depth limit (``code`` 413)
     ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
     ├── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
-    └── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
+    ├── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
+    └── ResumeRefused         a resume or fork was refused (unknown, not ended, bad budget or round)
 
 A job that fails at run time is not an exception: its ``JobResult`` has ``status="failed"`` and the
 reason in ``error``.
@@ -46,3 +47,13 @@ class JobTimeout(JobError, TimeoutError):
 class DecisionRefused(JobError, ValueError):
     """A decision on a job's calls awaiting approval was refused (the job waits for none, an
     unknown call, edited args that do not fit, decided already, too late); nothing changed."""
+
+
+class ResumeRefused(JobError, ValueError):
+    """A resume or fork was refused; nothing changed. ``reason`` is ``unknown`` (no such job, or
+    its memory expired), ``state`` (it has not ended, or cannot resume from its state) or
+    ``invalid`` (a ``max_rounds`` or ``round`` that does not fit the stored run)."""
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -50,10 +50,17 @@ class _Event(BaseModel):
 
 
 class JobStarted(_Event):
-    """A worker took the job and stored its spec."""
+    """A worker took the job and stored its spec; or a run of it started again: ``resumed`` (the
+    same job, after it ended) or ``forked_from`` (a new job holding the first ``forked_round``
+    rounds of that one), at step ``step`` of round ``round``."""
 
     type: Literal["job_started"] = "job_started"
     spec: dict[str, Any] = Field(default_factory=dict)
+    resumed: bool = False
+    forked_from: str | None = None
+    forked_round: int | None = None
+    round: int = 0
+    step: str = ""
 
 
 class RoundStarted(_Event):

@@ -71,6 +71,24 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any]) -> JobStatus | None:
     )
 
 
+FINAL_LOOKAHEAD = 100
+"""How many entries after a ``final`` event are searched for the ``job_started`` of a resume."""
+
+
+def entry_types(entries: Any) -> list[str]:
+    """The ``type`` field of raw stream entries (bytes or str)."""
+    return [_text(f.get(b"type", f.get("type", ""))) for _, f in entries]
+
+
+def final_ends(following: list[str], state: Any) -> bool:
+    """Whether a ``final`` event ends its job's stream, from the types of the entries that follow
+    it and the job's state now: it does, unless the job was resumed since (a ``job_started``
+    follows, or none yet but the record is live again)."""
+    if "job_started" in following:
+        return False
+    return bool(following) or state is None or _text(state) in FINAL_STATES
+
+
 RECENT_LIMIT = 1000
 """How many jobs the index of recent jobs (``JobStore.recent``) keeps."""
 
@@ -300,11 +318,18 @@ class JobStore:
         entries = self.redis.xrange(self.key(job_id, "events"), min=start, count=count)
         return [decode_entry(entry_id, fields) for entry_id, fields in entries]
 
+    def final_is_last(self, job_id: str, event_id: str) -> bool:
+        """True when the ``final`` event ``event_id`` ends the job's stream (see ``final_ends``)."""
+        after = self.redis.xrange(self.key(job_id, "events"), min=f"({event_id}", count=FINAL_LOOKAHEAD)
+        state = self.redis.hget(self.key(job_id, "state"), "state")
+        return final_ends(entry_types(after), state)
+
     def events(
         self, job_id: str, *, last_id: str = "0", block_ms: int = 1000, timeout: float | None = None
     ) -> Iterator[JobEvent]:
         """Yield the job's events after stream id ``last_id`` (``"0"``: from the first, ``"$"``:
-        only new ones), waiting for new ones, until ``final``. Stops after ``timeout`` seconds if given.
+        only new ones), waiting for new ones, until the ``final`` that ends the stream (a resumed
+        job's goes on after its earlier ``final``). Stops after ``timeout`` seconds if given.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         key = self.key(job_id, "events")
@@ -318,7 +343,7 @@ class JobStore:
                     event = decode_entry(entry_id, fields)
                     last_id = event.id
                     yield event
-                    if event.type == "final":
+                    if event.type == "final" and self.final_is_last(job_id, event.id):
                         return
             # Nothing new: stop for an unknown job, or for one that has ended (every event was
             # read, even if its finisher died before publishing ``final``).

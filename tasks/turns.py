@@ -402,6 +402,9 @@ def _call_failed(index: int, name: str, output: str) -> FunctionCallResult:
     return FunctionCallResult(index=index, name=name, status=FunctionCallStatus.FAILED, output=output)
 
 
+CANCELLED_CALL = "the job was cancelled"
+"""The output stored for a call its cancelled job never ran (a resumed job runs it)."""
+
 INTERRUPTED = (
     "this call was interrupted (the worker running it was lost) and was not run again because "
     "the tool is at_most_once: it may or may not have taken effect; check before calling it again"
@@ -437,7 +440,7 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
             by_name = {t.name: t for t in task.recommend()[0]}
             tool = by_name.get(call.name)
             if rt.store.cancel_requested(job_id):
-                result = _call_failed(index, call.name or "(cancelled)", "the job was cancelled")
+                result = _call_failed(index, call.name or "(cancelled)", CANCELLED_CALL)
             elif claim.attempt > 1 and tool is not None and tool.at_most_once:
                 result = _call_failed(index, call.name, INTERRUPTED)
             else:

@@ -57,6 +57,30 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cancel", help="cancel a job")
     c.add_argument("job_id")
 
+    rs = sub.add_parser(
+        "resume",
+        help="continue a failed, cancelled or truncated job from its last stored step",
+        description="The job goes on under the same id: stored model replies and tool results are "
+        "reused, never redone. Then its events are shown live, as with `tandem run`.",
+    )
+    rs.add_argument("job_id")
+    rs.add_argument("--max-rounds", type=int, default=None, help="raise the job's round budget to N")
+    _follow_options(rs)
+
+    fk = sub.add_parser(
+        "fork",
+        help="start a new job from the first rounds of an ended job",
+        description="The new job holds rounds 0..R-1 of JOB and runs on from round R with the same "
+        "spec (the goal replaced with --goal); JOB is untouched.",
+    )
+    fk.add_argument("job_id")
+    fk.add_argument(
+        "--round", type=int, required=True, metavar="R", help="keep the first R rounds (0..R-1) and go on"
+    )
+    fk.add_argument("--goal", default=None, help="the new job's goal (default: the same goal)")
+    fk.add_argument("--max-rounds", type=int, default=None, help="the new job's round budget")
+    _follow_options(fk)
+
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
     wa.add_argument("job_id")
     wa.add_argument(
@@ -91,6 +115,13 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--actions", default="", help="comma-separated toolkit actions to start from")
     p.add_argument("--tools", default=None, help="comma-separated allow-list of tools")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
+    p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
+    p.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
+
+
+def _follow_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detach", action="store_true", help="print the job id and return at once")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
     p.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
@@ -170,6 +201,39 @@ def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:
     if args.json:
         print(result.model_dump_json(indent=2))
     return 0 if result.status == "completed" else 1
+
+
+def _show_to_end(handle: Any, after: str, args: argparse.Namespace) -> int:
+    from tandem.workers.display import show_events
+
+    final = show_events(handle.events(after=after, timeout=args.timeout), tokens=not args.no_tokens)
+    result = handle.result(timeout=5 if final else args.timeout)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    return 0 if result.status == "completed" else 1
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from tandem.tasks import job
+
+    handle = job(args.job_id)
+    newest = handle._store.redis.xrevrange(handle._store.key(handle.id, "events"), count=1)
+    after = newest[0][0] if newest else "0"
+    after = after.decode() if isinstance(after, bytes) else str(after)  # its events from the resume on
+    handle.resume(args.max_rounds)
+    print(f"job {handle.id} resumed", flush=True)  # where it goes on: its job_started event
+    return 0 if args.detach else _show_to_end(handle, after, args)
+
+
+def _fork(args: argparse.Namespace) -> int:
+    from tandem.tasks import job
+
+    forked = job(args.job_id).fork(args.round, args.goal, max_rounds=args.max_rounds)
+    print(f"job {forked.id} forked from {args.job_id}: it keeps its first {args.round} round(s)", flush=True)
+    if args.detach:
+        print(forked.id)
+        return 0
+    return _show_to_end(forked, "0", args)
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -292,6 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "watch":
             return _watch(args)
+        if args.command == "resume":
+            return _resume(args)
+        if args.command == "fork":
+            return _fork(args)
         if args.command == "api":
             from tandem.workers.api.server import serve
 

@@ -48,7 +48,14 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
         return f"  … waiting: {data.get('reason')}{retry} {data.get('detail') or ''}".rstrip()
     if kind == "job_started":
         spec = data.get("spec", {})
-        return f"job started: {spec.get('reasoner', 'dual')} reasoner, up to {spec.get('max_rounds')} rounds"
+        budget = f"{spec.get('reasoner', 'dual')} reasoner, up to {spec.get('max_rounds')} rounds"
+        where = f"the {data.get('step')} step of round {int(data.get('round') or 0) + 1}"
+        if data.get("resumed"):
+            return f"\njob resumed at {where}: {budget}"
+        if data.get("forked_from"):
+            kept = f"its first {data.get('forked_round')} rounds"
+            return f"job forked from {data['forked_from']} ({kept}), going on at {where}: {budget}"
+        return f"job started: {budget}"
     if kind == "round_started":
         return f"\n── round {data['round'] + 1} of {data['max_rounds']} " + "─" * 40
     if kind == "model_reply":

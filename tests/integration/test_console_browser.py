@@ -90,3 +90,24 @@ def test_the_console_runs_the_demo_job_and_shows_its_deliverable(chromium: str, 
         page.close()
     finally:
         browser.close()
+
+
+def test_the_console_resumes_a_truncated_job_with_more_rounds(chromium: str, demo_api: ApiProcess) -> None:
+    browser = Browser(f"{demo_api.url}/", chromium)
+    try:
+        page = browser.page()
+        page.wait_for("document.readyState === 'complete' && !!document.querySelector('#submit')", 30)
+        page.evaluate("document.querySelector('#max-rounds').value = '1'; true")
+        page.evaluate("document.querySelector('#submit').click()")
+        state = "document.querySelector('#job-state').textContent"
+        page.wait_for(f"{state} === 'truncated'", 120)
+        assert page.evaluate("document.querySelector('#resume').hidden") is False
+        page.evaluate("window.prompt = () => '6'; document.querySelector('#resume').click(); true")
+        shown = "document.querySelector('#outcome').hidden ? '' : "
+        page.wait_for(f"{state} === 'completed'", 120)
+        deliverable = page.wait_for(shown + "document.querySelector('#deliverable').textContent", 30)
+        assert "84" in deliverable
+        assert page.evaluate("document.querySelector('#resume').hidden") is True
+        page.close()
+    finally:
+        browser.close()

@@ -270,6 +270,8 @@ def test_the_openapi_document_names_every_endpoint(api: Fixture) -> None:
         "/v1/jobs/{job_id}/events",
         "/v1/jobs/{job_id}/cancel",
         "/v1/jobs/{job_id}/decisions",
+        "/v1/jobs/{job_id}/resume",
+        "/v1/jobs/{job_id}/fork",
         "/healthz",
     }
     schemas = doc["components"]["schemas"]
@@ -348,3 +350,67 @@ def test_decisions_reach_the_job_handle_and_refusals_are_409(
     assert asked == [(job_id, [{"index": 1, "approve": True}]), (job_id, False)]
     assert api.client.get(f"/v1/jobs/{job_id}").json()["approval"] is None
     assert api.client.post("/v1/jobs/nope/decisions", json={"decisions": True}).status_code == 404
+
+
+# -- resume and fork ---------------------------------------------------------------------------------
+
+
+class _Answered:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def get(self, timeout: float | None = None) -> Any:
+        return self.value
+
+
+def test_resume_and_fork_go_through_the_tasks_and_refusals_map_to_codes(
+    api: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tasks run here, on the API's fakeredis, as a worker would run them."""
+    from tandem.reasoner.messages import ModelMessage
+    from tandem.tasks import resume as resume_module
+    from tandem.tasks import runtime as runtime_module
+    from tandem.tasks import turns
+    from tandem.tasks.runtime import Runtime
+
+    rt = Runtime(api.settings)
+    rt.__dict__["redis"] = fakeredis.FakeRedis(server=api.server)
+    monkeypatch.setattr(runtime_module, "_runtime", rt)
+    sent: list[Any] = []
+    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: sent.append((name, args)))
+    monkeypatch.setattr(resume_module.app.backend, "forget", lambda job_id: None)
+    tasks = {"tandem.resume": resume_module.resume, "tandem.fork": resume_module.fork}
+    monkeypatch.setattr(
+        api.celery, "send_task", lambda name, kwargs, **kw: _Answered(tasks[name].apply(kwargs=kwargs).get())
+    )
+    spec = JobSpec(goal="g", max_rounds=1)
+    first = (0, "thinker")
+    assert rt.machine.create("job-1", spec.model_dump_json(), "dual", first, [], timeout=60, ttl_after=60)
+    memory = rt.store.memory("job-1")
+    memory.add_message(ModelMessage(role="thinker", round=0, content="<instruction>go</instruction>"))
+    memory.add_message(ModelMessage(role="actor", round=0, content="<action>thinking</action>"))
+    running = api.client.post("/v1/jobs/job-1/resume")
+    assert running.status_code == 409 and "is running, not ended" in running.json()["error"]["message"]
+    rt.machine.finish("job-1", '{"job_id": "job-1", "status": "truncated"}', "truncated", "", 60)
+
+    low = api.client.post("/v1/jobs/job-1/resume", json={"max_rounds": 1})
+    assert low.status_code == 422 and "has used 1 round(s) already" in low.json()["error"]["message"]
+    bad = api.client.post("/v1/jobs/job-1/resume", json={"max_rounds": "many"})
+    assert bad.status_code == 422 and bad.json()["error"]["fields"][0]["field"] == "max_rounds"
+    far = api.client.post("/v1/jobs/job-1/fork", json={"round": 5})
+    assert far.status_code == 422 and "outside the stored rounds" in far.json()["error"]["message"]
+    spent = api.client.post("/v1/jobs/job-1/fork", json={"round": 1})
+    assert spent.status_code == 422 and "would end truncated at once" in spent.json()["error"]["message"]
+    forked = api.client.post("/v1/jobs/job-1/fork", json={"round": 1, "goal": "other", "max_rounds": 3})
+    assert forked.status_code == 202 and forked.json()["forked_from"] == "job-1"
+    fork_id = forked.json()["id"]
+    assert forked.headers["location"] == f"/v1/jobs/{fork_id}" and fork_id != "job-1"
+    assert api.client.get(f"/v1/jobs/{fork_id}").json()["status"]["round"] == 1
+    assert ("tandem.thinker_turn", [fork_id, 1]) in sent
+
+    resumed = api.client.post("/v1/jobs/job-1/resume", json={"max_rounds": 4})
+    assert resumed.status_code == 202, resumed.json()
+    assert resumed.json()["status"]["state"] == "running" and resumed.json()["status"]["round"] == 1
+    assert ("tandem.thinker_turn", ["job-1", 1]) in sent
+    assert api.client.get("/v1/jobs/job-1").json()["result"] is None  # the old result no longer answers
+    assert api.client.post("/v1/jobs/nope/resume").status_code == 404

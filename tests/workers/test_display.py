@@ -29,6 +29,16 @@ def test_job_started() -> None:
     )
 
 
+def test_a_resumed_or_forked_run_says_where_it_goes_on() -> None:
+    spec = {"reasoner": "dual", "max_rounds": 30}
+    resumed = render_event(event("job_started", spec=spec, resumed=True, round=2, step="actor"))
+    assert resumed == "\njob resumed at the actor step of round 3: dual reasoner, up to 30 rounds"
+    forked = render_event(
+        event("job_started", spec=spec, forked_from="job-1", forked_round=2, round=2, step="thinker")
+    )
+    assert forked.startswith("job forked from job-1 (its first 2 rounds), going on at the thinker step")
+
+
 def test_round_started_counts_from_one() -> None:
     text = render_event(event("round_started", round=0, max_rounds=5))
     assert text.startswith("\n── round 1 of 5 ")

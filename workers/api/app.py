@@ -12,6 +12,10 @@
 * ``POST /v1/jobs/{id}/cancel``: ask the job to stop (202), 409 once it has ended.
 * ``POST /v1/jobs/{id}/decisions``: approve or reject tool calls awaiting approval (409 when
   refused: nothing changed); ``GET /v1/jobs/{id}`` shows the pending ``approval``.
+* ``POST /v1/jobs/{id}/resume``: continue a failed, cancelled or truncated job from its last
+  stored step (body ``{"max_rounds": N}`` optional); 202. ``POST /v1/jobs/{id}/fork``: a new job
+  from rounds ``0..round-1`` (body ``{"round": R, "goal"?, "max_rounds"?}``); 202 with its id. Refusals:
+  404 (unknown or expired), 409 (not ended), 422 (budget or round), 504 (no worker answered).
 * ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
 """
 
@@ -19,10 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
@@ -40,15 +44,16 @@ from starlette.types import ASGIApp
 from tandem.broker_config import Settings
 from tandem.tasks.approvals import ApprovalStore
 from tandem.tasks.client import JobHandle, submit
-from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, UnknownJobError
+from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.job_events import decode_entry, event_json
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit, too_large
 from tandem.workers.api.openapi import openapi_document
 
+T = TypeVar("T")
 _STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _STATIC = {
@@ -190,6 +195,73 @@ class Api:
             ) from None
         return JSONResponse({"id": job_id, "decisions": [d.model_dump(mode="json") for d in decided]})
 
+    async def resume_job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        handle = await run_in_threadpool(self.handle, job_id)
+        body = await _optional_json(request, self.settings.api_max_body)
+        max_rounds = body.get("max_rounds")
+        if max_rounds is not None and (isinstance(max_rounds, bool) or not isinstance(max_rounds, int)):
+            raise ApiError(
+                422,
+                "invalid_resume",
+                f"max_rounds must be a whole number, got {max_rounds!r}: "
+                'send {"max_rounds": 30}, or no body to keep the budget',
+                fields=[{"field": "max_rounds", "message": "not a whole number"}],
+            )
+        await self._worker_answer(lambda: handle.resume(max_rounds, timeout=self.decide_timeout))
+        status = await run_in_threadpool(handle.status)
+        reply = {"id": job_id, "resumed": True, "status": status.model_dump(mode="json")}
+        return JSONResponse({**reply, "links": _links(job_id)}, status_code=202)
+
+    async def fork_job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        handle = await run_in_threadpool(self.handle, job_id)
+        body = await read_json(request, self.settings.api_max_body)
+        body = body if isinstance(body, dict) else {}
+        round_no, goal, max_rounds = body.get("round"), body.get("goal"), body.get("max_rounds")
+        if (
+            isinstance(round_no, bool)
+            or not isinstance(round_no, int)
+            or not isinstance(goal, str | None)
+            or not isinstance(max_rounds, int | None)
+        ):
+            raise ApiError(
+                422,
+                "invalid_fork",
+                'send {"round": R, "goal": "...", "max_rounds": N}: R (a whole number) keeps the job\'s '
+                "rounds 0..R-1; goal (a string) and max_rounds (a whole number) are optional",
+                fields=[{"field": "round", "message": "a whole number"}],
+            )
+        forked = await self._worker_answer(
+            lambda: handle.fork(round_no, goal, max_rounds=max_rounds, timeout=self.decide_timeout)
+        )
+        status = await run_in_threadpool(forked.status)
+        reply = {
+            "id": forked.id,
+            "forked_from": job_id,
+            "round": round_no,
+            "status": status.model_dump(mode="json"),
+            "links": _links(forked.id),
+        }
+        return JSONResponse(reply, status_code=202, headers={"Location": f"/v1/jobs/{forked.id}"})
+
+    async def _worker_answer(self, ask: Callable[[], T]) -> T:
+        """Run a request a worker answers (resume, fork); its refusal as 404/409/422, none as 504."""
+        try:
+            return await run_in_threadpool(ask)
+        except ResumeRefused as exc:
+            code, name = {"unknown": (404, "unknown_job"), "state": (409, "job_state")}.get(
+                exc.reason, (422, "invalid_request")
+            )
+            raise ApiError(code, name, str(exc)) from None
+        except CeleryTimeout:
+            raise ApiError(
+                504,
+                "no_worker_answered",
+                f"no worker answered within {self.decide_timeout:g} s: are workers running? "
+                "Look at GET /v1/jobs/{id} before trying again",
+            ) from None
+
     async def job_events(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         await run_in_threadpool(self.handle, job_id)
@@ -220,7 +292,7 @@ class Api:
                     event = decode_entry(entry_id, fields)
                     after = event.id
                     yield f"id: {event.id}\nevent: {event.type}\ndata: {event_json(event)}\n\n"
-                    if event.type == "final":
+                    if event.type == "final" and await self._final_is_last(job_id, event.id):
                         return
             if batch:
                 continue
@@ -232,6 +304,13 @@ class Api:
             if await request.is_disconnected():
                 return
             yield ": heartbeat\n\n"
+
+    async def _final_is_last(self, job_id: str, event_id: str) -> bool:
+        """The ``final`` event ``event_id`` ends the job's stream (a resumed job's goes on)."""
+        key = self.store.key(job_id, "events")
+        after = await self.async_redis.xrange(key, min=f"({event_id}", count=FINAL_LOOKAHEAD)
+        state = await self.async_redis.hget(self.store.key(job_id, "state"), "state")
+        return final_ends(entry_types(after), state)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -261,6 +340,8 @@ def _links(job_id: str) -> dict[str, str]:
         "events": f"{base}/events",
         "cancel": f"{base}/cancel",
         "decisions": f"{base}/decisions",
+        "resume": f"{base}/resume",
+        "fork": f"{base}/fork",
     }
 
 
@@ -282,6 +363,18 @@ def _validate(raw: dict[str, Any]) -> JobSpec:
 def _short(value: Any) -> Any:
     text = json.dumps(value, default=str)
     return value if len(text) <= 200 else text[:200] + "…"
+
+
+async def _optional_json(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object body, or ``{}`` when it sent none."""
+    if not request.headers.get("content-type") and request.headers.get("content-length", "0") == "0":
+        return {}
+    raw = await read_json(request, limit)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ApiError(422, "invalid_body", f"the body must be a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -343,6 +436,8 @@ def create_api(settings: Settings, **options: Any) -> ASGIApp:
         Route("/v1/jobs/{job_id}/events", api.job_events, methods=["GET"]),
         Route("/v1/jobs/{job_id}/cancel", api.cancel_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/resume", api.resume_job, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/fork", api.fork_job, methods=["POST"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         *(Route(path, api.static, methods=["GET"]) for path in _STATIC),

@@ -200,6 +200,70 @@ def openapi_document() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/jobs/{job_id}/resume": {
+            "post": {
+                "summary": "Continue a failed, cancelled or truncated job from its last stored step",
+                "description": "The job goes on under the same id: stored model replies and tool results are "
+                'reused, never redone. Body (optional): {"max_rounds": N} raises the round budget (N above '
+                "the rounds used). The job's event stream goes on after its earlier final event with a "
+                "job_started event holding resumed: true.",
+                "operationId": "resumeJob",
+                "parameters": [_JOB_ID],
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {"max_rounds": {"type": "integer", "minimum": 1}},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": _json({"type": "object"}, "Resumed: the job runs again; follow links.events."),
+                    "401": unauthorized,
+                    "404": _error("No such job, or its memory expired (TANDEM_MEMORY_TTL)."),
+                    "409": _error("The job has not ended, or it completed: nothing to resume."),
+                    "422": _error("max_rounds is not above the rounds used, or too low to go on."),
+                    "504": _error("No worker answered in time."),
+                },
+            }
+        },
+        "/v1/jobs/{job_id}/fork": {
+            "post": {
+                "summary": "Start a new job from the first rounds of an ended job",
+                "description": 'Body: {"round": R, "goal": "...", "max_rounds": N}: the new job holds rounds '
+                "0..R-1 of the job and runs on from there with the same spec (goal and budget replaced if "
+                "given); the job is untouched.",
+                "operationId": "forkJob",
+                "parameters": [_JOB_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["round"],
+                                "properties": {
+                                    "round": {"type": "integer", "minimum": 1},
+                                    "goal": {"type": "string"},
+                                    "max_rounds": {"type": "integer", "minimum": 2},
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": _json(_ref("Job"), "The new job; Location is its URL."),
+                    "401": unauthorized,
+                    "404": _error("No such job, or its memory expired (TANDEM_MEMORY_TTL)."),
+                    "409": _error("The job has not ended; nothing changed."),
+                    "422": _error("round is outside the stored rounds, or the goal is invalid."),
+                    "504": _error("No worker answered in time."),
+                },
+            }
+        },
         "/healthz": {
             "get": {
                 "summary": "Liveness: Redis answers",
@@ -213,7 +277,7 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "tandem API",
             "version": tandem.__version__,
-            "description": "Submit reasoning jobs, follow their events, cancel them. "
+            "description": "Submit reasoning jobs, follow their events, cancel, resume or fork them. "
             "The job console is at /.",
         },
         "paths": paths,

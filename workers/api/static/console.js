@@ -81,6 +81,7 @@ function setState(name) {
   badge.textContent = name;
   badge.className = `state ${name}`;
   $("#cancel").disabled = ["completed", "truncated", "failed", "cancelled"].includes(name);
+  $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
 }
 
 function roundBox(round, maxRounds) {
@@ -194,7 +195,12 @@ async function decideAll(approve) {
 
 function handle(ev) {
   switch (ev.type) {
-    case "job_started": $("#job-goal").textContent = (ev.spec && ev.spec.goal) || ""; setState("running"); break;
+    case "job_started":
+      $("#job-goal").textContent = (ev.spec && ev.spec.goal) || "";
+      state.maxRounds = (ev.spec && ev.spec.max_rounds) || 0;
+      if (ev.resumed) $("#outcome").hidden = true; // the stream goes on after the earlier final
+      setState("running");
+      break;
     case "round_started": roundBox(ev.round, ev.max_rounds); break;
     case "model_delta": onDelta(ev); break;
     case "model_reply": onReply(ev); break;
@@ -308,7 +314,23 @@ async function cancelJob() {
 }
 
 $("#new-job").addEventListener("submit", startJob);
+async function resumeJob() {
+  if (!state.jobId) return;
+  const options = { method: "POST" };
+  if ($("#job-state").textContent === "truncated") { // its rounds are spent: it goes on with more
+    const suggested = String((state.maxRounds || 10) * 2);
+    const raised = window.prompt("It used its rounds. Raise its round budget to:", suggested);
+    if (raised === null) return;
+    options.headers = { "Content-Type": "application/json" };
+    options.body = JSON.stringify({ max_rounds: Number(raised) });
+  }
+  const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/resume`, options);
+  notice(response.ok ? "resumed" : await errorText(response));
+  if (response.ok) openJob(state.jobId); // follow the new run (its stream goes on after the old final)
+}
+
 $("#cancel").addEventListener("click", cancelJob);
+$("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
 $("#token-form").addEventListener("submit", (event) => {

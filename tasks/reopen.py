@@ -1,0 +1,205 @@
+"""``Reopener``: put an ended job back to work (resume), or start a fork at a stored step, in one
+atomic Redis script over the job's keys (the ``JOB_PARTS`` of ``tandem.tasks.store``).
+
+``reopen`` (mode ``resume``) takes a ``failed``, ``cancelled`` or ``truncated`` job whose record
+has not moved since the caller read it (its ``updated_at``: two resumes computed from the same
+stored run reopen it once, and a resume computed before another run ended changes nothing) and, at
+once: stores the (possibly updated) spec, sets the record to ``running`` at the resume step with a
+new epoch (claims of the old run are fenced off), a fresh deadline, the step's messages in the
+outbox, removes the old result and the cancel flag, forgets the placeholder results of calls that
+never ran, and gives every key its live TTL again.
+
+``start`` (mode ``fork``) writes a new job's record at a given step together with its copied memory
+and call results, and refuses an id that has a record already.
+
+A refused call changes nothing and says why: ``gone`` (no record or no spec: unknown, or its
+keys expired), ``state`` (not resumable in its state), ``moved`` (changed since it was read),
+``exists`` (a fork's id is taken).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.tasks.jobstate import _COMMON, JobMachine, Message
+
+RESUMABLE_STATES: frozenset[str] = frozenset({"failed", "cancelled", "truncated"})
+"""The states a job can be resumed from."""
+
+# KEYS: the job's keys in JOB_PARTS order. ARGV: mode, expected updated_at, spec, reasoner, round,
+# kind, calls, status, pending, outbox, outbox id, timeout, ttl_after, memory writes, call-result
+# writes (JSON [[field, value], ...]), call indices to forget (JSON list).
+_REOPEN = (
+    _COMMON
+    + """
+local RESUMABLE = {failed=true, cancelled=true, truncated=true}
+local s = redis.call('HMGET', KEYS[1], 'state', 'updated_at')
+if ARGV[1] == 'resume' then
+  if not s[1] or redis.call('EXISTS', KEYS[2]) == 0 then return {'gone', ''} end
+  if not RESUMABLE[s[1]] then return {'state', s[1]} end
+  if s[2] ~= ARGV[2] then return {'moved', s[1]} end
+elseif s[1] then
+  return {'exists', s[1]}
+end
+local t = now()
+redis.call('SET', KEYS[2], ARGV[3])
+for _, w in ipairs(cjson.decode(ARGV[14])) do redis.call('HSETNX', KEYS[3], w[1], w[2]) end
+for _, w in ipairs(cjson.decode(ARGV[15])) do redis.call('HSETNX', KEYS[4], w[1], w[2]) end
+if ARGV[6] == 'tools' then
+  for _, i in ipairs(cjson.decode(ARGV[16])) do
+    local k = tostring(i)
+    redis.call('HDEL', KEYS[4], ARGV[5] .. ':' .. k)
+    redis.call('HDEL', KEYS[5], k .. ':holder', k .. ':until', k .. ':attempts', k .. ':expiries')
+  end
+else
+  redis.call('DEL', KEYS[5])
+end
+redis.call('DEL', KEYS[7], KEYS[8])
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+if ARGV[1] == 'resume' then redis.call('HINCRBY', KEYS[1], 'resumes', 1) end
+redis.call('HSETNX', KEYS[1], 'created_at', fmt(t))
+redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[4], 'round', ARGV[5], 'kind', ARGV[6],
+  'calls', ARGV[7], 'status', ARGV[8], 'pending', ARGV[9], 'holder', '', 'lease_until', 0, 'expiries', 0,
+  'retries', 0, 'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t),
+  'deadline', fmt(t + tonumber(ARGV[12])), 'ttl_after', ARGV[13], 'wait_for', '', 'wait_until', 0,
+  'last_error', '', 'error', '', 'tx', '')
+expire_all(live_ttl(t))
+return {'ok', tostring(epoch)}
+"""
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a reopened or forked job starts: the step (``round``, ``kind``; ``calls`` and the
+    ``pending`` ones of a ``tools`` step; ``status`` of ``finalize``) and its messages."""
+
+    round: int
+    kind: str
+    outbox: list[Message]
+    calls: int = 0
+    pending: int = 0
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class Reopened:
+    """The script's answer: ``ok`` (with the new ``epoch``), ``gone``, ``state``, ``moved`` or
+    ``exists`` (with the ``state`` the record was found in)."""
+
+    outcome: str
+    state: str = ""
+    epoch: int = 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Reopener:
+    """The reopen script over one ``JobMachine``'s store."""
+
+    def __init__(self, machine: JobMachine) -> None:
+        self.machine = machine
+        self._script = machine.redis.register_script(_REOPEN)
+
+    def _run(
+        self,
+        mode: str,
+        job_id: str,
+        expected: str,
+        spec_json: str,
+        reasoner: str,
+        at: Placement,
+        *,
+        timeout: float,
+        ttl_after: int,
+        memory: Sequence[tuple[str, str]] = (),
+        call_results: Sequence[tuple[str, str]] = (),
+        forget: Sequence[int] = (),
+    ) -> Reopened:
+        reply = self._script(
+            keys=self.machine.store.keys(job_id),
+            args=[
+                mode,
+                expected,
+                spec_json,
+                reasoner,
+                at.round,
+                at.kind,
+                at.calls,
+                at.status,
+                at.pending,
+                json.dumps(at.outbox),
+                uuid.uuid4().hex,
+                f"{timeout:.3f}",
+                ttl_after,
+                json.dumps([list(w) for w in memory]),
+                json.dumps([list(w) for w in call_results]),
+                json.dumps(list(forget)),
+            ],
+        )
+        outcome, detail = _text(reply[0]), _text(reply[1])
+        if outcome == "ok":
+            return Reopened("ok", "running", int(detail))
+        return Reopened(outcome, detail)
+
+    def reopen(
+        self,
+        job_id: str,
+        expected_updated_at: str,
+        spec_json: str,
+        reasoner: str,
+        at: Placement,
+        *,
+        timeout: float,
+        ttl_after: int,
+        forget: Sequence[int] = (),
+    ) -> Reopened:
+        """Reopen an ended job at ``at`` (see the module docstring); ``forget`` names the calls of a
+        ``tools`` step whose stored results are placeholders to run again."""
+        return self._run(
+            "resume",
+            job_id,
+            expected_updated_at,
+            spec_json,
+            reasoner,
+            at,
+            timeout=timeout,
+            ttl_after=ttl_after,
+            forget=forget,
+        )
+
+    def start(
+        self,
+        job_id: str,
+        spec_json: str,
+        reasoner: str,
+        at: Placement,
+        *,
+        timeout: float,
+        ttl_after: int,
+        memory: Sequence[tuple[str, str]],
+        call_results: Sequence[tuple[str, str]] = (),
+    ) -> Reopened:
+        """Create job ``job_id`` at ``at`` with ``memory`` (message key, JSON) and ``call_results``
+        (``"<round>:<index>"``, JSON) already stored; ``exists`` if the id has a record."""
+        return self._run(
+            "fork",
+            job_id,
+            "",
+            spec_json,
+            reasoner,
+            at,
+            timeout=timeout,
+            ttl_after=ttl_after,
+            memory=memory,
+            call_results=call_results,
+        )
+
+
+__all__ = ["RESUMABLE_STATES", "Placement", "Reopened", "Reopener"]
