@@ -323,3 +323,39 @@ def test_the_decide_task_function_answers_in_json(store: JobStore) -> None:
         "complete": True,
         "decisions": [{"index": 1, "approve": True}, {"index": 3, "approve": True}],
     }
+
+
+# -- the reconciler -----------------------------------------------------------------------------
+
+
+def test_the_reconciler_rejects_only_after_the_timeout_and_cancel_ends_a_parked_job(
+    store: JobStore,
+) -> None:
+    from tandem.tasks.reconciler import Reconciler
+
+    park(store, now=time.time(), timeout_s=0.6)
+    store.machine.mark_sent(JOB, store.machine.outbox(JOB)[0])
+    store.machine.index(JOB, 0, 600)
+    expired: list[str] = []
+    ended: list[str] = []
+    reconciler = Reconciler(
+        store.machine,
+        lease_seconds=5,
+        stall_seconds=5,
+        max_lease_expiries=5,
+        resend=lambda job, verdict: None,
+        end=lambda job, verdict: ended.append(verdict.action),
+        expire=expired.append,
+    )
+    reconciler.sweep()
+    assert expired == [] and ended == []
+    time.sleep(0.7)
+    store.redis.zadd(store.machine.shard_key(store.machine.shard_of(JOB)), {JOB: 0})
+    reconciler.sweep()
+    assert expired == [JOB]
+    ApprovalStore(store).expire_if_due(JOB)
+    assert store.machine.record(JOB)["state"] == "running"
+
+    park(store, "cancelled")
+    store.request_cancel("cancelled")
+    assert store.machine.reconcile("cancelled", 5, 5, 5).action == "cancel"
