@@ -248,7 +248,7 @@ def test_racing_decisions_the_first_wins(approvals: ApprovalStore, store: JobSto
     assert record is not None
     [decision] = record.decisions
     n = int(winners[0].split()[1])
-    assert (decision.approve, decision.reason) == (n % 2 == 0, None if n % 2 == 0 else f"r{n}")
+    assert (decision.approve, decision.reason) == (n % 2 == 0, f"r{n}")
 
 
 def test_racing_complete_batches_move_the_job_once(approvals: ApprovalStore, store: JobStore) -> None:
