@@ -114,8 +114,10 @@ class LoopPlan(ABC):
         ctx: ToolCallContext,
         *,
         call_id: str | None = None,
+        approved: bool = False,
     ) -> FunctionCallResult:
-        """Run one call; never raises for what the model or the tool did wrong."""
+        """Run one call; never raises for what the model or the tool did wrong. ``approved``: a
+        person's decision approved it (a ``requires_approval`` tool runs only then)."""
 
     @abstractmethod
     def outcome(
@@ -216,9 +218,10 @@ class _RoundPlan(LoopPlan):
         ctx: ToolCallContext,
         *,
         call_id: str | None = None,
+        approved: bool = False,
     ) -> FunctionCallResult:
         """``ToolRunner.run_call``."""
-        return runner.run_call(tools, call, index, ctx, call_id=call_id)
+        return runner.run_call(tools, call, index, ctx, call_id=call_id, approved=approved)
 
     def outcome(
         self, memory: ReasonerMemory, status: OutcomeStatus, error: str | None = None
@@ -316,9 +319,10 @@ class ReActPlan(LoopPlan):
         ctx: ToolCallContext,
         *,
         call_id: str | None = None,
+        approved: bool = False,
     ) -> FunctionCallResult:
         """``react.run_call`` (values sent for injected parameters are dropped)."""
-        return react.run_call(runner, tools, call, index, ctx, call_id=call_id)
+        return react.run_call(runner, tools, call, index, ctx, call_id=call_id, approved=approved)
 
     def outcome(
         self, memory: ReasonerMemory, status: OutcomeStatus, error: str | None = None

@@ -374,10 +374,12 @@ def run_call(
     ctx: ToolCallContext | None = None,
     *,
     call_id: str | None = None,
+    approved: bool = False,
 ) -> FunctionCallResult:
     """Run call ``index`` of a ReAct reply: ``ToolRunner.run_call`` with values for injected
-    parameters dropped; never raises for what the model or the tool did wrong."""
-    return _dropping(runner).run_call(tools, call, index, ctx, call_id=call_id)
+    parameters dropped; never raises for what the model or the tool did wrong (``approved``: see
+    ``ToolRunner.run_call``)."""
+    return _dropping(runner).run_call(tools, call, index, ctx, call_id=call_id, approved=approved)
 
 
 def run_tools(

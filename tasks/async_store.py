@@ -65,8 +65,13 @@ class AsyncJobStore:
         self.keys = keys
 
     async def status(self, job_id: str) -> JobStatus | None:
-        """The job's status, or ``None`` for an unknown job."""
-        return status_from_record(job_id, await self.redis.hgetall(self.keys.key(job_id, "state")))
+        """The job's status (with its pending calls while it awaits approval), or ``None`` for an
+        unknown job."""
+        raw = await self.redis.hgetall(self.keys.key(job_id, "state"))
+        state = raw.get(b"state") or raw.get("state")
+        parked = state in (b"awaiting_approval", "awaiting_approval")
+        approval = await self.redis.get(self.keys.key(job_id, "approval")) if parked else None
+        return status_from_record(job_id, raw, approval)
 
     async def result(self, job_id: str) -> JobResult | None:
         """The final result, once the job has ended."""

@@ -8,7 +8,9 @@ Any Celery client can send it, without importing tandem::
     ]}).get()
 
 It is consumed from the intake queue (like ``tandem.infer``), validates the batch against the
-stored ``ApprovalRecord`` and stores it atomically (``ApprovalStore.decide``). Its result is
+stored ``ApprovalRecord`` and stores it atomically (``ApprovalStore.decide``); once every waiting
+call is decided the job goes on, and this task sends the approved calls to the tools queue (a
+failed send is left to the reconciler). Its result is
 ``{"job_id", "accepted": true, "round", "complete", "decisions": [...]}`` (every decision
 stored so far for the round; ``complete`` once every waiting call has one) or ``{"job_id", "accepted": false,
 "error": "..."}``: a refused decision changes nothing. Running it twice is safe: the second run
@@ -49,4 +51,10 @@ def decide_job(store: ApprovalStore, job_id: Any, decisions: Any) -> dict[str, A
 @app.task(name="tandem.decide", acks_late=True)
 def decide(job_id: str, decisions: Any) -> dict[str, Any]:
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring)."""
-    return decide_job(ApprovalStore(get_runtime().store), job_id, decisions)
+    from tandem.tasks.turns import send_outbox
+
+    rt = get_runtime()
+    reply = decide_job(ApprovalStore(rt.store), job_id, decisions)
+    if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
+        send_outbox(rt, job_id)
+    return reply

@@ -16,6 +16,12 @@ Every change is one Lua script over the job's keys, which all share the hash tag
 - ``claim_call`` / ``call_done`` run one tool call of a ``tools`` step: its start is recorded
   (the attempt) before it runs, its result is stored once, and the call that counts the round's
   pending calls down to zero moves the job to ``collect``;
+- a ``transition`` to a ``tools`` step may *park* the job (state ``awaiting_approval``): the calls
+  that need a person's decision are ``held`` (never claimed, never sent again), the approval
+  record (``approval`` key) is written with the move, and the deadline is pushed back by the
+  longest wait; ``settle`` stores a batch of decisions (the approval record must be the one the
+  decider read) and, once every call is decided, stores the rejected calls' results, counts them
+  down and sends the approved ones (``tandem.tasks.approvals``);
 - ``reschedule`` parks the step (state ``waiting``) until a transient failure may have passed;
 - ``finish`` stores the final result (the first one wins) and expires the job's keys;
 - ``reconcile`` (the reconciler's look at one job) says which messages to send again.
@@ -119,7 +125,8 @@ return 1
 )
 
 # ARGV: round, kind, epoch, token, tx, next round, next kind, next calls, next status, outbox,
-# outbox id, memory writes (JSON [[field, value], ...]).
+# outbox id, memory writes (JSON [[field, value], ...]), then to park the job ('' for no): the
+# approval record, the held calls (",2,3,"), the longest wait (s), when it ends (epoch s).
 _TRANSITION = (
     _COMMON
     + """
@@ -132,8 +139,14 @@ local t = now()
 redis.call('HSET', KEYS[1], 'state', 'running', 'round', ARGV[6], 'kind', ARGV[7], 'calls', ARGV[8],
   'status', ARGV[9], 'pending', ARGV[8], 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
   'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t), 'tx', ARGV[5],
-  'wait_for', '', 'wait_until', 0, 'last_error', '')
+  'wait_for', '', 'wait_until', 0, 'last_error', '', 'held', '')
 redis.call('DEL', KEYS[5])
+if ARGV[13] ~= '' then
+  redis.call('SET', KEYS[9], ARGV[13])
+  local deadline = tonumber(redis.call('HGET', KEYS[1], 'deadline')) + tonumber(ARGV[15])
+  redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'held', ARGV[14], 'parked_at', fmt(t),
+    'park_bound', ARGV[15], 'approval_until', ARGV[16], 'deadline', fmt(deadline))
+end
 expire_all(live_ttl(t))
 return 1
 """
@@ -178,6 +191,9 @@ if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return {'other'} end
 local n = tonumber(ARGV[2])
 if not n or n < 1 or n > tonumber(s[5]) then return {'other'} end
 if redis.call('HEXISTS', KEYS[4], ARGV[1] .. ':' .. ARGV[2]) == 1 then return {'done'} end
+if string.find(redis.call('HGET', KEYS[1], 'held') or '', ',' .. ARGV[2] .. ',', 1, true) then
+  return {'held'}
+end
 local i = ARGV[2]
 local h = redis.call('HMGET', KEYS[5], i .. ':holder', i .. ':until')
 local t = now()
@@ -220,6 +236,40 @@ return 1
 """
 )
 
+# ARGV: round, the approval record as read, the record to store, '1' when every call is decided,
+# the rejected calls' results (JSON [[index, result], ...]), the approved calls' messages, the
+# collect step's messages, outbox id.
+_SETTLE = (
+    _COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'parked_at', 'park_bound', 'deadline')
+if not s[1] then return {'gone'} end
+if FINAL[s[1]] then return {'ended', s[1]} end
+if s[1] ~= 'awaiting_approval' or s[2] ~= ARGV[1] then return {'not-waiting', s[1], s[2]} end
+if redis.call('GET', KEYS[9]) ~= ARGV[2] then return {'changed'} end
+redis.call('SET', KEYS[9], ARGV[3], 'KEEPTTL')
+if ARGV[4] ~= '1' then return {'stored'} end
+for _, r in ipairs(cjson.decode(ARGV[5])) do
+  if redis.call('HSETNX', KEYS[4], ARGV[1] .. ':' .. r[1], r[2]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  end
+end
+local t = now()
+local unused = math.max(tonumber(s[4]) - (t - tonumber(s[3])), 0)
+redis.call('HSET', KEYS[1], 'state', 'running', 'held', '', 'approval_until', 0,
+  'deadline', fmt(tonumber(s[5]) - unused), 'outbox', ARGV[6], 'outbox_id', ARGV[8],
+  'progress_at', fmt(t), 'updated_at', fmt(t))
+local verdict = 'running'
+if tonumber(redis.call('HGET', KEYS[1], 'pending')) <= 0 then
+  redis.call('HSET', KEYS[1], 'kind', 'collect', 'holder', '', 'lease_until', 0, 'expiries', 0,
+    'outbox', ARGV[7])
+  verdict = 'collect'
+end
+expire_all(live_ttl(t))
+return {verdict}
+"""
+)
+
 # ARGV: result, status, error, ttl, force ('1': no step check), round, kind, epoch, token.
 _FINISH = (
     _COMMON
@@ -246,7 +296,7 @@ _RECONCILE = (
     _COMMON
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
-  'wait_until', 'outbox', 'round', 'calls')
+  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until')
 if not s[1] or FINAL[s[1]] then return {'gone'} end
 local t = now()
 local stall = tonumber(ARGV[1])
@@ -258,7 +308,8 @@ if s[2] == 'tools' then
   local out = {'resend', s[2], s[9]}
   for i = 1, tonumber(s[10]) do
     local k = tostring(i)
-    if redis.call('HEXISTS', KEYS[4], s[9] .. ':' .. k) == 0 then
+    local held = string.find(s[11] or '', ',' .. k .. ',', 1, true)
+    if not held and redis.call('HEXISTS', KEYS[4], s[9] .. ':' .. k) == 0 then
       local h = redis.call('HMGET', KEYS[5], k .. ':holder', k .. ':until')
       if h[1] and h[1] ~= '' then
         if tonumber(h[2]) <= t then
@@ -276,6 +327,7 @@ if s[2] == 'tools' then
     redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
     return out
   end
+  if s[1] == 'awaiting_approval' then return {'parked', s[12]} end
   return {'wait'}
 end
 if live then return {'wait'} end
@@ -317,7 +369,8 @@ class Claim:
 @dataclass(frozen=True)
 class ClaimRefused:
     """Why a step or call was not claimed: ``gone``, ``ended``, ``other`` (the job is elsewhere),
-    ``busy`` (a live lease), ``done``, ``early`` (still backing off), ``deadline``, ``give-up``."""
+    ``busy`` (a live lease), ``done``, ``held`` (awaiting approval), ``early`` (still backing
+    off), ``deadline``, ``give-up``."""
 
     reason: str
 
@@ -325,12 +378,26 @@ class ClaimRefused:
 @dataclass(frozen=True)
 class Reconciled:
     """The reconciler's verdict on one job: ``wait``, ``gone``, ``resend`` (the step ``kind`` of
-    ``round``, and for a tool step the call ``indices``), ``deadline``, ``cancel`` or ``give-up``."""
+    ``round``, and for a tool step the call ``indices``), ``parked`` (awaiting approval
+    ``until`` then, Unix time), ``deadline``, ``cancel`` or ``give-up``."""
 
     action: str
     kind: str = ""
     round: int = 0
     indices: tuple[int, ...] = ()
+    until: float = 0.0
+
+
+@dataclass(frozen=True)
+class Park:
+    """How a transition parks its job for approval: the approval record (JSON), the calls held
+    until it is decided, the longest wait (seconds; the deadline moves back by it) and its end
+    (Unix time)."""
+
+    record_json: str
+    held: tuple[int, ...]
+    bound: float
+    until: float
 
 
 Message = dict[str, Any]
@@ -354,6 +421,7 @@ class JobMachine:
                 "reschedule": _RESCHEDULE,
                 "claim_call": _CLAIM_CALL,
                 "call_done": _CALL_DONE,
+                "settle": _SETTLE,
                 "finish": _FINISH,
                 "reconcile": _RECONCILE,
             }.items()
@@ -447,10 +515,18 @@ class JobMachine:
         memory_writes: list[tuple[str, str]],
         *,
         tx: str,
+        park: Park | None = None,
     ) -> bool:
         """Store ``memory_writes`` and move from the claimed step to ``nxt`` (round, kind, calls,
         status) with ``outbox``; ``False`` (nothing stored) if the claim was lost. Running it again
-        with the same ``tx`` returns ``True`` without changing anything."""
+        with the same ``tx`` returns ``True`` without changing anything. With ``park`` the job
+        moves to ``awaiting_approval`` (see ``Park``)."""
+        parking = (
+            ["", "", 0, 0]
+            if park is None
+            else [park.record_json, "," + ",".join(map(str, park.held)) + ",", f"{park.bound:.3f}",
+                  f"{park.until:.6f}"]
+        )
         return bool(
             self._run(
                 "transition",
@@ -467,6 +543,7 @@ class JobMachine:
                 json.dumps(outbox),
                 tx,
                 json.dumps(memory_writes),
+                *parking,
             )
         )
 
@@ -515,6 +592,40 @@ class JobMachine:
             )
         )
 
+    def settle(
+        self,
+        job_id: str,
+        round_no: int,
+        read: str,
+        record_json: str,
+        *,
+        complete: bool,
+        rejected: list[tuple[int, str]],
+        approved: list[Message],
+        collect: list[Message],
+    ) -> tuple[str, ...]:
+        """Store the decisions of a parked job (``record_json``) if its approval record is still
+        ``read`` and it awaits approval in ``round_no``; once ``complete``, store the ``rejected``
+        calls' results, count them down, and move on: ``approved`` calls' messages in the outbox
+        (or ``collect``'s when no call is pending). The deadline moves back by the time waited.
+
+        Returns ``("stored",)``, ``("running",)``, ``("collect",)``, ``("changed",)`` (another
+        decision came first: read again), ``("not-waiting", state, round)``, ``("ended", state)``
+        or ``("gone",)``."""
+        reply = self._run(
+            "settle",
+            job_id,
+            round_no,
+            read,
+            record_json,
+            "1" if complete else "0",
+            json.dumps([[str(i), r] for i, r in rejected]),
+            json.dumps(approved),
+            json.dumps(collect),
+            uuid.uuid4().hex,
+        )
+        return tuple(_text(x) for x in reply)
+
     def finish(
         self, job_id: str, result_json: str, status: str, error: str, ttl: int, claim: Claim | None = None
     ) -> bool:
@@ -532,6 +643,8 @@ class JobMachine:
             _text(x)
             for x in self._run("reconcile", job_id, f"{stall:.3f}", max_expiries, f"{outbox_grace:.3f}")
         ]
+        if reply[0] == "parked":
+            return Reconciled("parked", until=float(reply[1] or 0))
         if reply[0] != "resend":
             return Reconciled(reply[0])
         return Reconciled("resend", reply[1], int(reply[2]), tuple(int(x) for x in reply[3:]))
@@ -542,4 +655,4 @@ class JobMachine:
         return {_text(k): _text(v) for k, v in raw.items()}
 
 
-__all__ = ["JOB_PARTS", "LIVE_SHARDS", "Claim", "ClaimRefused", "JobMachine", "Message", "Reconciled"]
+__all__ = ["JOB_PARTS", "LIVE_SHARDS", "Claim", "ClaimRefused", "JobMachine", "Message", "Park", "Reconciled"]

@@ -10,7 +10,9 @@ sorted sets; a shard is swept by one worker at a time, under a short lock) and a
 - a step nobody holds that made no progress for ``stall_seconds`` (a lost, revoked or never-sent
   message, or one prefetched by a worker that died) is sent again; a step whose outbox was never
   sent is sent after ``lease_seconds``; time spent waiting in a queue is never a lease expiry;
-- a job past its deadline fails with its last error; a cancelled job nobody holds ends.
+- a job past its deadline fails with its last error; a cancelled job nobody holds ends;
+- a job awaiting approval is not stalled (its held calls are never sent again); once its approval
+  timeout passed, ``expire(job_id)`` rejects its undecided calls and the job goes on.
 
 Sending a step twice is harmless: only one claim of a step can succeed.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -31,7 +34,8 @@ class Reconciler:
     """Sweeps the live-job index every ``interval`` seconds.
 
     ``resend(job_id, verdict)`` sends a job's step again; ``end(job_id, verdict)`` ends a job
-    (``deadline``, ``cancel``, ``give-up``).
+    (``deadline``, ``cancel``, ``give-up``); ``expire(job_id)`` rejects the undecided calls of a
+    job whose approval timed out.
     """
 
     def __init__(
@@ -43,6 +47,7 @@ class Reconciler:
         max_lease_expiries: int,
         resend: Callable[[str, Reconciled], None],
         end: Callable[[str, Reconciled], None],
+        expire: Callable[[str], None] | None = None,
         batch: int = 200,
     ) -> None:
         self.machine = machine
@@ -51,6 +56,7 @@ class Reconciler:
         self.max_lease_expiries = max_lease_expiries
         self.resend = resend
         self.end = end
+        self.expire = expire
         self.batch = batch
         self.interval = max(min(lease_seconds, stall_seconds) / 4, 0.2)
         self.token = uuid.uuid4().hex
@@ -87,6 +93,12 @@ class Reconciler:
         self.machine.redis.zadd(key, {job_id: now + self.interval})
         if verdict.action == "wait":
             return 0
+        if verdict.action == "parked":
+            if self.expire is None or time.time() < verdict.until:
+                return 0
+            log.warning("job %s: no decision on its calls awaiting approval in time; rejecting them", job_id)
+            self.expire(job_id)
+            return 1
         if verdict.action == "resend":
             log.warning(
                 "job %s: step %s of round %d stalled; sending it again%s",

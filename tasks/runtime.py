@@ -282,18 +282,9 @@ class Runtime:
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
         """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one),
-        narrowed to what the tool policy permits it, with its secrets unsealed for the tools.
-
-        ``JobSpecError`` for ``approve_tools``: workers cannot park a job for a decision yet, and
-        running those tools unreviewed is not an option. (Tools declaring ``requires_approval``
-        are refused by the tool runner, call by call, with a FAILED result the model reads.)
+        narrowed to what the tool policy permits it, with its secrets unsealed for the tools and
+        its approval settings (calls needing approval park the job: ``tandem.tasks.parking``).
         """
-        if spec.approve_tools:
-            raise JobSpecError(
-                f"approve_tools={spec.approve_tools!r}: jobs on workers cannot wait for approval yet; "
-                "run this task in-process with an approve callback (reasoner.run/arun), or drop "
-                "approve_tools"
-            )
         try:
             allowed = self.policy.for_job(self.known_tools(), spec.tools)
         except ToolPolicyError as exc:
@@ -312,6 +303,8 @@ class Runtime:
             metadata=dict(spec.metadata),
             secrets=self.secret_box.unseal(spec),
             max_memory_bytes=self.settings.limits.memory_bytes,
+            approve_tools=spec.approve_tools,
+            approval_timeout_s=spec.approval_timeout_s,
         )
 
 

@@ -9,12 +9,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tandem.broker_config.settings import Limits
+from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobSpecError, SpecLimitError
 from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
-JobState = Literal["queued", "running", "waiting", "completed", "truncated", "failed", "cancelled"]
+JobState = Literal[
+    "queued", "running", "waiting", "awaiting_approval", "completed", "truncated", "failed", "cancelled"
+]
 FINAL_STATES: frozenset[str] = frozenset({"completed", "truncated", "failed", "cancelled"})
 MAX_SECRET_CHARS = 8192
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
@@ -253,7 +256,13 @@ class JobStatus(BaseModel):
     epoch: int = 0
     """How many times a worker took the current job's steps (grows at every claim)."""
     deadline: float | None = None
-    """When the job fails if it has not ended (Unix time)."""
+    """When the job fails if it has not ended (Unix time). While ``awaiting_approval`` it is pushed
+    back by the longest wait; once decided it is the original deadline plus the time waited."""
+    pending_approval: list[PendingCall] | None = None
+    """While ``awaiting_approval``: the calls still waiting for a decision (index, tool, args,
+    objective), as ``tandem approve`` / ``JobHandle.decide`` name them."""
+    approval_until: float | None = None
+    """While ``awaiting_approval``: when the undecided calls are rejected (Unix time)."""
 
 
 class JobResult(BaseModel):

@@ -3,8 +3,8 @@
 Every key of a job is ``{prefix}:{<job_id>}:{part}`` (one hash tag per job, so the state
 machine's scripts touch one Redis Cluster slot): ``state`` (the record of
 ``tandem.tasks.jobstate``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
-calls' attempts and leases), ``events``, ``result``, ``cancel``. Every key has a TTL from the moment
-it is written.
+calls' attempts and leases), ``events``, ``result``, ``cancel``, ``approval`` (the calls awaiting a
+decision, ``tandem.tasks.approvals``). Every key has a TTL from the moment it is written.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from tandem.broker_config import Settings
+from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.job_events import Final, JobEvent, StreamSettings, decode_entry, make_event
@@ -27,7 +28,7 @@ from tandem.toolkit.redaction import redact, redact_data, redact_known
 if TYPE_CHECKING:
     from tandem.tasks.jobstate import JobMachine
 
-JOB_PARTS = ("state", "spec", "memory", "tools", "calls", "events", "result", "cancel")
+JOB_PARTS = ("state", "spec", "memory", "tools", "calls", "events", "result", "cancel", "approval")
 """A job's keys, in the order the state machine's scripts take them (``state`` first)."""
 
 
@@ -35,11 +36,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def status_from_record(job_id: str, raw: Mapping[Any, Any]) -> JobStatus | None:
-    """A ``JobStatus`` from the raw fields of a job's record (``None`` for no record)."""
+def _undecided(approval: Any) -> list[PendingCall]:
+    """The calls of a raw approval record (JSON) still without a decision."""
+    data = json.loads(approval)
+    decided = {d["index"] for d in data.get("decisions", [])}
+    return [PendingCall.model_validate(p) for p in data.get("pending", []) if p["index"] not in decided]
+
+
+def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None) -> JobStatus | None:
+    """A ``JobStatus`` from the raw fields of a job's record (``None`` for no record) and, for a
+    job awaiting approval, its raw approval record."""
     if not raw:
         return None
     rec = {_text(k): _text(v) for k, v in raw.items()}
+    parked = rec.get("state") == "awaiting_approval"
 
     def number(name: str) -> float:
         try:
@@ -68,6 +78,8 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any]) -> JobStatus | None:
         )
         if waiting
         else None,
+        pending_approval=_undecided(approval) if parked and approval is not None else None,
+        approval_until=number("approval_until") or None if parked else None,
     )
 
 
@@ -205,8 +217,13 @@ class JobStore:
         return None if raw is None else JobSpec.model_validate_json(raw)
 
     def status(self, job_id: str) -> JobStatus | None:
-        """The job's status (from its record), or ``None`` for an unknown job."""
-        return status_from_record(job_id, self.redis.hgetall(self.key(job_id, "state")))
+        """The job's status (from its record, and its pending calls while it awaits approval),
+        or ``None`` for an unknown job."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.key(job_id, "state"))
+        pipe.get(self.key(job_id, "approval"))
+        raw, approval = pipe.execute()
+        return status_from_record(job_id, raw, approval)
 
     def set_status(self, job_id: str, **fields: Any) -> JobStatus:
         """Update some status fields (``state``, ``reasoner``, ``round``, ``step``, ``error``); a

@@ -37,8 +37,9 @@ from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.host_model import CapacityWait
-from tandem.tasks.jobstate import Claim, ClaimRefused, Message
+from tandem.tasks.jobstate import Claim, ClaimRefused, Message, Park
 from tandem.tasks.leases import Heartbeat
+from tandem.tasks.parking import announce, approved_call, park_for
 from tandem.tasks.pending import DeferredHooks, PendingMemory
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
@@ -281,17 +282,27 @@ def _load(rt: Runtime, job_id: str) -> tuple[JobSpec, LoopPlan]:
     return spec, rt.plan(spec)
 
 
-def _commit(rt: Runtime, claim: Claim, nxt: Step, memory: PendingMemory, hooks: DeferredHooks) -> None:
-    """Store the step's writes and move to ``nxt``; then publish its events and send ``nxt``."""
+def _commit(
+    rt: Runtime,
+    claim: Claim,
+    nxt: Step,
+    memory: PendingMemory,
+    hooks: DeferredHooks,
+    park: Park | None = None,
+) -> None:
+    """Store the step's writes and move to ``nxt`` (parked for approval with ``park``: its held
+    calls are not sent); then publish its events and send ``nxt``."""
     tx = uuid.uuid4().hex
+    free = None if park is None else [i for i in range(1, nxt.calls + 1) if i not in park.held]
     moved = _retrying(
         rt,
         lambda: rt.machine.transition(
             claim,
             (nxt.round, nxt.kind, nxt.calls, nxt.status),
-            step_messages(claim.job_id, nxt),
+            step_messages(claim.job_id, nxt, free),
             memory.writes(),
             tx=tx,
+            park=park,
         ),
     )
     if not moved:
@@ -304,6 +315,8 @@ def _commit(rt: Runtime, claim: Claim, nxt: Step, memory: PendingMemory, hooks: 
         )
         raise Ignore()
     hooks.flush()
+    if park is not None:
+        announce(rt.store, claim.job_id, park)
     send_outbox(rt, claim.job_id)
     raise Ignore()
 
@@ -331,13 +344,15 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
             inputs = StepInputs(task, memory, tools, actions, hooks)
             reply = plan.run_model(step, rt.model(role, mode), inputs)
             nxt = plan.after_model(step, reply, task)
+            wait_at_most = spec.approval_timeout_s or rt.settings.memory_ttl
+            park = park_for(job_id, plan, nxt, reply, task, tools, max_wait=wait_at_most)
         except CapacityWait as wait:
             from tandem.tasks.waiting import wait_for_capacity
 
             return wait_for_capacity(rt, claim, spec, wait)
         except Exception as exc:
             return _step_failed(rt, claim, exc)
-        _commit(rt, claim, nxt, memory, hooks)
+        _commit(rt, claim, nxt, memory, hooks, park)
     return None
 
 
@@ -439,14 +454,20 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
             call_id = reply.tool_calls[index - 1].id if reply.tool_calls else None
             by_name = {t.name: t for t in task.recommend()[0]}
             tool = by_name.get(call.name)
+            cleared = approved_call(rt.store, job_id, round_no, index, call, tool, task)
             if rt.store.cancel_requested(job_id):
                 result = _call_failed(index, call.name or "(cancelled)", CANCELLED_CALL)
             elif claim.attempt > 1 and tool is not None and tool.at_most_once:
                 result = _call_failed(index, call.name, INTERRUPTED)
+            elif isinstance(cleared, str):
+                result = _call_failed(index, call.name, cleared)
             else:
+                call, approved = cleared
                 hooks.tool_called(round_no, index, call)
                 ctx = call_context(task, round_no, index, claim.attempt)
-                result = plan.run_call(rt.runner, by_name, call, index, ctx, call_id=call_id)
+                result = plan.run_call(
+                    rt.runner, by_name, call, index, ctx, call_id=call_id, approved=approved
+                )
         except Ignore:
             raise
         except (RedisError, OperationalError):

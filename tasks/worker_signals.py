@@ -51,6 +51,15 @@ def _end(job_id: str, verdict: Reconciled) -> None:
         end_job(job_id, verdict.action)
 
 
+def _expire(job_id: str) -> None:
+    from tandem.tasks.approvals import ApprovalStore
+    from tandem.tasks.turns import send_outbox
+
+    rt = get_runtime()
+    ApprovalStore(rt.store).expire_if_due(job_id)
+    send_outbox(rt, job_id)
+
+
 def persistence_warning(info: Mapping[str, Any]) -> str | None:
     """The warning for a Redis whose ``INFO persistence`` says jobs would not survive a restart."""
     if str(info.get("aof_enabled", "0")) == "1":
@@ -182,6 +191,7 @@ def _start_reconciler(**_: Any) -> None:
         max_lease_expiries=s.max_lease_expiries,
         resend=_resend,
         end=_end,
+        expire=_expire,
     )
     _reconciler.start()
     log.info("reconciler started (lease %.1f s, stall %.1f s)", s.lease_seconds, s.stall_seconds)

@@ -81,6 +81,21 @@ def _parser() -> argparse.ArgumentParser:
     fk.add_argument("--max-rounds", type=int, default=None, help="the new job's round budget")
     _follow_options(fk)
 
+    ap = sub.add_parser(
+        "approve",
+        help="decide on a job's tool calls awaiting approval: approve (by default), edit or reject",
+        description="Approves every undecided call of the job, or only --call N; --reject REASON "
+        "rejects instead (the model reads the reason); --args JSON approves call N with these "
+        "arguments instead of the model's. `tandem status JOB` lists the calls waiting.",
+    )
+    ap.add_argument("job_id")
+    ap.add_argument("--call", type=int, default=None, metavar="N", help="the call's index (default: all)")
+    ap.add_argument("--reject", default=None, metavar="REASON", help="reject, with this reason")
+    ap.add_argument("--args", default=None, metavar="JSON", help="approve call N with these arguments")
+    ap.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for a worker to apply it (default 30)"
+    )
+
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
     wa.add_argument("job_id")
     wa.add_argument(
@@ -251,6 +266,50 @@ def _watch(args: argparse.Namespace) -> int:
     return 0 if final.status == "completed" else 1
 
 
+def _approve(args: argparse.Namespace) -> int:
+    import json
+
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from tandem.tasks import job
+
+    def refuse(message: str) -> int:
+        print(f"tandem: {message}", file=sys.stderr)
+        return 2
+
+    edited = None
+    if args.args is not None:
+        if args.call is None or args.reject is not None:
+            return refuse("--args edits one approved call: give it with --call N and without --reject")
+        try:
+            edited = json.loads(args.args)
+        except ValueError as exc:
+            return refuse(f"--args is not JSON ({exc}): write an object, e.g. '{{\"to\": \"a@b.c\"}}'")
+        if not isinstance(edited, dict):
+            return refuse(f"--args must be a JSON object of the tool's arguments, got {args.args!r}")
+    if args.reject is not None and not args.reject.strip():
+        return refuse("--reject needs a reason (the model reads it)")
+    handle = job(args.job_id)
+    try:
+        if args.reject is not None:
+            decided = handle.reject(args.reject, args.call, timeout=args.timeout)
+        else:
+            decided = handle.approve(args.call, args=edited, timeout=args.timeout)
+    except CeleryTimeout:
+        return refuse(
+            f"no worker applied the decision within {args.timeout:g} s: are workers running? "
+            f"(`tandem status {args.job_id}` shows whether it was applied)"
+        )
+    for d in decided:
+        what = "approved" if d.approve else f"rejected: {d.reason}"
+        print(f"call {d.index}: {what}" + (f" with args {json.dumps(d.args)}" if d.args is not None else ""))
+    record = handle.pending_approval()
+    left = [p.index for p in record.undecided()] if record is not None else []
+    going_on = "every call is decided; the job goes on"
+    print(f"job {handle.id}: " + (f"still waiting for calls {left}" if left else going_on))
+    return 0
+
+
 def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
     from tandem.workers.embedded import EmbeddedRuntime
 
@@ -354,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             job(args.job_id).cancel()
             print(f"job {args.job_id}: cancellation requested")
             return 0
+        if args.command == "approve":
+            return _approve(args)
         if args.command == "watch":
             return _watch(args)
         if args.command == "resume":

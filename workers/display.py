@@ -91,6 +91,18 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
         return f"  → tool call {data['index']}: {data.get('name')}({_short(args, 200)})"
     if kind == "tool_result":
         return f"  ← result {data['index']} [{data['status']}]: {_short(str(data.get('output', '')), 300)}"
+    if kind == "approval_requested":
+        calls = "; ".join(
+            f"{p.get('index')}. {p.get('tool')}({_short(str(p.get('args') or {}), 200)})"
+            for p in data.get("pending") or data.get("calls") or []
+        )
+        return f"  ⏸ waiting for approval: {calls}  (decide with `tandem approve JOB`)"
+    if kind == "approval_decided":
+        done = "; ".join(
+            f"{d.get('index')} " + ("approved" if d.get("approve") else f"rejected: {d.get('reason')}")
+            for d in data.get("decisions") or []
+        )
+        return f"  ✓ decided ({data.get('by', 'person')}): {done}"
     if kind == "final":
         usage = data.get("usage") or {}
         lines = [

@@ -1,5 +1,5 @@
 """The asyncio client against real workers: ``submit_async``, ``aevents``, ``aresult``,
-``acancel``; and approval on workers, which cannot park a job yet, never runs a tool unreviewed."""
+``acancel``; ``astatus`` and ``aresult`` of a job parked for approval."""
 
 from __future__ import annotations
 
@@ -76,25 +76,28 @@ def test_acancel_stops_a_running_job(dual_cluster: Hosts) -> None:
     assert result.status == "cancelled"
 
 
-def test_a_tool_needing_approval_is_never_run_by_a_worker(dual_cluster: Hosts) -> None:
+def test_astatus_shows_a_parked_job_and_aresult_waits_through_the_decision(dual_cluster: Hosts) -> None:
     cluster, _, _ = dual_cluster
     plan = [[{"name": "notify", "args": {"to": "ops"}}, {"name": "add", "args": {"a": 1, "b": 2}}]]
-    handle = cluster.submit(goal=goal_with_plan("notify ops", plan), reasoner="mono", max_rounds=4)
-    result = handle.result(timeout=60)
+
+    async def run() -> Any:
+        goal = goal_with_plan("notify ops", plan)
+        handle = await _submit(cluster, goal=goal, reasoner="mono", max_rounds=4, approve_tools=["add"])
+        async for event in handle.aevents(timeout=60):
+            if event.type == "approval_requested":
+                break
+        status = await handle.astatus()
+        assert status.state == "awaiting_approval"
+        assert [(p.index, p.tool) for p in status.pending_approval or []] == [(1, "notify"), (2, "add")]
+        decisions = [{"index": 1, "approve": False, "reason": "not now"}, {"index": 2, "approve": True}]
+        await asyncio.to_thread(handle.decide, decisions)
+        return handle, await handle.aresult(timeout=60)
+
+    handle, result = asyncio.run(run())
     assert result.status == "completed", result
-    ran = [c["name"] for c in cluster.tool_calls() if c["job"] == handle.id]
-    assert ran == ["add"]
+    assert [c["name"] for c in cluster.tool_calls() if c["job"] == handle.id] == ["add"]
     tool_message = cluster.store.memory(handle.id).get_message(0, "tool")
     assert tool_message is not None
     notify, add = tool_message.function_results
-    assert notify.status == "failed" and "needs a person's approval" in notify.output
+    assert notify.status == "failed" and "Reason: not now" in notify.output
     assert add.status == "succeeded"
-
-
-def test_approve_tools_is_refused_at_intake_with_the_reason(dual_cluster: Hosts) -> None:
-    cluster, _, actor = dual_cluster
-    seen_by_actor = actor.request_count
-    result = cluster.submit(goal="x", reasoner="mono", approve_tools=["add"]).result(timeout=30)
-    assert result.status == "failed"
-    assert "cannot wait for approval yet" in (result.error or "")
-    assert actor.request_count == seen_by_actor, "no model was called for the refused job"

@@ -1,18 +1,16 @@
-"""Jobs on workers and approval: nothing that needs a person's decision runs unreviewed."""
+"""Jobs on workers and approval: a job's Task carries its approval settings, so calls that need a
+decision park the job (``tandem.tasks.parking``) instead of running unreviewed."""
 
 from __future__ import annotations
 
-import pytest
-
 from tandem.broker_config.settings import Settings
-from tandem.tasks.errors import JobSpecError
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 
 
-def test_a_job_asking_for_approval_is_refused_on_workers() -> None:
+def test_a_jobs_task_carries_its_approval_settings() -> None:
     runtime = Runtime(Settings.from_env({}))
-    with pytest.raises(JobSpecError, match=r"approve_tools=\['send_email'\].*cannot wait for approval yet"):
-        runtime.task_for("job-1", JobSpec(goal="g", approve_tools=["send_email"]))
+    task = runtime.task_for("job-1", JobSpec(goal="g", approve_tools=["send_email"], approval_timeout_s=30))
+    assert (task.approve_tools, task.approval_timeout_s) == (["send_email"], 30)
     task = runtime.task_for("job-2", JobSpec(goal="g"))
-    assert task.approve_tools == []
+    assert (task.approve_tools, task.approval_timeout_s) == ([], None)

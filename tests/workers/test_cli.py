@@ -7,6 +7,7 @@ Nothing here needs Redis: workers and Flower are intercepted where they would st
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +372,76 @@ def test_api_refuses_a_public_address_without_tokens(
     monkeypatch.delenv("TANDEM_API_TOKENS", raising=False)
     assert cli.main(["api", "--host", "0.0.0.0"]) == 2
     assert "will not listen on '0.0.0.0' without tokens" in capsys.readouterr().err
+
+
+# -- approve ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--args", "{}"], "--args edits one approved call", id="args-without-call"),
+        pytest.param(
+            ["--call", "1", "--args", "{}", "--reject", "no"], "without --reject", id="args-and-reject"
+        ),
+        pytest.param(["--call", "1", "--args", "{to: 1}"], "--args is not JSON", id="args-not-json"),
+        pytest.param(["--call", "1", "--args", "[1]"], "must be a JSON object", id="args-not-object"),
+        pytest.param(["--reject", " "], "--reject needs a reason", id="blank-reason"),
+    ],
+)
+def test_approve_refuses_bad_options(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["approve", "J1", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def parked(fake_runtime: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A job parked with calls 1 and 3 awaiting approval; decisions are applied at once, as a
+    worker's ``tandem.decide`` would."""
+    from tandem.tasks.approvals import ApprovalStore
+    from tandem.tasks.client import JobHandle
+    from tandem.tasks.decide import decide_job
+    from tandem.tasks.errors import DecisionRefused
+    from tests.tasks.test_approvals import park
+
+    park(fake_runtime.store, "J1", now=time.time(), timeout_s=600)
+
+    def decide(self: JobHandle, decisions: Any, *, timeout: float = 30.0) -> list[Any]:
+        from tandem.reasoner.approval import Decision
+
+        reply = decide_job(ApprovalStore(self._store), self.id, decisions)
+        if not reply["accepted"]:
+            raise DecisionRefused(reply["error"])
+        return [Decision.model_validate(d) for d in reply["decisions"]]
+
+    monkeypatch.setattr(JobHandle, "decide", decide)
+    return fake_runtime
+
+
+def test_approve_one_call_with_edited_args_then_reject_the_rest(
+    parked: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edited = '{"to": "ann@example.com", "subject": "Report"}'
+    assert cli.main(["approve", "J1", "--call", "1", "--args", edited]) == 0
+    out = capsys.readouterr().out
+    assert 'call 1: approved with args {"to": "ann@example.com", "subject": "Report"}' in out
+    assert "still waiting for calls [3]" in out
+    assert cli.main(["approve", "J1", "--reject", "not that file"]) == 0
+    out = capsys.readouterr().out
+    assert "call 3: rejected: not that file" in out and "every call is decided; the job goes on" in out
+    assert parked.machine.record("J1")["state"] == "running"
+
+
+def test_approve_everything_and_a_refused_decision(parked: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["approve", "J1", "--call", "9"]) == 2
+    assert "no call 9 is waiting for a decision (waiting calls: 1, 3)" in capsys.readouterr().err
+    assert cli.main(["approve", "J1", "--call", "1", "--args", '{"to": "x"}']) == 2
+    assert "do not fit its schema" in capsys.readouterr().err
+    assert cli.main(["approve", "J1"]) == 0
+    assert "call 1: approved\ncall 3: approved\n" in capsys.readouterr().out
+    assert cli.main(["approve", "J1"]) == 2
+    assert "decided already" in capsys.readouterr().err
+    assert cli.main(["approve", "nope"]) == 2
+    assert "no job 'nope'" in capsys.readouterr().err

@@ -106,6 +106,18 @@ def test_tool_call_and_result() -> None:
     assert result == "  ← result 2 [failed]: boom"
 
 
+def test_approval_requested_and_decided() -> None:
+    pending = [{"index": 2, "tool": "send_email", "args": {"to": "ann@example.com"}, "objective": "tell"}]
+    asked = render_event(event("approval_requested", round=0, pending=pending, timeout_s=600))
+    assert asked == (
+        "  ⏸ waiting for approval: 2. send_email({'to': 'ann@example.com'})"
+        "  (decide with `tandem approve JOB`)"
+    )
+    decisions = [{"index": 2, "approve": False, "reason": "external"}, {"index": 3, "approve": True}]
+    decided = render_event(event("approval_decided", by="person", decisions=decisions, complete=True))
+    assert decided == "  ✓ decided (person): 2 rejected: external; 3 approved"
+
+
 def test_final_with_a_deliverable() -> None:
     text = render_event(
         event(
