@@ -164,3 +164,16 @@ def test_a_fork_starts_with_its_copied_memory_and_only_once(machine: JobMachine)
     again = opener.start(fork, "{}", "dual", at, timeout=60, ttl_after=600, memory=[("0:thinker", "other")])
     assert again == Reopened("exists", "running")
     assert machine.redis.hget(key(machine, "memory", fork), "0:thinker") == b"t"
+
+
+def test_a_job_cancelled_while_parked_resumes_with_no_call_held(machine: JobMachine) -> None:
+    """A job cancelled while awaiting approval had its calls held; the resumed run must be able
+    to claim them (the worker then checks the approval record before running any of them)."""
+    ended(machine, "cancelled", kind="actor")
+    machine.redis.hset(key(machine, "state"), mapping={"held": ",1,2,", "approval_until": 99})
+    sends = [{"task": "tandem.run_tool", "args": [JOB, 1, i]} for i in (1, 2)]
+    assert reopen(machine, at=Placement(1, "tools", sends, calls=2, pending=2)).outcome == "ok"
+    record = machine.record(JOB)
+    assert record["held"] == "" and record["approval_until"] == "0"
+    got = machine.claim_call(JOB, 1, 2, LEASE, 5)
+    assert isinstance(got, Claim) and got.attempt == 1
