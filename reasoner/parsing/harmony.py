@@ -96,6 +96,7 @@ _STRIPPED_CONTENT = _CONTENT + _STRIPPED
 _STRIPPED_HELD = 6
 """Added to a body kind in ``_fast``: an inked stripped-form body holding back white space (which a
 message's end trims), then maybe the beginning of a marker, in ``_held``."""
+_TO_HELD = _STRIPPED_HELD - _STRIPPED
 _STRIPPED_HELD_LT = 9
 """Added to a body kind in ``_fast``: as ``_STRIPPED_HELD``, and ``_held`` ends with ``<``."""
 _HELD_LIMIT = 32
@@ -166,58 +167,72 @@ class _HarmonyStream(ReasoningStream):
         ``_STRIPPED_HELD`` when it holds a marker's beginning); else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
-        # Inside a body with nothing held back, a chunk without "<" holds no token: route it
-        # directly (inline, no helper calls: this runs once per streamed token).
+        # The fast paths are inline, without helper calls: this runs once per streamed token.
         fast = self._fast
         if "<" not in chunk:
+            # A token-form body with nothing held back: a chunk without "<" holds no token.
             if fast == _REASONING:
                 return _new_tuple(ReasoningDelta, (chunk, "", ()))
-            if fast == _CONTENT:
-                return _new_tuple(ReasoningDelta, ("", chunk, ()))
-            if fast >= _STRIPPED:
-                # An inked stripped-form body: only a marker ("assistant" + a channel) ends it.
-                # Text without an "a" holds no marker and does not end with a marker's beginning:
-                # of it, only white space at the end waits (dropped if a marker comes next).
-                if fast >= _STRIPPED_HELD:
-                    if fast >= _STRIPPED_HELD_LT:
-                        return self._feed_stripped(chunk, fast)
-                    chunk = self._held + chunk
-                    self._held = ""
-                    fast -= _STRIPPED_HELD - _STRIPPED
-                    self._fast = fast
-                last = chunk[-1:]
-                if last in SLOW_ENDINGS:
-                    if last in MARKER_LETTERS:  # may end with the beginning of "assistant"
-                        if "a" in chunk or "A" in chunk:
-                            return self._feed_stripped(chunk, fast)
-                    elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):  # 8: no "assistant"
-                        return self._feed_stripped(chunk, fast)
-                    else:  # ends with white space, or is empty
-                        ink = chunk.rstrip()
-                        if not ink:
-                            if len(chunk) > _HELD_LIMIT:  # a long blank run: kept in a list
-                                return self._feed_slow(chunk)
-                            if chunk:
-                                self._held = chunk
-                                self._fast = fast + _STRIPPED_HELD - _STRIPPED
-                            return EMPTY_DELTA
-                        self._held = chunk[len(ink) :]
-                        self._fast = fast + _STRIPPED_HELD - _STRIPPED
-                        chunk = ink
-                elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
-                    return self._feed_stripped(chunk, fast)
-                if fast == _STRIPPED_REASONING:
-                    return _new_tuple(ReasoningDelta, (chunk, "", ()))
-                if fast == _STRIPPED_CONTENT:
+            if fast < _STRIPPED:
+                if fast == _CONTENT:
                     return _new_tuple(ReasoningDelta, ("", chunk, ()))
-                self._parts.append(chunk)
-                return EMPTY_DELTA
-            if fast == _TOOL:
-                self._parts.append(chunk)
-                return EMPTY_DELTA
-        elif fast >= _STRIPPED:  # maybe "<" as plain text
+                if fast == _TOOL:
+                    self._parts.append(chunk)
+                    return EMPTY_DELTA
+                return self._feed_slow(chunk)
+        elif fast < _STRIPPED:
+            return self._feed_slow(chunk)
+        elif "<|" in chunk or chunk[-1] == "<":  # a token, or maybe the beginning of one
             return self._feed_stripped(chunk, fast)
-        return self._feed_slow(chunk)
+        # An inked stripped-form body: only a marker ("assistant" + a channel) ends it. Text
+        # without an "a" holds no marker and does not end with a marker's beginning: of it,
+        # only white space at its end waits (dropped if a marker comes next).
+        if fast >= _STRIPPED_HELD:
+            if fast >= _STRIPPED_HELD_LT:
+                return self._feed_stripped(chunk, fast)
+            chunk = self._held + chunk
+            self._held = ""
+            fast -= _TO_HELD
+            self._fast = fast
+        try:
+            last = chunk[-1]
+        except IndexError:  # an empty chunk
+            return EMPTY_DELTA
+        if last in SLOW_ENDINGS:
+            if last in MARKER_LETTERS:  # may end with the beginning of "assistant"
+                if "a" in chunk or "A" in chunk:
+                    if len(chunk) > 8:  # 8: too short to hold "assistant"
+                        return self._feed_stripped(chunk, fast)
+                    for size in MARKER_START_SIZES[last]:  # the longest first
+                        if chunk[-size:] in MARKER_STARTS:  # (all of it if shorter)
+                            ink = chunk[:-size].rstrip()
+                            self._held = chunk[len(ink) :]
+                            self._fast = fast + _TO_HELD
+                            if not ink:
+                                return EMPTY_DELTA
+                            chunk = ink
+                            break
+            elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
+                return self._feed_stripped(chunk, fast)
+            else:  # ends with white space
+                ink = chunk.rstrip()
+                if not ink:
+                    if len(chunk) > _HELD_LIMIT:  # a long blank run: kept in a list
+                        return self._feed_slow(chunk)
+                    self._held = chunk
+                    self._fast = fast + _TO_HELD
+                    return EMPTY_DELTA
+                self._held = chunk[len(ink) :]
+                self._fast = fast + _TO_HELD
+                chunk = ink
+        elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
+            return self._feed_stripped(chunk, fast)
+        if fast == _STRIPPED_REASONING:
+            return _new_tuple(ReasoningDelta, (chunk, "", ()))
+        if fast == _STRIPPED_CONTENT:
+            return _new_tuple(ReasoningDelta, ("", chunk, ()))
+        self._parts.append(chunk)
+        return EMPTY_DELTA
 
     def _feed_stripped(self, chunk: str, fast: int) -> ReasoningDelta:
         """``_feed_slow`` for a chunk in an inked stripped-form body (``fast``: its ``_fast``).
