@@ -201,10 +201,11 @@ class _HarmonyStream(ReasoningStream):
         if last in SLOW_ENDINGS:
             if last in MARKER_LETTERS:  # may end with the beginning of "assistant"
                 if "a" in chunk or "A" in chunk:
-                    if len(chunk) > 8:  # 8: too short to hold "assistant"
+                    n = len(chunk)
+                    if n > 8:  # 8: too short to hold "assistant"
                         return self._feed_stripped(chunk, fast)
                     for size in MARKER_START_SIZES[last]:  # the longest first
-                        if chunk[-size:] in MARKER_STARTS:  # (all of it if shorter)
+                        if size <= n and chunk[-size:] in MARKER_STARTS:
                             ink = chunk[:-size].rstrip()
                             self._held = chunk[len(ink) :]
                             self._fast = fast + _TO_HELD
