@@ -223,7 +223,8 @@ class _HarmonyStream(ReasoningStream):
                     self._held = chunk
                     self._fast = fast + _TO_HELD
                     return EMPTY_DELTA
-                self._held = chunk[len(ink) :]
+                # Mostly one white-space character ends the chunk: no slicing then.
+                self._held = last if len(ink) + 1 == len(chunk) else chunk[len(ink) :]
                 self._fast = fast + _TO_HELD
                 chunk = ink
         elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
