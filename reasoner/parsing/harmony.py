@@ -170,10 +170,10 @@ class _HarmonyStream(ReasoningStream):
         # The fast paths are inline, without helper calls: this runs once per streamed token.
         fast = self._fast
         if "<" not in chunk:
-            # A token-form body with nothing held back: a chunk without "<" holds no token.
-            if fast == _REASONING:
-                return _new_tuple(ReasoningDelta, (chunk, "", ()))
             if fast < _STRIPPED:
+                # A token-form body with nothing held back: a chunk without "<" holds no token.
+                if fast == _REASONING:
+                    return _new_tuple(ReasoningDelta, (chunk, "", ()))
                 if fast == _CONTENT:
                     return _new_tuple(ReasoningDelta, ("", chunk, ()))
                 if fast == _TOOL:
