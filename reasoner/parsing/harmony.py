@@ -89,20 +89,17 @@ _STRIPPED_HEADER = 4
 _REASONING = 0
 _CONTENT = 1
 _TOOL = 2
+_SLOW = -1
 _STRIPPED = 3
-"""Added to a body kind in ``_fast``: an inked stripped-form body (its fast path checks chunk ends)."""
+"""Added to a body kind in ``_fast``: an inked stripped-form body. What it holds back is in ``_held``
+(white space, which a message's end trims, then maybe the beginning of a marker), no ``<``."""
 _STRIPPED_REASONING = _REASONING + _STRIPPED
 _STRIPPED_CONTENT = _CONTENT + _STRIPPED
-_STRIPPED_HELD = 6
-"""Added to a body kind in ``_fast``: an inked stripped-form body holding back white space (which a
-message's end trims), then maybe the beginning of a marker, in ``_held``."""
-_TO_HELD = _STRIPPED_HELD - _STRIPPED
-_STRIPPED_HELD_LT = 9
-"""Added to a body kind in ``_fast``: as ``_STRIPPED_HELD``, and ``_held`` ends with ``<``."""
+_STRIPPED_LT = -5
+"""Added to a body kind in ``_fast``: as ``_STRIPPED``, and ``_held`` ends with ``<`` (below ``_SLOW``)."""
 _HELD_LIMIT = 32
 """Most white space the stripped form's fast path holds in ``_held``; a longer blank run goes to
 ``_pending_space`` (a list, joined once), so that the cost stays linear."""
-_SLOW = -1
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
 
 
@@ -163,8 +160,8 @@ class _HarmonyStream(ReasoningStream):
         """Stripped form: white space at the end of the body so far (dropped if the body ends)."""
         self._fast = _SLOW
         """What ``feed`` may do without ``_feed_slow``: the body kind inside a token-form body with
-        nothing held back; plus ``_STRIPPED`` in an inked stripped-form body (plus
-        ``_STRIPPED_HELD`` when it holds a marker's beginning); else ``_SLOW``."""
+        nothing held back; plus ``_STRIPPED`` in an inked stripped-form body (plus ``_STRIPPED_LT``
+        instead when what it holds back ends with ``<``); else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
         # The fast paths are inline, without helper calls: this runs once per streamed token.
@@ -179,21 +176,24 @@ class _HarmonyStream(ReasoningStream):
                 if fast == _TOOL:
                     self._parts.append(chunk)
                     return EMPTY_DELTA
-                return self._feed_slow(chunk)
+                if fast >= _SLOW:
+                    return self._feed_slow(chunk)
+                if chunk[:1] in "|":  # "" too: the "<" held back by a stripped-form body waits
+                    return self._feed_stripped(chunk, fast)
+                # A stripped-form body held back a "<" that this chunk does not make a token.
+                fast -= _STRIPPED_LT - _STRIPPED
+                self._fast = fast
         elif fast < _STRIPPED:
-            return self._feed_slow(chunk)
+            return self._feed_slow(chunk) if fast >= _SLOW else self._feed_stripped(chunk, fast)
         elif "<|" in chunk or chunk[-1] == "<":  # a token, or maybe the beginning of one
             return self._feed_stripped(chunk, fast)
         # An inked stripped-form body: only a marker ("assistant" + a channel) ends it. Text
         # without an "a" holds no marker and does not end with a marker's beginning: of it,
         # only white space at its end waits (dropped if a marker comes next).
-        if fast >= _STRIPPED_HELD:
-            if fast >= _STRIPPED_HELD_LT:
-                return self._feed_stripped(chunk, fast)
-            chunk = self._held + chunk
+        held = self._held
+        if held:
+            chunk = held + chunk
             self._held = ""
-            fast -= _TO_HELD
-            self._fast = fast
         try:
             last = chunk[-1]
         except IndexError:  # an empty chunk
@@ -208,24 +208,22 @@ class _HarmonyStream(ReasoningStream):
                         if size <= n and chunk[-size:] in MARKER_STARTS:
                             ink = chunk[:-size].rstrip()
                             self._held = chunk[len(ink) :]
-                            self._fast = fast + _TO_HELD
                             if not ink:
                                 return EMPTY_DELTA
                             chunk = ink
                             break
-            elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
-                return self._feed_stripped(chunk, fast)
             else:  # ends with white space
                 ink = chunk.rstrip()
-                if not ink:
+                n = len(ink)
+                if n > 8 and ("a" in ink or "A" in ink):
+                    return self._feed_stripped(chunk, fast)
+                if not n:
                     if len(chunk) > _HELD_LIMIT:  # a long blank run: kept in a list
                         return self._feed_slow(chunk)
                     self._held = chunk
-                    self._fast = fast + _TO_HELD
                     return EMPTY_DELTA
                 # Mostly one white-space character ends the chunk: no slicing then.
-                self._held = last if len(ink) + 1 == len(chunk) else chunk[len(ink) :]
-                self._fast = fast + _TO_HELD
+                self._held = last if n + 1 == len(chunk) else chunk[n:]
                 chunk = ink
         elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
             return self._feed_stripped(chunk, fast)
@@ -243,10 +241,11 @@ class _HarmonyStream(ReasoningStream):
         wait: white space, then maybe the beginning of a marker, then maybe a ``<`` (the
         beginning of a token) is held back. Same result, fewer steps.
         """
-        if fast >= _STRIPPED_HELD:
+        if self._held:
             chunk = self._held + chunk
             self._held = ""
-            fast = self._kind + _STRIPPED
+        if fast < _STRIPPED:  # the held text ended with "<"
+            fast -= _STRIPPED_LT - _STRIPPED
             self._fast = fast
         n = len(chunk)
         if "<|" in chunk or (
@@ -264,7 +263,8 @@ class _HarmonyStream(ReasoningStream):
             if not ink_end and n > _HELD_LIMIT:  # a long blank run: kept in a list
                 return self._feed_slow(chunk)
             self._held = chunk[ink_end:]
-            self._fast = fast + (_STRIPPED_HELD_LT if lt else _STRIPPED_HELD) - _STRIPPED
+            if lt:
+                self._fast = fast + _STRIPPED_LT - _STRIPPED
             if not ink_end:
                 return EMPTY_DELTA
             chunk = chunk[:ink_end]
@@ -341,10 +341,7 @@ class _HarmonyStream(ReasoningStream):
                     # The fast path holds white space in _held, before what is held already.
                     self._held = pending.pop() + self._held
                 if not pending:
-                    held = self._held
-                    fast = self._kind + (
-                        _STRIPPED if not held else _STRIPPED_HELD_LT if held[-1] == "<" else _STRIPPED_HELD
-                    )
+                    fast = self._kind + (_STRIPPED_LT if self._held[-1:] == "<" else _STRIPPED)
         self._fast = fast
         return _delta(reasoning, content, calls)
 
