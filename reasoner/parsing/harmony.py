@@ -200,10 +200,17 @@ class _HarmonyStream(ReasoningStream):
             return EMPTY_DELTA
         if last in SLOW_ENDINGS:
             if last in MARKER_LETTERS:  # may end with the beginning of "assistant"
-                if "a" in chunk or "A" in chunk:
-                    n = len(chunk)
-                    if n > 8:  # 8: too short to hold "assistant"
+                n = len(chunk)
+                if n > 8:  # long enough to hold "assistant"
+                    if "a" in chunk or "A" in chunk:
                         return self._feed_stripped(chunk, fast)
+                elif last in "aA":  # held, and the white space before it: "a" begins "assistant"
+                    ink = chunk[: -7 if n > 6 and chunk[-7:] in MARKER_STARTS else -1].rstrip()
+                    self._held = chunk[len(ink) :]
+                    if not ink:
+                        return EMPTY_DELTA
+                    chunk = ink
+                elif "a" in chunk or "A" in chunk:
                     for size in MARKER_START_SIZES[last]:  # the longest first
                         if size <= n and chunk[-size:] in MARKER_STARTS:
                             ink = chunk[:-size].rstrip()
