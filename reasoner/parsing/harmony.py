@@ -200,25 +200,25 @@ class _HarmonyStream(ReasoningStream):
             return EMPTY_DELTA
         if last in SLOW_ENDINGS:
             if last in MARKER_LETTERS:  # may end with the beginning of "assistant"
-                n = len(chunk)
-                if n > 8:  # long enough to hold "assistant"
-                    if "a" in chunk or "A" in chunk:
+                if "a" in chunk or "A" in chunk:
+                    n = len(chunk)
+                    if n > 8:  # long enough to hold "assistant"
                         return self._feed_stripped(chunk, fast)
-                elif last in "aA":  # held, and the white space before it: "a" begins "assistant"
-                    ink = chunk[: -7 if n > 6 and chunk[-7:] in MARKER_STARTS else -1].rstrip()
-                    self._held = chunk[len(ink) :]
-                    if not ink:
-                        return EMPTY_DELTA
-                    chunk = ink
-                elif "a" in chunk or "A" in chunk:
-                    for size in MARKER_START_SIZES[last]:  # the longest first
-                        if size <= n and chunk[-size:] in MARKER_STARTS:
-                            ink = chunk[:-size].rstrip()
-                            self._held = chunk[len(ink) :]
-                            if not ink:
-                                return EMPTY_DELTA
-                            chunk = ink
-                            break
+                    if last in "aA":  # held, and the white space before it: "a" begins "assistant"
+                        ink = chunk[: -7 if n > 6 and chunk[-7:] in MARKER_STARTS else -1].rstrip()
+                        self._held = chunk[len(ink) :]
+                        if not ink:
+                            return EMPTY_DELTA
+                        chunk = ink
+                    else:
+                        for size in MARKER_START_SIZES[last]:  # the longest first
+                            if size <= n and chunk[-size:] in MARKER_STARTS:
+                                ink = chunk[:-size].rstrip()
+                                self._held = chunk[len(ink) :]
+                                if not ink:
+                                    return EMPTY_DELTA
+                                chunk = ink
+                                break
             else:  # ends with white space
                 ink = chunk.rstrip()
                 n = len(ink)
