@@ -232,8 +232,12 @@ class _HarmonyStream(ReasoningStream):
                 # Mostly one white-space character ends the chunk: no slicing then.
                 self._held = last if n + 1 == len(chunk) else chunk[n:]
                 chunk = ink
-        elif len(chunk) > 8 and ("a" in chunk or "A" in chunk):
-            return self._feed_stripped(chunk, fast)
+        elif (
+            len(chunk) > 8
+            and ("a" in chunk or "A" in chunk)
+            and ASSISTANT in (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER))
+        ):
+            return self._feed_slow(chunk)
         if fast == _STRIPPED_REASONING:
             return _new_tuple(ReasoningDelta, (chunk, "", ()))
         if fast == _STRIPPED_CONTENT:
