@@ -61,8 +61,9 @@ WHITE_SPACE = (
 )
 """Every character ``str.isspace`` accepts (what ``str.strip`` removes)."""
 WHITE_SPACE_SET = frozenset(WHITE_SPACE)
-SLOW_ENDINGS = MARKER_LETTERS | WHITE_SPACE_SET | {""}
-"""Stripped form: chunk endings that may need holding back (a marker's beginning, white space)."""
+SLOW_ENDINGS = MARKER_LETTERS | WHITE_SPACE_SET
+"""Stripped form: the last characters of a chunk that may need holding back (a marker's beginning,
+white space); a chunk ending otherwise is passed on whole (unless it may hold a whole marker)."""
 
 
 CHANNEL_RE = re.compile(r"<\|channel\|>\s*([^\s<]*)")
