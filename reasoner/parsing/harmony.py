@@ -58,7 +58,6 @@ from tandem.reasoner.parsing.base import (
 from tandem.reasoner.parsing.harmony_format import (
     ASCII_LOWER,
     ASSISTANT,
-    ASSISTANT_PREFIXES,
     CHANNELS,
     HEADER_LIMIT,
     HEADER_START_RE,
@@ -67,6 +66,8 @@ from tandem.reasoner.parsing.harmony_format import (
     LONGEST_TOKEN,
     MARKER_LETTERS,
     MARKER_PREFIXES,
+    MARKER_START_SIZES,
+    MARKER_STARTS,
     MESSAGE,
     OPENERS,
     SLOW_ENDINGS,
@@ -74,7 +75,6 @@ from tandem.reasoner.parsing.harmony_format import (
     TERMINATORS,
     TOKEN_PREFIXES,
     TOKEN_SET,
-    WHITE_SPACE_SET,
     find_marker,
     read_header,
     read_stripped_header,
@@ -89,11 +89,17 @@ _STRIPPED_HEADER = 4
 _REASONING = 0
 _CONTENT = 1
 _TOOL = 2
-_STRIPPED = 3
-"""Added to a body kind in ``_fast``: a stripped-form body (its fast path checks chunk ends)."""
-_STRIPPED_HELD = 6
-"""Added to a body kind in ``_fast``: a stripped-form body holding the beginning of a marker."""
 _SLOW = -1
+_STRIPPED = 3
+"""Added to a body kind in ``_fast``: an inked stripped-form body. What it holds back is in ``_held``
+(white space, which a message's end trims, then maybe the beginning of a marker), no ``<``."""
+_STRIPPED_REASONING = _REASONING + _STRIPPED
+_STRIPPED_CONTENT = _CONTENT + _STRIPPED
+_STRIPPED_LT = -5
+"""Added to a body kind in ``_fast``: as ``_STRIPPED``, and ``_held`` ends with ``<`` (below ``_SLOW``)."""
+_HELD_LIMIT = 32
+"""Most white space the stripped form's fast path holds in ``_held``; a longer blank run goes to
+``_pending_space`` (a list, joined once), so that the cost stays linear."""
 _new_tuple = tuple.__new__  # builds a ReasoningDelta without NamedTuple's slower __new__
 
 
@@ -154,103 +160,130 @@ class _HarmonyStream(ReasoningStream):
         """Stripped form: white space at the end of the body so far (dropped if the body ends)."""
         self._fast = _SLOW
         """What ``feed`` may do without ``_feed_slow``: the body kind inside a token-form body with
-        nothing held back; plus ``_STRIPPED`` in an inked stripped-form body (plus
-        ``_STRIPPED_HELD`` when it holds a marker's beginning); else ``_SLOW``."""
+        nothing held back; plus ``_STRIPPED`` in an inked stripped-form body (plus ``_STRIPPED_LT``
+        instead when what it holds back ends with ``<``); else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
-        # Inside a body with nothing held back, a chunk without "<" holds no token: route it
-        # directly (inline, no helper calls: this runs once per streamed token).
+        # The fast paths are inline, without helper calls: this runs once per streamed token.
+        fast = self._fast
         if "<" not in chunk:
-            fast = self._fast
-            if fast == _REASONING:
-                return _new_tuple(ReasoningDelta, (chunk, "", ()))
-            if fast == _CONTENT:
-                return _new_tuple(ReasoningDelta, ("", chunk, ()))
-            if fast == _TOOL:
-                self._parts.append(chunk)
-                return EMPTY_DELTA
-            if fast >= _STRIPPED_HELD:
-                return self._feed_stripped(chunk, fast - _STRIPPED_HELD)
-            if fast >= _STRIPPED:
-                last = chunk[-1:]
-                if len(chunk) < 9 and (  # 9: too short to hold "assistant"
-                    last not in SLOW_ENDINGS
-                    or (
-                        last in MARKER_LETTERS
-                        and not (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER)).endswith(
-                            ASSISTANT_PREFIXES
-                        )
-                    )
-                ):
-                    # Too short to hold a marker, and ends neither with a marker's beginning
-                    # (which starts with "a") nor with white space that may precede one.
-                    if self._pending_space:
-                        chunk = "".join(self._pending_space) + chunk
-                        self._pending_space = []
-                    if fast == _REASONING + _STRIPPED:
-                        return _new_tuple(ReasoningDelta, (chunk, "", ()))
-                    if fast == _CONTENT + _STRIPPED:
-                        return _new_tuple(ReasoningDelta, ("", chunk, ()))
+            if fast < _STRIPPED:
+                # A token-form body with nothing held back: a chunk without "<" holds no token.
+                if fast == _REASONING:
+                    return _new_tuple(ReasoningDelta, (chunk, "", ()))
+                if fast == _CONTENT:
+                    return _new_tuple(ReasoningDelta, ("", chunk, ()))
+                if fast == _TOOL:
                     self._parts.append(chunk)
                     return EMPTY_DELTA
-                if last in WHITE_SPACE_SET and len(chunk) < 9:
-                    # Ends with white space, which waits for the next ink (dropped if a marker
-                    # comes first); what precedes it cannot begin a marker any more.
-                    ink = chunk.rstrip()
-                    if not ink:
-                        self._pending_space.append(chunk)
-                        return EMPTY_DELTA
-                    out = "".join(self._pending_space) + ink if self._pending_space else ink
-                    self._pending_space = [chunk[len(ink) :]]
-                    if fast == _REASONING + _STRIPPED:
-                        return _new_tuple(ReasoningDelta, (out, "", ()))
-                    if fast == _CONTENT + _STRIPPED:
-                        return _new_tuple(ReasoningDelta, ("", out, ()))
-                    self._parts.append(out)
+                if fast >= _SLOW:
+                    return self._feed_slow(chunk)
+                if chunk[:1] in "|":  # "" too: the "<" held back by a stripped-form body waits
+                    return self._feed_stripped(chunk, fast)
+                # A stripped-form body held back a "<" that this chunk does not make a token.
+                fast -= _STRIPPED_LT - _STRIPPED
+                self._fast = fast
+        elif fast < _STRIPPED:
+            return self._feed_slow(chunk) if fast >= _SLOW else self._feed_stripped(chunk, fast)
+        elif "<|" in chunk or chunk[-1] == "<":  # a token, or maybe the beginning of one
+            return self._feed_stripped(chunk, fast)
+        # An inked stripped-form body: only a marker ("assistant" + a channel) ends it. Text
+        # without an "a" holds no marker and does not end with a marker's beginning: of it,
+        # only white space at its end waits (dropped if a marker comes next).
+        held = self._held
+        if held:
+            chunk = held + chunk
+            self._held = ""
+        try:
+            last = chunk[-1]
+        except IndexError:  # an empty chunk
+            return EMPTY_DELTA
+        if last in SLOW_ENDINGS:
+            if last in MARKER_LETTERS:  # may end with the beginning of "assistant"
+                if "a" in chunk or "A" in chunk:
+                    n = len(chunk)
+                    if n > 8:  # long enough to hold "assistant"
+                        return self._feed_stripped(chunk, fast)
+                    if last in "aA":  # held, and the white space before it: "a" begins "assistant"
+                        ink = chunk[: -7 if n > 6 and chunk[-7:] in MARKER_STARTS else -1].rstrip()
+                        self._held = chunk[len(ink) :]
+                        if not ink:
+                            return EMPTY_DELTA
+                        chunk = ink
+                    else:
+                        for size in MARKER_START_SIZES[last]:  # the longest first
+                            if size <= n and chunk[-size:] in MARKER_STARTS:
+                                ink = chunk[:-size].rstrip()
+                                self._held = chunk[len(ink) :]
+                                if not ink:
+                                    return EMPTY_DELTA
+                                chunk = ink
+                                break
+            else:  # ends with white space
+                ink = chunk.rstrip()
+                n = len(ink)
+                if n > 8 and ("a" in ink or "A" in ink):
+                    return self._feed_stripped(chunk, fast)
+                if not n:
+                    if len(chunk) > _HELD_LIMIT:  # a long blank run: kept in a list
+                        return self._feed_slow(chunk)
+                    self._held = chunk
                     return EMPTY_DELTA
-                return self._feed_stripped(chunk, fast - _STRIPPED)
-        return self._feed_slow(chunk)
+                # Mostly one white-space character ends the chunk: no slicing then.
+                self._held = last if n + 1 == len(chunk) else chunk[n:]
+                chunk = ink
+        elif (
+            len(chunk) > 8
+            and ("a" in chunk or "A" in chunk)
+            and ASSISTANT in (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER))
+        ):
+            return self._feed_slow(chunk)
+        if fast == _STRIPPED_REASONING:
+            return _new_tuple(ReasoningDelta, (chunk, "", ()))
+        if fast == _STRIPPED_CONTENT:
+            return _new_tuple(ReasoningDelta, ("", chunk, ()))
+        self._parts.append(chunk)
+        return EMPTY_DELTA
 
-    def _feed_stripped(self, chunk: str, kind: int) -> ReasoningDelta:
-        """``_feed_slow`` for a stripped-form chunk without ``<`` in an inked body.
+    def _feed_stripped(self, chunk: str, fast: int) -> ReasoningDelta:
+        """``_feed_slow`` for a chunk in an inked stripped-form body (``fast``: its ``_fast``).
 
-        Unless it holds ``assistant`` (then the full path runs), it may only end with the
-        beginning of a marker (held back) or with white space (kept pending until ink follows).
-        Same result, fewer steps.
+        Unless it holds ``<|`` or ``assistant`` (then the full path runs), only its end may
+        wait: white space, then maybe the beginning of a marker, then maybe a ``<`` (the
+        beginning of a token) is held back. Same result, fewer steps.
         """
-        if self._held:  # the beginning of a marker, held back by the previous chunk
+        if self._held:
             chunk = self._held + chunk
             self._held = ""
-            self._fast = kind + _STRIPPED
-        low = chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER)
-        if ASSISTANT in low:
+        if fast < _STRIPPED:  # the held text ended with "<"
+            fast -= _STRIPPED_LT - _STRIPPED
+            self._fast = fast
+        n = len(chunk)
+        if "<|" in chunk or (
+            n > 8 and ASSISTANT in (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER))
+        ):
             return self._feed_slow(chunk)
-        end = len(chunk)
-        if chunk[-1:] in MARKER_LETTERS:
-            k = low.find("a", max(0, end - len(ASSISTANT) + 1))
-            while k >= 0 and not ASSISTANT.startswith(low[k:]):
-                k = low.find("a", k + 1)
-            if k >= 0:
-                end = k
-                self._held = chunk[k:]
-                self._fast = kind + _STRIPPED_HELD
-        text = chunk[:end] if end < len(chunk) else chunk
-        ink_end = len(text.rstrip())
-        if ink_end == 0:
-            if text:
-                self._pending_space.append(text)
-            return EMPTY_DELTA
-        out = text[:ink_end] if ink_end < len(text) else text
-        if self._pending_space:
-            out = "".join(self._pending_space) + out
-            self._pending_space = []
-        if ink_end < len(text):
-            self._pending_space.append(text[ink_end:])
-        if kind == _REASONING:
-            return _new_tuple(ReasoningDelta, (out, "", ()))
-        if kind == _CONTENT:
-            return _new_tuple(ReasoningDelta, ("", out, ()))
-        self._parts.append(out)
+        lt = chunk[-1:] == "<"
+        end = n - 1 if lt else n
+        for size in MARKER_START_SIZES.get(chunk[end - 1 : end], ()):
+            if size <= end and chunk[end - size : end] in MARKER_STARTS:
+                end -= size
+                break
+        ink_end = len(chunk[:end].rstrip()) if end else 0
+        if ink_end < n:
+            if not ink_end and n > _HELD_LIMIT:  # a long blank run: kept in a list
+                return self._feed_slow(chunk)
+            self._held = chunk[ink_end:]
+            if lt:
+                self._fast = fast + _STRIPPED_LT - _STRIPPED
+            if not ink_end:
+                return EMPTY_DELTA
+            chunk = chunk[:ink_end]
+        if fast == _STRIPPED_REASONING:
+            return _new_tuple(ReasoningDelta, (chunk, "", ()))
+        if fast == _STRIPPED_CONTENT:
+            return _new_tuple(ReasoningDelta, ("", chunk, ()))
+        self._parts.append(chunk)
         return EMPTY_DELTA
 
     def finish(self) -> ReasoningDelta:
@@ -313,11 +346,13 @@ class _HarmonyStream(ReasoningStream):
             if not self._stripped:
                 if not self._held:
                     fast = self._kind
-            elif self._body_inked:
-                if not self._held:
-                    fast = self._kind + _STRIPPED
-                elif "<" not in self._held:
-                    fast = self._kind + _STRIPPED_HELD
+            elif self._body_inked and "<" not in self._held[:-1]:
+                pending = self._pending_space
+                if len(pending) == 1 and len(pending[0]) <= _HELD_LIMIT:
+                    # The fast path holds white space in _held, before what is held already.
+                    self._held = pending.pop() + self._held
+                if not pending:
+                    fast = self._kind + (_STRIPPED_LT if self._held[-1:] == "<" else _STRIPPED)
         self._fast = fast
         return _delta(reasoning, content, calls)
 

@@ -6,6 +6,7 @@ docstring for what each part of a reply becomes.
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 
@@ -40,8 +41,19 @@ LONGEST_MARKER = max(len(marker) for marker in MARKERS)
 MARKER_PREFIXES = frozenset(marker[:n] for marker in MARKERS for n in range(1, len(marker)))
 MARKER_RE = re.compile(r"assistant(analysis|commentary|final)", re.IGNORECASE | re.ASCII)
 
-ASSISTANT_PREFIXES = tuple(ASSISTANT[:n] for n in range(1, len(ASSISTANT)))
-MARKER_LETTERS = frozenset("asitnASITN")
+MARKER_STARTS = frozenset(
+    "".join(letters)
+    for n in range(1, len(ASSISTANT))
+    for letters in itertools.product(*((c, c.upper()) for c in ASSISTANT[:n]))
+)
+"""Every beginning of ``assistant`` shorter than it, in every letter case: what a chunk may end with
+that the next chunk can complete into a marker."""
+MARKER_START_SIZES = {
+    letter: tuple(sorted({len(start) for start in MARKER_STARTS if start[-1] == letter}, reverse=True))
+    for letter in {start[-1] for start in MARKER_STARTS}
+}
+"""Last letter → the sizes of the :data:`MARKER_STARTS` that end with it, longest first."""
+MARKER_LETTERS = frozenset(MARKER_START_SIZES)
 """The letters a prefix of ``assistant`` can end with: a chunk ending otherwise holds no marker tail."""
 WHITE_SPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
@@ -49,8 +61,9 @@ WHITE_SPACE = (
 )
 """Every character ``str.isspace`` accepts (what ``str.strip`` removes)."""
 WHITE_SPACE_SET = frozenset(WHITE_SPACE)
-SLOW_ENDINGS = MARKER_LETTERS | WHITE_SPACE_SET | {""}
-"""Stripped form: chunk endings that may need holding back (a marker's beginning, white space)."""
+SLOW_ENDINGS = MARKER_LETTERS | WHITE_SPACE_SET
+"""Stripped form: the last characters of a chunk that may need holding back (a marker's beginning,
+white space); a chunk ending otherwise is passed on whole (unless it may hold a whole marker)."""
 
 
 CHANNEL_RE = re.compile(r"<\|channel\|>\s*([^\s<]*)")

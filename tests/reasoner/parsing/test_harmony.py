@@ -372,6 +372,53 @@ def test_stripped_tool_call_is_reported_when_the_next_message_starts() -> None:
     assert stream.feed("assistantfinalok") == ("", "ok", (call("f", '{"a": 1}'),))
 
 
+@pytest.mark.parametrize(
+    ("third", "delta"),
+    [
+        pytest.param("nd so.", (" and so.", "", ()), id="ink-releases-the-white-space-and-the-a"),
+        pytest.param("ssistantfinalYes", ("", "Yes", ()), id="a-marker-drops-the-white-space"),
+    ],
+)
+def test_stripped_form_holds_white_space_then_a_marker_beginning(
+    third: str, delta: tuple[str, str, tuple[ParsedToolCall, ...]]
+) -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed("analysisIs it") == ("Is it", "", ())
+    assert stream.feed(" a") == ("", "", ())  # " a" may be the white space before "assistant…"
+    assert stream.feed(third) == delta
+    assert stream.finish() == ("", "", ())
+
+
+def test_stripped_form_long_blank_run_waits_for_ink_and_is_dropped_before_a_marker() -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert stream.feed("analysisx") == ("x", "", ())
+    assert all(stream.feed(" ") == ("", "", ()) for _ in range(100))
+    assert stream.feed("y") == (" " * 100 + "y", "", ())
+    assert all(stream.feed(char) == ("", "", ()) for char in " " * 100 + "\n" * 50)
+    assert stream.feed("assistantfinal") == ("", "", ())
+    assert stream.feed("z") == ("", "z", ())
+    assert stream.finish() == ("", "", ())
+
+
+@pytest.mark.parametrize(
+    ("chunks", "deltas"),
+    [
+        pytest.param(
+            ["analysisx", "<", "", "b"], [("x", ""), ("", ""), ("", ""), ("<b", ""), ("", "")], id="plain-lt"
+        ),
+        # The token ends the message; text after it is content once the output ends.
+        pytest.param(
+            ["analysisx <", "|end|>tail"], [("x", ""), ("", ""), ("", "tail")], id="lt-begins-a-token"
+        ),
+    ],
+)
+def test_stripped_form_holds_a_final_lt_until_the_next_chunk(
+    chunks: list[str], deltas: list[tuple[str, str]]
+) -> None:
+    stream = get_reasoning_parser("gpt-oss").stream()
+    assert [stream.feed(chunk)[:2] for chunk in chunks] + [stream.finish()[:2]] == deltas
+
+
 def test_white_space_list_is_what_isspace_accepts() -> None:
     every = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
     assert every == WHITE_SPACE
