@@ -32,13 +32,18 @@ _reconciler: Reconciler | None = None
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
+    """Send a stalled step again one priority level up: its first message already reached a
+    worker (or was lost), so it goes ahead of its own priority's backlog instead of behind it."""
     from tandem.reasoner.plan import Step
-    from tandem.tasks.turns import job_priority, send, step_messages
+    from tandem.tasks.budgets import message_priority
+    from tandem.tasks.turns import send, step_messages
 
     rt = get_runtime()
     outbox_id, _ = rt.machine.outbox(job_id)
     step = Step(verdict.round, verdict.kind)  # type: ignore[arg-type]
-    send(step_messages(job_id, step, verdict.indices or None), job_priority(rt, job_id))
+    spec = rt.store.spec(job_id)
+    priority = None if spec is None else message_priority(spec.priority, rt.settings.broker_url, boost=1)
+    send(step_messages(job_id, step, verdict.indices or None), priority)
     rt.machine.mark_sent(job_id, outbox_id)
 
 

@@ -52,7 +52,13 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
     assert machine.outbox(JOB)[1] == [{"task": "tandem.thinker_turn", "args": [JOB, 0]}]  # kept
 
     sent: list[tuple[str, list[Any]]] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: sent.append((name, list(args))))
+    priorities: list[int | None] = []
+
+    def record(name: str, args: list[Any], **kw: Any) -> None:
+        sent.append((name, list(args)))
+        priorities.append(kw.get("priority"))
+
+    monkeypatch.setattr(turns.app, "send_task", record)
     ended: list[str] = []
     reconciler = Reconciler(
         machine,
@@ -69,6 +75,7 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
     machine.index(JOB, 0.0, 600)
     assert reconciler.sweep() == 1
     assert sent == [("tandem.thinker_turn", [JOB, 0])]
+    assert priorities == [3]  # priority 5 one level up: Redis level 3 goes ahead of the level-4 backlog
     assert machine.outbox(JOB)[1] == []
     assert ended == []
     machine.index(JOB, 0.0, 600)
