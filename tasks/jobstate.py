@@ -81,6 +81,7 @@ _CREATE = (
 local existing = redis.call('HGET', KEYS[1], 'state')
 if existing and existing ~= 'queued' then return 0 end
 local t = now()
+redis.call('DEL', KEYS[9])
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[2], 'round', ARGV[3], 'kind', ARGV[4],
   'calls', 0, 'status', '', 'epoch', 0, 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
@@ -259,15 +260,23 @@ return 0
 
 # ARGV: stall seconds, max expiries, outbox grace seconds. A 'wait' verdict carries the time the job
 # next needs a look: when a lease runs out, a stall or an outbox grace ends, a back-off is over, or
-# the deadline comes, whichever is first.
+# the deadline comes, whichever is first. A job still ``queued`` (no worker created its record) for
+# longer than the stall gets 'intake': its intake message is sent again from the stored spec.
 _RECONCILE = (
     _COMMON
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
-  'wait_until', 'outbox', 'round', 'calls')
+  'wait_until', 'outbox', 'round', 'calls', 'updated_at')
 if not s[1] or FINAL[s[1]] then return {'gone'} end
 local t = now()
 local stall = tonumber(ARGV[1])
+if s[1] == 'queued' then
+  if redis.call('EXISTS', KEYS[9]) == 0 then return {'gone'} end
+  local since = tonumber(s[5]) or tonumber(s[11]) or t
+  if t - since <= stall then return {'wait', fmt(since + stall)} end
+  redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
+  return {'intake'}
+end
 local idle = t - tonumber(s[5])
 local deadline = tonumber(s[6])
 if t > deadline then return {'deadline'} end
@@ -350,7 +359,8 @@ class ClaimRefused:
 @dataclass(frozen=True)
 class Reconciled:
     """The reconciler's verdict on one job: ``wait``, ``gone``, ``resend`` (the step ``kind`` of
-    ``round``, and for a tool step the call ``indices``), ``deadline``, ``cancel`` or ``give-up``.
+    ``round``, and for a tool step the call ``indices``), ``intake`` (send the intake message of
+    a job still queued again), ``deadline``, ``cancel`` or ``give-up``.
     A ``wait`` says when (Redis time) the job next needs a look: ``next_look``."""
 
     action: str
@@ -564,6 +574,11 @@ class JobMachine:
         if reply[0] != "resend":
             return Reconciled(reply[0])
         return Reconciled("resend", reply[1], int(reply[2]), tuple(int(x) for x in reply[3:]))
+
+    def intake(self, job_id: str) -> str | None:
+        """The spec ``submit`` sent for a job no worker has started yet (JSON), or ``None``."""
+        raw = self.redis.get(self.store.key(job_id, "intake"))
+        return None if raw is None else _text(raw)
 
     def record(self, job_id: str) -> dict[str, str]:
         """The raw record (empty for an unknown job)."""

@@ -12,7 +12,9 @@ shards with due jobs (one worker per shard at a time, under a short lock) and as
 - a step nobody holds that made no progress for ``stall_seconds`` (a lost, revoked or never-sent
   message, or one prefetched by a worker that died) is sent again; a step whose outbox was never
   sent is sent after ``lease_seconds``; time spent waiting in a queue is never a lease expiry;
-- a job past its deadline fails with its last error; a cancelled job nobody holds ends.
+- a job past its deadline fails with its last error; a cancelled job nobody holds ends;
+- a job still ``queued`` after ``stall_seconds`` (its intake message was lost before any worker
+  created its record) has its intake message sent again, from the spec ``submit`` stored.
 
 A job is looked at again when its verdict says it next needs one (its lease ends, its stall time
 is up, ...), but never sooner than one interval and never later than two (cancels and deadlines
@@ -36,7 +38,8 @@ log = logging.getLogger("tandem.reconciler")
 class Reconciler:
     """Sweeps the due jobs of the live-job index every ``interval`` seconds.
 
-    ``resend(job_id, verdict)`` sends a job's step again; ``end(job_id, verdict)`` ends a job
+    ``resend(job_id, verdict)`` sends a job's step (or its intake message) again;
+    ``end(job_id, verdict)`` ends a job
     (``deadline``, ``cancel``, ``give-up``).
     """
 
@@ -103,7 +106,10 @@ class Reconciler:
         self.machine.redis.zadd(key, {job_id: self.next_look(verdict, now)})
         if verdict.action == "wait":
             return 0
-        if verdict.action == "resend":
+        if verdict.action == "intake":
+            log.warning("job %s: still queued, no worker took it; sending its intake message again", job_id)
+            self.resend(job_id, verdict)
+        elif verdict.action == "resend":
             log.warning(
                 "job %s: step %s of round %d stalled; sending it again%s",
                 job_id,

@@ -400,3 +400,29 @@ def test_a_sweep_acts_on_a_lease_that_ran_out_a_moment_ago(machine: JobMachine) 
     assert resent == [Reconciled("resend", "thinker", 0)]
     score = machine.redis.zscore(machine.shard_key(machine.shard_of(JOB)), JOB)
     assert score is not None and now + 0.25 <= score <= redis_now(machine) + 0.5
+
+
+def test_a_job_queued_past_the_stall_gets_its_intake_message_again(machine: JobMachine) -> None:
+    """``submit`` stores the spec beside the ``queued`` marker; no worker created the record."""
+    machine.store.mark_queued(JOB, "dual", intake='{"goal": "g"}')
+    assert machine.intake(JOB) == '{"goal": "g"}'
+    queued_at = float(machine.record(JOB)["updated_at"])
+    assert reconcile(machine, stall=60.0).next_look == pytest.approx(queued_at + 60.0, abs=0.01)
+    machine.redis.hset(machine.store.key(JOB, "state"), "updated_at", f"{time.time() - 61:.6f}")
+    assert reconcile(machine, stall=60.0) == Reconciled("intake")
+    assert reconcile(machine, stall=60.0) == Reconciled("wait")  # once per stall period
+    create(machine)  # a worker took it after all: the stored spec goes
+    assert machine.intake(JOB) is None
+    assert machine.record(JOB)["state"] == "running"
+    no_key_without_ttl(machine)
+
+
+def test_a_queued_marker_without_a_stored_spec_is_dropped_from_the_index(machine: JobMachine) -> None:
+    machine.store.mark_queued(JOB, "dual")
+    assert reconcile(machine) == Reconciled("gone")
+
+
+def test_a_refused_intake_leaves_no_stored_spec(machine: JobMachine) -> None:
+    machine.store.mark_queued(JOB, "dual", intake='{"goal": "g"}')
+    machine.store.discard_queued(JOB)
+    assert machine.intake(JOB) is None and machine.record(JOB) == {}
