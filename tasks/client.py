@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -76,7 +76,7 @@ class JobHandle:
     def _lost(self) -> JobLostError:
         """The error for a submitted job Redis no longer holds, saying why when Redis tells."""
         try:
-            info: dict[str, Any] = self._store.redis.info()
+            info: Mapping[str, Any] = self._store.redis.info()
         except Exception:
             info = {}
         age = time.time() - self._submitted_at
