@@ -14,6 +14,9 @@ the time from a kill to the next progress of the jobs it hit:
   or the job moved past it). The goal: p99 under 2 × ``TANDEM_LEASE_SECONDS`` (here 2 s).
   ``chaos_kill_to_progress_without_restart_p99_s`` leaves out the jobs that were still waiting for
   their takeover when Redis restarted (they wait out the restart too);
+  ``chaos_kill_to_progress_held_p99_s`` counts only jobs whose work was held (taken over after the
+  lease), ``chaos_kill_to_progress_reserved_max_s`` the jobs with reserved work (sent again after
+  ``TANDEM_STALL_SECONDS``, here 4 s: nothing tells a message a dead worker took from one still queued);
 - ``chaos_live_jobs_next_progress_p50_s`` / ``_p99_s``: the earlier, looser figure: for each kill,
   every job live then (hit or not) until its record next changed; it counts jobs that were only
   queued behind others, so it measures the backlog more than the takeover.
@@ -66,6 +69,8 @@ def chaos(quick: bool = False, detail: bool = False, runs: int = 1) -> dict[str,
     live: list[float] = []
     took: list[float] = []
     calm: list[float] = []
+    held: list[float] = []
+    kept: list[float] = []
     affected = reserved = pending = 0
     for n in range(runs):
         stats = _run(jobs, 120 if quick else 240, seed=11 + n)
@@ -89,6 +94,8 @@ def chaos(quick: bool = False, detail: bool = False, runs: int = 1) -> dict[str,
         live += stats.recoveries
         took += stats.takeovers.seconds()
         calm += stats.takeovers.seconds(with_restart=False)
+        held += stats.takeovers.seconds(reserved=False)
+        kept += stats.takeovers.seconds(reserved=True)
         if detail:
             for a in hit:
                 print(_describe(a, stats.started), flush=True)
@@ -106,6 +113,8 @@ def chaos(quick: bool = False, detail: bool = False, runs: int = 1) -> dict[str,
         "chaos_kill_to_progress_p99_s": round(percentile(took, 99), 2),
         "chaos_kill_to_progress_max_s": round(max(took, default=float("nan")), 2),
         "chaos_kill_to_progress_without_restart_p99_s": round(percentile(calm, 99), 2),
+        "chaos_kill_to_progress_held_p99_s": round(percentile(held, 99), 2),
+        "chaos_kill_to_progress_reserved_max_s": round(max(kept, default=float("nan")), 2),
         "chaos_live_jobs_next_progress_p50_s": round(percentile(live, 50), 2),
         "chaos_live_jobs_next_progress_p99_s": round(percentile(live, 99), 2),
         "chaos_lease_seconds": LEASE_SECONDS,

@@ -200,11 +200,13 @@ class Watch:
                 a.units = [u for u in a.units if not (u.reserved and u.tag in acked)]
             group[:] = [a for a in group if a.units]
 
-    def seconds(self, *, with_restart: bool | None = None) -> list[float]:
-        """Takeover times of the jobs taken over (all, or only those with/without a Redis restart
-        between their kill and their takeover)."""
+    def seconds(self, *, with_restart: bool | None = None, reserved: bool | None = None) -> list[float]:
+        """Takeover times of the jobs taken over: all, or only those with/without a Redis restart
+        between their kill and their takeover, only those with/without reserved work."""
         return [
             a.taken_over_at - a.killed_at
             for a in self.ended
-            if a.taken_over_at is not None and (with_restart is None or a.restart_between == with_restart)
+            if a.taken_over_at is not None
+            and (with_restart is None or a.restart_between == with_restart)
+            and (reserved is None or a.reserved == reserved)
         ]
