@@ -12,7 +12,9 @@ At a kill the chaos run notes, for every live job, the work the killed process h
 
 A unit of work is *taken over* when another worker claims it (the step's epoch or the call's
 attempt count grows) or the job moved past it. A job's **takeover time** is the time from the kill
-until all of its units were taken over: the figure ``bench.chaos`` reports per affected job.
+until all of its units were taken over: the figure ``bench.chaos`` reports per affected job. A job
+is *next to a Redis restart* when Redis restarted between its kill and its takeover, or less than
+``RESTART_RECOVERY`` seconds before its kill.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from tandem.tasks.store import JobStore
 from tandem.tasks.turns import STEP_TASKS
 
 _KIND_OF_TASK = {task: kind for kind, task in STEP_TASKS.items()}
+RESTART_RECOVERY = 6.0
+"""Seconds after a Redis restart's start during which workers are still reconnecting (the restart
+takes 1.5–2 s, Celery's consumers retry after 2 s, then restore their unacknowledged messages)."""
 
 
 def _text(value: Any) -> str:
@@ -151,13 +156,19 @@ class Watch:
 
     pending: list[Affected] = field(default_factory=list)
     ended: list[Affected] = field(default_factory=list)
+    restart_at: float = float("-inf")
+    """When Redis last restarted (``time.monotonic``)."""
 
     def add(self, affected: list[Affected]) -> None:
-        """Watch these jobs from now on."""
+        """Watch these jobs from now on (a kill within ``RESTART_RECOVERY`` s of a Redis restart
+        counts as next to it: the workers are still reconnecting)."""
+        for a in affected:
+            a.restart_between = a.killed_at - self.restart_at < RESTART_RECOVERY
         self.pending.extend(affected)
 
     def restarted(self) -> None:
         """Redis restarted: every job still waiting for its takeover was waiting through it."""
+        self.restart_at = time.monotonic()
         for a in self.pending:
             a.restart_between = True
 
