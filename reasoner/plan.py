@@ -3,24 +3,26 @@
 A run is a sequence of ``Step`` values: model steps (``thinker``, ``actor``), a ``tools`` step
 (the calls of the round's Actor reply), a ``collect`` step (their results stored, distributed runs
 only) and ``finalize`` (with the run's status). A ``LoopPlan`` answers "what next?" after each
-step; ``DualPlan``, ``MonoPlan`` and ``ReActPlan`` are the three kinds. Both drivers ask the same
-plan: ``drive`` runs a whole loop in this process (the in-process reasoners), and the Celery state
-machine (``tandem.tasks``) runs one step per message and records the next step in Redis.
+step; ``DualPlan``, ``MonoPlan`` and ``ReActPlan`` are the three kinds. Every driver asks the
+same plan: ``walk`` is the in-process loop as a generator of the work each step needs (a model
+reply, a round's tool results), ``drive`` and ``adrive`` do that work blocking or awaited (the
+reasoners' ``run`` and ``arun``), and the Celery state machine (``tandem.tasks``) runs one step
+per message and records the next step in Redis.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from tandem.reasoner import react, steps
 from tandem.reasoner.function_calling import ParsedFunctionCall
-from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
+from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks, streaming_listener
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.reasoner.model_service import ModelService
+from tandem.reasoner.model_service import ModelRequest, ModelService, agenerate
 from tandem.reasoner.task import OutcomeStatus, ReasonerOutcome, Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.context import ToolCallContext
@@ -87,6 +89,29 @@ class LoopPlan(ABC):
     @abstractmethod
     def run_model(self, step: Step, model: ModelService, inputs: StepInputs) -> ModelMessage:
         """Run model step ``step`` (returns the stored reply when there is one)."""
+
+    @abstractmethod
+    def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
+        """What model step ``step`` sends (the request ``run_model`` makes)."""
+
+    @abstractmethod
+    def record(self, step: Step, reply: ModelMessage, inputs: StepInputs) -> ModelMessage:
+        """Store ``reply`` as the reply of model step ``step``; returns the stored message."""
+
+    async def arun_model(self, step: Step, model: ModelService, inputs: StepInputs) -> ModelMessage:
+        """``run_model`` for asyncio: the same request, streaming hooks and stored reply, the model
+        call awaited (``model_service.agenerate``)."""
+        role: ModelRole = "thinker" if step.kind == "thinker" else "actor"
+        existing = inputs.memory.get_message(step.round, role)
+        if existing is not None:
+            return existing
+        request = self.request(step, inputs)
+        listener = streaming_listener(inputs.hooks, step.round, role, None)
+        try:
+            reply = await agenerate(model, request, on_delta=listener)
+        finally:
+            inputs.hooks.model_streamed(step.round, role)
+        return self.record(step, reply, inputs)
 
     @abstractmethod
     def after_model(self, step: Step, reply: ModelMessage, task: Task) -> Step:
@@ -159,6 +184,32 @@ class LoopPlan(ABC):
             call_ids=self.call_ids(reply, calls),
         )
 
+    async def arun_tools(
+        self,
+        runner: ToolRunner,
+        tools: Sequence[Tool],
+        reply: ModelMessage,
+        task: Task,
+        round_no: int,
+        hooks: ReasonerHooks = NO_HOOKS,
+        approver: Approver | None = None,
+    ) -> list[FunctionCallResult]:
+        """``run_tools`` for asyncio (``arun_tool_round``): the calls awaited together, async tools
+        on the loop and plain ones in threads, the approver awaited when it is async."""
+        from tandem.reasoner.tool_round import arun_tool_round
+
+        calls = self.calls_of(reply)
+        return await arun_tool_round(
+            runner,
+            tools,
+            calls,
+            task=task,
+            round_no=round_no,
+            hooks=hooks,
+            approver=approver,
+            call_ids=self.call_ids(reply, calls),
+        )
+
 
 def _finalize(round_no: int, status: FinalStatus) -> Step:
     return Step(round_no, "finalize", status=status)
@@ -181,6 +232,19 @@ class _RoundPlan(LoopPlan):
         return steps.actor_step(
             model, task, memory, step.round, inputs.tools, inputs.actions, mode=self.mode, hooks=inputs.hooks
         )
+
+    def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
+        """``steps.thinker_request`` or ``steps.actor_request``."""
+        if step.kind == "thinker":
+            return steps.thinker_request(inputs.task, inputs.memory, step.round, inputs.tools)
+        return steps.actor_request(
+            inputs.task, inputs.memory, step.round, inputs.tools, inputs.actions, self.mode
+        )
+
+    def record(self, step: Step, reply: ModelMessage, inputs: StepInputs) -> ModelMessage:
+        """``steps.record_reply``."""
+        role: ModelRole = "thinker" if step.kind == "thinker" else "actor"
+        return steps.record_reply(inputs.memory, reply, step.round, role, inputs.hooks)
 
     def after_model(self, step: Step, reply: ModelMessage, task: Task) -> Step:
         """The Thinker hands over to the Actor; the Actor's reply decides the rest."""
@@ -280,6 +344,24 @@ class ReActPlan(LoopPlan):
             hooks=inputs.hooks,
         )
 
+    def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
+        """``react.react_request``."""
+        return react.react_request(
+            inputs.task, inputs.memory, step.round, inputs.tools, mode=self.function_calling
+        )
+
+    def record(self, step: Step, reply: ModelMessage, inputs: StepInputs) -> ModelMessage:
+        """``react.react_record``."""
+        return react.react_record(
+            inputs.task,
+            inputs.memory,
+            step.round,
+            reply,
+            inputs.tools,
+            mode=self.function_calling,
+            hooks=inputs.hooks,
+        )
+
     def after_model(self, step: Step, reply: ModelMessage, task: Task) -> Step:
         """``react.react_plan_next``: the answer, the tools, or the budget ran out."""
         nxt = react.react_plan_next(task, reply, step.round, mode=self.function_calling)
@@ -355,18 +437,29 @@ def plan_for(kind: str, *, function_calling: react.FunctionCalling = "native", b
     return cls()
 
 
-def drive(
-    plan: LoopPlan,
-    models: Mapping[str, ModelService],
-    inputs: StepInputs,
-    runner: ToolRunner,
-    approver: Approver | None = None,
-) -> FinalStatus:
-    """Run a whole loop in this process: ask ``plan`` after every step until ``finalize``.
+@dataclass(frozen=True)
+class Work:
+    """What one step of ``walk`` needs from its driver.
 
-    ``models`` maps a role (``thinker``, ``actor``) to its model; ``approver`` decides on calls
-    that need approval. Stored steps are not run again, so a memory holding an earlier part of the
-    same run resumes it.
+    A model step (``step.kind`` ``thinker`` or ``actor``): the reply of ``role``'s model, from
+    ``plan.run_model`` or ``plan.arun_model``. A ``tools`` step: the results of the calls of
+    ``reply`` (the round's stored Actor reply), from ``plan.run_tools`` or ``plan.arun_tools``.
+    """
+
+    step: Step
+    role: ModelRole = "actor"
+    reply: ModelMessage | None = None
+
+
+Done: TypeAlias = ModelMessage | list[FunctionCallResult]
+"""What a driver sends back into ``walk``: the step's stored reply, or its tool results."""
+
+
+def walk(plan: LoopPlan, inputs: StepInputs) -> Generator[Work, Done, FinalStatus]:
+    """The in-process loop of ``plan``, without its waiting: yields the ``Work`` each step needs,
+    takes its result back (``generator.send``) and asks ``plan`` what follows, until ``finalize``;
+    returns the run's status. Stored steps are not asked for again, so a memory holding an earlier
+    part of the same run resumes it. ``drive`` and ``adrive`` are its two consumers.
     """
     task, memory, hooks = inputs.task, inputs.memory, inputs.hooks
     step = plan.opening(0)
@@ -375,14 +468,71 @@ def drive(
             role: ModelRole = "thinker" if step.kind == "thinker" else "actor"
             if plan.starts_round(step) and memory.get_message(step.round, role) is None:
                 hooks.round_started(step.round, plan.rounds(task))
-            reply = plan.run_model(step, models[plan.model(role)[0]], inputs)
+            reply = yield Work(step, plan.model(role)[0])
+            assert isinstance(reply, ModelMessage)
             step = plan.after_model(step, reply, task)
             continue
         stored = memory.get_message(step.round, "tool")
         if stored is None:
             asked = memory.get_message(step.round, "actor")
             assert asked is not None  # a tools step follows a stored Actor reply
-            results = plan.run_tools(runner, inputs.tools, asked, task, step.round, hooks, approver)
+            results = yield Work(step, reply=asked)
+            assert isinstance(results, list)
             stored = steps.apply_tool_results(memory, step.round, results)
         step = plan.after_tools(task, stored.function_results, step.round)
     return "truncated" if step.status == "truncated" else "completed"
+
+
+def drive(
+    plan: LoopPlan,
+    models: Mapping[str, ModelService],
+    inputs: StepInputs,
+    runner: ToolRunner,
+    approver: Approver | None = None,
+) -> FinalStatus:
+    """Run a whole loop in this process, blocking: ``walk``'s work done with ``plan.run_model``
+    and ``plan.run_tools``.
+
+    ``models`` maps a role (``thinker``, ``actor``) to its model; ``approver`` decides on calls
+    that need approval. Stored steps are not run again, so a memory holding an earlier part of the
+    same run resumes it.
+    """
+    loop = walk(plan, inputs)
+    work = next(loop)
+    while True:
+        done: Done
+        if work.reply is None:
+            done = plan.run_model(work.step, models[work.role], inputs)
+        else:
+            done = plan.run_tools(
+                runner, inputs.tools, work.reply, inputs.task, work.step.round, inputs.hooks, approver
+            )
+        try:
+            work = loop.send(done)
+        except StopIteration as end:
+            return end.value
+
+
+async def adrive(
+    plan: LoopPlan,
+    models: Mapping[str, ModelService],
+    inputs: StepInputs,
+    runner: ToolRunner,
+    approver: Approver | None = None,
+) -> FinalStatus:
+    """``drive`` for asyncio: the same ``walk``, its model calls awaited (``plan.arun_model``) and a
+    reply's tool calls awaited together (``plan.arun_tools``; ``approver`` may be async)."""
+    loop = walk(plan, inputs)
+    work = next(loop)
+    while True:
+        done: Done
+        if work.reply is None:
+            done = await plan.arun_model(work.step, models[work.role], inputs)
+        else:
+            done = await plan.arun_tools(
+                runner, inputs.tools, work.reply, inputs.task, work.step.round, inputs.hooks, approver
+            )
+        try:
+            work = loop.send(done)
+        except StopIteration as end:
+            return end.value

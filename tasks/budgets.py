@@ -31,12 +31,15 @@ def budget_spent(spec: JobSpec, memory: ReasonerMemory) -> str | None:
     return None
 
 
-def message_priority(priority: int, broker_url: str) -> int:
-    """The broker message priority of a job of ``JobSpec.priority`` (9: most urgent).
+def message_priority(priority: int, broker_url: str, *, boost: int = 0) -> int:
+    """The broker message priority of a job of ``JobSpec.priority`` (9: most urgent), ``boost``
+    levels more urgent (at most 9): a step sent again after a takeover goes ahead of its own
+    priority's backlog, since it had already reached a worker once.
 
     RabbitMQ delivers higher numbers first (queues declared with ``x-max-priority``); Celery's
     Redis transport serves its priority steps from 0 up, so the scale is turned over there.
     """
+    urgent = min(max(priority + boost, 0), 9)
     if broker_url.startswith(("amqp", "pyamqp")):
-        return priority
-    return 9 - priority
+        return urgent
+    return 9 - urgent

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -16,7 +17,7 @@ from celery import Celery
 from tandem.reasoner.approval import Decision
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
-from tandem.tasks.errors import DecisionRefused, JobTimeout, ResumeRefused, UnknownJobError
+from tandem.tasks.errors import DecisionRefused, JobLostError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
@@ -44,15 +45,17 @@ class JobHandle:
         self._store = store
         self._app = app
         self._submitted = submitted
+        self._submitted_at = time.time()
         self._aredis = aredis
 
     def __repr__(self) -> str:
         return f"JobHandle({self.id!r})"
 
     def status(self) -> JobStatus:
-        """Where the job stands: ``queued`` until a worker takes it (for a job this handle submitted),
-        ``failed`` with the reason for a spec the worker refused; ``UnknownJobError`` for an id
-        that no store, result or submit knows."""
+        """Where the job stands: ``queued`` until a worker takes it, ``failed`` with the reason for
+        a spec the worker refused; ``UnknownJobError`` for an id that no store, result or submit
+        knows, ``JobLostError`` (one of them) for a job this handle submitted that Redis no longer
+        holds (a restart without persistence erased it, or its keys expired)."""
         stored = self._store.status(self.id)
         if stored is not None and stored.state != "queued":
             return stored
@@ -63,12 +66,39 @@ class JobHandle:
             return JobStatus(job_id=self.id, state=refused.status, error=refused.error, step="intake")
         if stored is not None:
             return stored
-        if self._submitted:
-            return JobStatus(job_id=self.id, state="queued")
+        if self._submitted:  # ``submit`` wrote the job's record before sending it: it was there
+            raise self._lost()
         raise UnknownJobError(
             f"no job {self.id!r} is known: it was never submitted, or it ended more than "
             "TANDEM_RESULT_EXPIRES seconds ago"
         )
+
+    def _lost(self) -> JobLostError:
+        """The error for a submitted job Redis no longer holds, saying why when Redis tells."""
+        try:
+            info: Mapping[str, Any] = self._store.redis.info()
+        except Exception:
+            info = {}
+        age = time.time() - self._submitted_at
+        uptime = float(info.get("uptime_in_seconds", age + 1))
+        if uptime < age:
+            aof = str(info.get("aof_enabled", "0")) == "1"
+            how = "with append-only persistence, yet without the job's keys" if aof else (
+                "without persistence (appendonly no), which erased the job's record, spec and messages"
+            )
+            return JobLostError(
+                f"job {self.id!r} is lost: Redis restarted {uptime:.0f} s ago, after the job was "
+                f"submitted ({age:.0f} s ago), {how}. Submit it again; run Redis with --appendonly yes "
+                "(docker compose does) so jobs survive a restart"
+            )
+        return JobLostError(
+            f"job {self.id!r} is lost: Redis holds nothing of it any more (no record, no result): its "
+            "keys expired (TANDEM_MEMORY_TTL) or were deleted. Submit it again"
+        )
+
+    def _gone(self) -> bool:
+        """True for a job this handle submitted whose record is no longer in Redis."""
+        return self._submitted and not self._store.redis.exists(self._store.key(self.id, "state"))
 
     def _celery_result(self) -> JobResult | None:
         """The job's result as Celery's backend holds it (how a refused spec is answered)."""
@@ -79,14 +109,20 @@ class JobHandle:
         return None
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> JobResult:
-        """Wait for the final result; ``JobTimeout`` after ``timeout`` seconds."""
+        """Wait for the final result; ``JobTimeout`` after ``timeout`` seconds, ``JobLostError``
+        (checked every second) when Redis no longer holds a job this handle submitted."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        next_check = time.monotonic() + 1.0
         while True:
             found = self._store.result(self.id)
             if found is None and not self._running():
                 found = self._celery_result()
             if found is not None:
                 return found
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + 1.0
+                if self._gone() and self._celery_result() is None:
+                    raise self._lost()
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(
                     f"job {self.id} has not ended after {timeout:g} s (state: {self._state()})"
@@ -103,6 +139,8 @@ class JobHandle:
     def _state(self) -> str:
         try:
             return self.status().state
+        except JobLostError:
+            return "lost"
         except UnknownJobError:
             return "unknown"
 
@@ -250,6 +288,8 @@ class JobHandle:
                     # Not started, or refused at intake (which ends with a Celery result only):
                     # asked of Celery at most once a second, in a thread (it has no asyncio API).
                     found = await asyncio.to_thread(self._celery_result)
+                    if found is None and self._submitted:
+                        raise await asyncio.to_thread(self._lost)
                 if found is not None:
                     return found
                 left = 1.0 if deadline is None else deadline - time.monotonic()
@@ -308,18 +348,27 @@ def submit(
         job_spec = rt.secret_box.seal_spec(job_spec)
     app = app or _default_app()
     store = store or rt.store
-    public = job_spec.public_dump()
     job_id = str(uuid.uuid4())
+    wire = job_spec.model_dump(mode="json")
     # Known (``queued``, listed among recent jobs) before any worker can see it: a follower that
-    # starts reading its events at once does not take it for an unknown job.
-    store.mark_queued(job_id, job_spec.reasoner)
-    app.send_task(
-        "tandem.infer",
-        kwargs={"spec": job_spec.model_dump(mode="json")},
-        kwargsrepr=_shown({"spec": public}),
-        task_id=job_id,
-    )
+    # starts reading its events at once does not take it for an unknown job. The spec is kept
+    # until a worker starts the job, and the job is in the reconciler's index: a lost intake
+    # message is sent again after TANDEM_STALL_SECONDS.
+    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire))
+    timeout = job_spec.timeout_s or rt.settings.job_timeout
+    store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
+    send_intake(app, job_id, wire)
     return JobHandle(job_id, store, app, submitted=True)
+
+
+def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
+    """Send the intake message (``tandem.infer``) of job ``job_id`` with its ``spec`` (as dumped
+    for the wire); its display form (Flower, worker logs) hides secrets and long texts."""
+    try:
+        public: Any = JobSpec.model_validate(spec).public_dump()
+    except ValueError:
+        public = "(the spec)"
+    app.send_task("tandem.infer", kwargs={"spec": spec}, kwargsrepr=_shown({"spec": public}), task_id=job_id)
 
 
 def _shown(value: Any, limit: int = 1024) -> str:
@@ -360,4 +409,4 @@ def _default_app() -> Celery:
     return app
 
 
-__all__ = ["FINAL_STATES", "JobHandle", "JobTimeout", "job", "submit", "submit_async"]
+__all__ = ["FINAL_STATES", "JobHandle", "JobTimeout", "job", "send_intake", "submit", "submit_async"]

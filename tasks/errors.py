@@ -6,6 +6,7 @@ The tree::
     ├── JobSpecError          a job spec is invalid; the message names the field and the reason (``code`` 400)
     │   └── SpecLimitError    a spec (or a part of it) is over a size or depth limit (``code`` 413)
     ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
+    │   └── JobLostError      a job this handle submitted is gone from Redis (its data was lost or expired)
     ├── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
     ├── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
     └── ResumeRefused         a resume or fork was refused (unknown, not ended, bad budget or round)
@@ -38,6 +39,12 @@ class SpecLimitError(JobSpecError):
 
 class UnknownJobError(JobError, LookupError):
     """No job with this id is known to the store."""
+
+
+class JobLostError(UnknownJobError):
+    """A job this ``JobHandle`` submitted has nothing left in Redis: no record, no result. The
+    message says why when it can tell (Redis restarted since the submit, and without persistence)
+    and what to do: submit it again."""
 
 
 class JobTimeout(JobError, TimeoutError):

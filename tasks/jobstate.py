@@ -34,9 +34,11 @@ keys live until its deadline plus ``ttl_after``; an ended job's for ``TANDEM_MEM
 from __future__ import annotations
 
 import json
+import os
+import socket
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
@@ -45,6 +47,20 @@ from tandem.tasks.store import JOB_PARTS, JobStore
 
 LIVE_SHARDS = 16
 """The live-job index is this many sorted sets, so no single key is hot."""
+
+_HOST = socket.gethostname()
+
+
+def claim_token() -> str:
+    """A fresh claim token: ``"<host>:<pid>:<random>"``. The record's ``holder`` (and a call's) thus
+    names the worker process that holds the lease, for operators and the chaos figures."""
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
+
+
+def token_pid(token: str) -> int | None:
+    """The worker pid a claim token names (``None`` for an empty or foreign token)."""
+    parts = token.split(":")
+    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
 
 _COMMON = """
 local FINAL = {completed=true, truncated=true, failed=true, cancelled=true}
@@ -71,6 +87,7 @@ _CREATE = (
 local existing = redis.call('HGET', KEYS[1], 'state')
 if existing and existing ~= 'queued' then return 0 end
 local t = now()
+redis.call('DEL', KEYS[10])
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[2], 'round', ARGV[3], 'kind', ARGV[4],
   'calls', 0, 'status', '', 'epoch', 0, 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
@@ -291,21 +308,36 @@ return 0
 """
 )
 
-# ARGV: stall seconds, max expiries, outbox grace seconds.
+# ARGV: stall seconds, max expiries, outbox grace seconds. A 'wait' verdict carries the time the job
+# next needs a look: when a lease runs out, a stall or an outbox grace ends, a back-off is over, or
+# the deadline comes, whichever is first. A job still ``queued`` (no worker created its record) for
+# longer than the stall gets 'intake': its intake message is sent again from the stored spec.
 _RECONCILE = (
     _COMMON
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
-  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until')
+  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at')
 if not s[1] or FINAL[s[1]] then return {'gone'} end
 local t = now()
 local stall = tonumber(ARGV[1])
+if s[1] == 'queued' then
+  if redis.call('EXISTS', KEYS[10]) == 0 then return {'gone'} end
+  local since = tonumber(s[5]) or tonumber(s[13]) or t
+  if t - since <= stall then return {'wait', fmt(since + stall)} end
+  redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
+  return {'intake'}
+end
 local idle = t - tonumber(s[5])
-if t > tonumber(s[6]) then return {'deadline'} end
+local deadline = tonumber(s[6])
+if t > deadline then return {'deadline'} end
 local live = s[3] ~= '' and tonumber(s[4]) > t
 if redis.call('EXISTS', KEYS[8]) == 1 and not live then return {'cancel'} end
+local quiet = stall
+if s[8] ~= '[]' then quiet = math.min(stall, tonumber(ARGV[3])) end
+local function wait(at) return {'wait', fmt(math.min(at, deadline))} end
 if s[2] == 'tools' then
   local out = {'resend', s[2], s[9]}
+  local nxt = tonumber(s[5]) + quiet
   for i = 1, tonumber(s[10]) do
     local k = tostring(i)
     local held = string.find(s[11] or '', ',' .. k .. ',', 1, true)
@@ -317,8 +349,10 @@ if s[2] == 'tools' then
           local e = redis.call('HINCRBY', KEYS[5], k .. ':expiries', 1)
           if e > tonumber(ARGV[2]) then return {'give-up', k} end
           table.insert(out, k)
+        else
+          nxt = math.min(nxt, tonumber(h[2]))
         end
-      elseif idle > stall or (s[8] ~= '[]' and idle > tonumber(ARGV[3])) then
+      elseif idle > quiet then
         table.insert(out, k)
       end
     end
@@ -328,9 +362,9 @@ if s[2] == 'tools' then
     return out
   end
   if s[1] == 'awaiting_approval' then return {'parked', s[12]} end
-  return {'wait'}
+  return wait(nxt)
 end
-if live then return {'wait'} end
+if live then return wait(tonumber(s[4])) end
 if s[3] ~= '' then
   local e = redis.call('HINCRBY', KEYS[1], 'expiries', 1)
   redis.call('HSET', KEYS[1], 'holder', '', 'progress_at', fmt(t))
@@ -338,9 +372,9 @@ if s[3] ~= '' then
   return {'resend', s[2], s[9]}
 end
 if s[1] == 'waiting' then
-  if t < tonumber(s[7]) + stall then return {'wait'} end
-elseif not (idle > stall or (s[8] ~= '[]' and idle > tonumber(ARGV[3]))) then
-  return {'wait'}
+  if t < tonumber(s[7]) + stall then return wait(tonumber(s[7]) + stall) end
+elseif not (idle > quiet) then
+  return wait(tonumber(s[5]) + quiet)
 end
 redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
 return {'resend', s[2], s[9]}
@@ -379,13 +413,16 @@ class ClaimRefused:
 class Reconciled:
     """The reconciler's verdict on one job: ``wait``, ``gone``, ``resend`` (the step ``kind`` of
     ``round``, and for a tool step the call ``indices``), ``parked`` (awaiting approval
-    ``until`` then, Unix time), ``deadline``, ``cancel`` or ``give-up``."""
+    ``until`` then, Unix time), ``intake`` (send the intake message of a job still queued
+    again), ``deadline``, ``cancel`` or ``give-up``. A ``wait`` says when (Redis time) the job
+    next needs a look: ``next_look``."""
 
     action: str
     kind: str = ""
     round: int = 0
     indices: tuple[int, ...] = ()
     until: float = 0.0
+    next_look: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -486,7 +523,7 @@ class JobMachine:
         self, job_id: str, round_no: int, kind: str, lease: float, max_expiries: int
     ) -> Claim | ClaimRefused:
         """Take step ``(round_no, kind)`` for this worker, or say why not."""
-        token = uuid.uuid4().hex
+        token = claim_token()
         reply = self._run("claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries)
         if _text(reply[0]) != "ok":
             return ClaimRefused(_text(reply[0]))
@@ -496,7 +533,7 @@ class JobMachine:
         self, job_id: str, round_no: int, index: int, lease: float, max_expiries: int
     ) -> Claim | ClaimRefused:
         """Take tool call ``index`` of ``round_no``; the attempt is recorded before it runs."""
-        token = uuid.uuid4().hex
+        token = claim_token()
         reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries)
         if _text(reply[0]) != "ok":
             return ClaimRefused(_text(reply[0]))
@@ -645,9 +682,16 @@ class JobMachine:
         ]
         if reply[0] == "parked":
             return Reconciled("parked", until=float(reply[1] or 0))
+        if reply[0] == "wait":
+            return Reconciled("wait", next_look=float(reply[1]))
         if reply[0] != "resend":
             return Reconciled(reply[0])
         return Reconciled("resend", reply[1], int(reply[2]), tuple(int(x) for x in reply[3:]))
+
+    def intake(self, job_id: str) -> str | None:
+        """The spec ``submit`` sent for a job no worker has started yet (JSON), or ``None``."""
+        raw = self.redis.get(self.store.key(job_id, "intake"))
+        return None if raw is None else _text(raw)
 
     def record(self, job_id: str) -> dict[str, str]:
         """The raw record (empty for an unknown job)."""
@@ -655,4 +699,15 @@ class JobMachine:
         return {_text(k): _text(v) for k, v in raw.items()}
 
 
-__all__ = ["JOB_PARTS", "LIVE_SHARDS", "Claim", "ClaimRefused", "JobMachine", "Message", "Park", "Reconciled"]
+__all__ = [
+    "JOB_PARTS",
+    "LIVE_SHARDS",
+    "Claim",
+    "ClaimRefused",
+    "JobMachine",
+    "Message",
+    "Park",
+    "Reconciled",
+    "claim_token",
+    "token_pid",
+]

@@ -1,8 +1,10 @@
 """The reconciler: no job stalls, whatever happened to its messages.
 
-Every worker process runs one ``Reconciler`` thread. It walks the live-job index (``LIVE_SHARDS``
-sorted sets; a shard is swept by one worker at a time, under a short lock) and asks
-``JobMachine.reconcile`` about each job due for a look:
+Every worker process runs one ``Reconciler`` thread. Every ``interval`` (an eighth of the lease or
+the stall time, whichever is shorter) it checks the live-job index (``LIVE_SHARDS`` sorted sets
+scored by when each job next needs a look: one pipelined read when nothing is due), sweeps the
+shards with due jobs (one worker per shard at a time, under a short lock) and asks
+``JobMachine.reconcile`` about each due job:
 
 - a step whose lease ran out (its worker died or was paused past the lease) is a *lease expiry*:
   it is counted and the step is sent again at once; after ``max_lease_expiries`` of one step the
@@ -13,6 +15,12 @@ sorted sets; a shard is swept by one worker at a time, under a short lock) and a
 - a job past its deadline fails with its last error; a cancelled job nobody holds ends;
 - a job awaiting approval is not stalled (its held calls are never sent again); once its approval
   timeout passed, ``expire(job_id)`` rejects its undecided calls and the job goes on.
+- a job still ``queued`` after ``stall_seconds`` (its intake message was lost before any worker
+  created its record) has its intake message sent again, from the spec ``submit`` stored.
+
+A job is looked at again when its verdict says it next needs one (its lease ends, its stall time
+is up, ...), but never sooner than one interval and never later than two (cancels and deadlines
+are seen within two intervals): a lease that runs out is acted on within one interval.
 
 Sending a step twice is harmless: only one claim of a step can succeed.
 """
@@ -31,11 +39,11 @@ log = logging.getLogger("tandem.reconciler")
 
 
 class Reconciler:
-    """Sweeps the live-job index every ``interval`` seconds.
+    """Sweeps the due jobs of the live-job index every ``interval`` seconds.
 
-    ``resend(job_id, verdict)`` sends a job's step again; ``end(job_id, verdict)`` ends a job
-    (``deadline``, ``cancel``, ``give-up``); ``expire(job_id)`` rejects the undecided calls of a
-    job whose approval timed out.
+    ``resend(job_id, verdict)`` sends a job's step (or its intake message) again; ``end(job_id,
+    verdict)`` ends a job (``deadline``, ``cancel``, ``give-up``); ``expire(job_id)`` rejects the
+    undecided calls of a job whose approval timed out.
     """
 
     def __init__(
@@ -58,7 +66,7 @@ class Reconciler:
         self.end = end
         self.expire = expire
         self.batch = batch
-        self.interval = max(min(lease_seconds, stall_seconds) / 4, 0.2)
+        self.interval = max(min(lease_seconds, stall_seconds) / 8, 0.1)
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,22 +74,32 @@ class Reconciler:
     def sweep(self) -> int:
         """Look at every due job of the shards this worker gets; return how many were acted on."""
         redis = self.machine.redis
-        acted = 0
+        seconds, micros = redis.time()
+        now = float(seconds) + micros / 1e6
+        pipe = redis.pipeline(transaction=False)
         for shard in range(LIVE_SHARDS):
+            pipe.zrangebyscore(self.machine.shard_key(shard), "-inf", now, start=0, num=1)
+        due = [shard for shard, first in enumerate(pipe.execute()) if first]
+        acted = 0
+        for shard in due:
             key = self.machine.shard_key(shard)
             lock = f"{key}:lock"
             if not redis.set(lock, self.token, nx=True, px=max(int(self.interval * 2000), 500)):
                 continue
             try:
-                now = float(redis.time()[0])
-                due = redis.zrangebyscore(key, "-inf", now, start=0, num=self.batch)
-                for raw in due:
+                for raw in redis.zrangebyscore(key, "-inf", now, start=0, num=self.batch):
                     job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
                     acted += self._look(key, job_id, now)
             finally:
                 if redis.get(lock) in (self.token, self.token.encode()):
                     redis.delete(lock)
         return acted
+
+    def next_look(self, verdict: Reconciled, now: float) -> float:
+        """When to look at a job again after ``verdict``: when it says, within one to two
+        intervals from ``now``."""
+        wanted = verdict.next_look or now + 2 * self.interval
+        return min(max(wanted, now + self.interval), now + 2 * self.interval)
 
     def _look(self, key: str, job_id: str, now: float) -> int:
         verdict = self.machine.reconcile(
@@ -90,7 +108,7 @@ class Reconciler:
         if verdict.action == "gone":
             self.machine.redis.zrem(key, job_id)
             return 0
-        self.machine.redis.zadd(key, {job_id: now + self.interval})
+        self.machine.redis.zadd(key, {job_id: self.next_look(verdict, now)})
         if verdict.action == "wait":
             return 0
         if verdict.action == "parked":
@@ -99,7 +117,10 @@ class Reconciler:
             log.warning("job %s: no decision on its calls awaiting approval in time; rejecting them", job_id)
             self.expire(job_id)
             return 1
-        if verdict.action == "resend":
+        if verdict.action == "intake":
+            log.warning("job %s: still queued, no worker took it; sending its intake message again", job_id)
+            self.resend(job_id, verdict)
+        elif verdict.action == "resend":
             log.warning(
                 "job %s: step %s of round %d stalled; sending it again%s",
                 job_id,

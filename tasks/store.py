@@ -4,7 +4,9 @@ Every key of a job is ``{prefix}:{<job_id>}:{part}`` (one hash tag per job, so t
 machine's scripts touch one Redis Cluster slot): ``state`` (the record of
 ``tandem.tasks.jobstate``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
 calls' attempts and leases), ``events``, ``result``, ``cancel``, ``approval`` (the calls awaiting a
-decision, ``tandem.tasks.approvals``). Every key has a TTL from the moment it is written.
+decision, ``tandem.tasks.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
+starts the job: the reconciler sends a lost intake message again from it). Every key has a TTL from
+the moment it is written.
 """
 
 from __future__ import annotations
@@ -28,7 +30,18 @@ from tandem.toolkit.redaction import redact, redact_data, redact_known
 if TYPE_CHECKING:
     from tandem.tasks.jobstate import JobMachine
 
-JOB_PARTS = ("state", "spec", "memory", "tools", "calls", "events", "result", "cancel", "approval")
+JOB_PARTS = (
+    "state",
+    "spec",
+    "memory",
+    "tools",
+    "calls",
+    "events",
+    "result",
+    "cancel",
+    "approval",
+    "intake",
+)
 """A job's keys, in the order the state machine's scripts take them (``state`` first)."""
 
 
@@ -161,16 +174,21 @@ class JobStore:
             self.remember(job_id)
         return created
 
-    def mark_queued(self, job_id: str, reasoner: ReasonerKind = "dual") -> bool:
+    def mark_queued(self, job_id: str, reasoner: ReasonerKind = "dual", intake: str | None = None) -> bool:
         """Record a job as ``queued`` before its intake message is sent (no-op if the job has a
-        record), so that followers know it at once; ``False`` if it had one already."""
+        record), so that followers know it at once; ``False`` if it had one already.
+
+        ``intake`` is the message's spec (JSON): kept until a worker starts the job, so the
+        reconciler can send a lost intake message again."""
         key = self.key(job_id, "state")
         pipe = self.redis.pipeline()
         pipe.hsetnx(key, "state", "queued")
         pipe.hsetnx(key, "reasoner", reasoner)
         pipe.hsetnx(key, "updated_at", f"{time.time():.6f}")
         pipe.ttl(key)
-        written, _, _, ttl = pipe.execute()
+        if intake is not None:
+            pipe.set(self.key(job_id, "intake"), intake, ex=self.ttl, nx=True)
+        written, _, _, ttl = pipe.execute()[:4]
         if ttl is not None and ttl < 0:
             self.redis.expire(key, self.ttl)
         self.remember(job_id)
@@ -187,7 +205,7 @@ class JobStore:
             if state is None or started or _text(state) != "queued":
                 return
             pipe.multi()
-            pipe.delete(key)
+            pipe.delete(key, self.key(job_id, "intake"))
             pipe.zrem(f"{self.prefix}:recent-jobs", job_id)
 
         self.redis.transaction(undo, key, self.key(job_id, "spec"))

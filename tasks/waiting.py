@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from typing import Any
 
 from tandem.reasoner.plan import Step
+from tandem.tasks.budgets import message_priority
 from tandem.tasks.host_model import CapacityWait
 from tandem.tasks.jobstate import Claim
 from tandem.tasks.runtime import Runtime
@@ -34,6 +36,15 @@ def _jitter(seconds: float) -> float:
     return seconds + random.uniform(0.0, min(2.0, 0.1 * seconds + 0.05))
 
 
+def wake_options(rt: Runtime, claim: Claim, spec: JobSpec) -> dict[str, Any]:
+    """How a woken step is sent: with its job's broker priority (as every step message is) and a
+    task id that starts with the job id."""
+    return {
+        "priority": message_priority(spec.priority, rt.settings.broker_url),
+        "task_id": f"{claim.job_id}.{claim.round}.{uuid.uuid4().hex[:8]}",
+    }
+
+
 def wait_for_capacity(rt: Runtime, claim: Claim, spec: JobSpec, wait: CapacityWait) -> dict[str, Any] | None:
     """Park the claimed step until capacity is likely (raises ``Ignore`` once parked; returns the
     failed result when the job's deadline comes first)."""
@@ -41,7 +52,7 @@ def wait_for_capacity(rt: Runtime, claim: Claim, spec: JobSpec, wait: CapacityWa
 
     info = wait.wait
     message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]  # type: ignore[arg-type]
-    dispatch = {"name": message["task"], "args": message["args"], "options": {}}
+    dispatch = {"name": message["task"], "args": message["args"], "options": wake_options(rt, claim, spec)}
     countdown = _jitter(info.seconds)
     send = True
     if info.reason == "in_flight":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -32,13 +33,26 @@ _reconciler: Reconciler | None = None
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
+    """Send a stalled step again one priority level up: its first message already reached a
+    worker (or was lost), so it goes ahead of its own priority's backlog instead of behind it.
+    A job still queued gets its intake message again (same job id, same spec)."""
     from tandem.reasoner.plan import Step
-    from tandem.tasks.turns import job_priority, send, step_messages
+    from tandem.tasks.budgets import message_priority
+    from tandem.tasks.turns import send, step_messages
 
     rt = get_runtime()
+    if verdict.action == "intake":  # a job still queued: its intake message was lost
+        from tandem.tasks.client import send_intake
+
+        intake = rt.machine.intake(job_id)
+        if intake is not None:
+            send_intake(app, job_id, json.loads(intake))
+        return
     outbox_id, _ = rt.machine.outbox(job_id)
     step = Step(verdict.round, verdict.kind)  # type: ignore[arg-type]
-    send(step_messages(job_id, step, verdict.indices or None), job_priority(rt, job_id))
+    spec = rt.store.spec(job_id)
+    priority = None if spec is None else message_priority(spec.priority, rt.settings.broker_url, boost=1)
+    send(step_messages(job_id, step, verdict.indices or None), priority)
     rt.machine.mark_sent(job_id, outbox_id)
 
 

@@ -25,6 +25,7 @@ from tandem.tasks.spec import FINAL_STATES
 from tandem.workers.embedded import WorkerGroup, free_port, redis_answers, stop_process
 from tests.integration.conftest import Cluster
 from tests.integration.plan_model import goal_with_plan
+from tests.integration.takeover import Watch, at_kill
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 CHAOS_ENV = {
@@ -117,7 +118,12 @@ class ChaosStats:
     stuck: int = 0
     keys_without_ttl: list[str] = field(default_factory=list)
     recoveries: list[float] = field(default_factory=list)
+    """For every kill and every job live then, the time to that job's next progress."""
+    takeovers: Watch = field(default_factory=Watch)
+    """The jobs whose work a killed worker held or had reserved, and when it was taken over."""
     seconds: float = 0.0
+    started: float = 0.0
+    """When the chaos began (``time.monotonic``)."""
     failures: list[str] = field(default_factory=list)
 
 
@@ -160,14 +166,16 @@ def run_chaos(
         cluster.submit(goal=goal_with_plan(f"chaos job {i}", PLAN), max_rounds=8) for i in range(jobs)
     ]
     ids = [h.id for h in handles]
-    started = time.monotonic()
+    started = stats.started = time.monotonic()
     next_kill = started + rng.uniform(*kill_every)
     restarted = False
     watching: list[tuple[float, dict[str, str]]] = []  # (kill time, progress marks of live jobs then)
+    last_kill = time.time() - 3600
     while time.monotonic() - started < limit:
         now = time.monotonic()
         try:
             marks = _progress_marks(cluster.redis, cluster.store.key, ids)
+            stats.takeovers.poll(cluster.redis, cluster.store)
         except Exception:
             marks = None  # Redis is restarting
         if marks is not None:
@@ -183,6 +191,7 @@ def run_chaos(
                     still.append((killed_at, waiting))
             watching = still
         if not restarted and now - started > restart_after:
+            stats.takeovers.restarted()
             redis_server.restart()
             stats.redis_restarts += 1
             restarted = True
@@ -198,9 +207,15 @@ def run_chaos(
             proc = group.processes[role]
             if marks is not None:
                 watching.append((time.monotonic(), dict(marks)))
+            killed_at, since = time.monotonic(), last_kill
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            last_kill = time.time()
             stats.kills += 1
+            try:  # after the kill: what the dead process held is frozen until its lease runs out
+                stats.takeovers.add(at_kill(cluster.redis, cluster.store, ids, proc.pid, killed_at, since))
+            except Exception:
+                stats.failures.append("could not read what a killed worker held")
             replacement = WorkerGroup([role], env={**cluster.env, **CHAOS_ENV}, loglevel="INFO")
             replacement.start()
             cluster.groups.append(replacement)
@@ -208,6 +223,7 @@ def run_chaos(
             next_kill = time.monotonic() + rng.uniform(*kill_every)
         time.sleep(0.1)
     stats.seconds = time.monotonic() - started
+    stats.takeovers.settle(cluster.redis)
     check(cluster, handles, stats)
     return stats
 

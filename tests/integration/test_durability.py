@@ -64,6 +64,25 @@ def test_a_lost_run_tool_message_is_sent_again(fresh_cluster: Hosts) -> None:
     assert len(runs(cluster, handle.id, "add")) == 1
 
 
+def test_a_lost_intake_message_is_sent_again(fresh_cluster: Hosts) -> None:
+    """``tandem.infer`` lost before any worker created the job's record (no worker yet, then the
+    intake queue emptied): the reconciler sends it again from the spec ``submit`` stored."""
+    cluster, _, _ = fresh_cluster
+    plan = [[{"name": "add", "args": {"a": 2, "b": 5}}]]
+    handle = cluster.submit(goal=goal_with_plan("lost intake message", plan), max_rounds=4)
+    intake = cluster.settings.intake_queue
+    wait_for(lambda: queued(cluster, intake), 10, "the intake message")
+    for key in queued(cluster, intake):
+        cluster.redis.delete(key)  # the tandem.infer message is lost
+    assert handle.status().state == "queued"
+    cluster.start("thinker", "actor", "tools", **FAST)
+
+    result = handle.result(timeout=90)
+    assert result.status == "completed" and result.deliverable == "all planned calls ran", result
+    assert len(runs(cluster, handle.id, "add")) == 1
+    assert cluster.store.machine.intake(handle.id) is None  # the stored spec went when the job started
+
+
 def test_forged_stale_and_wrong_round_messages_change_nothing(fresh_cluster: Hosts) -> None:
     cluster, _, _ = fresh_cluster
     cluster.start("thinker", "actor", "tools", **FAST)

@@ -54,3 +54,10 @@ def test_message_priority_follows_each_transport() -> None:
     assert message_priority(9, "redis://h:6379/0") == 0  # Redis serves level 0 first
     assert message_priority(0, "redis://h:6379/0") == 9
     assert message_priority(9, "amqp://guest@h//") == 9  # RabbitMQ serves the highest first
+
+
+def test_a_boost_is_one_level_more_urgent_on_each_transport_and_capped() -> None:
+    assert message_priority(5, "redis://h:6379/0", boost=1) == 3
+    assert message_priority(5, "amqp://guest@h//", boost=1) == 6
+    assert message_priority(9, "redis://h:6379/0", boost=1) == 0
+    assert message_priority(9, "amqp://guest@h//", boost=1) == 9

@@ -17,6 +17,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tandem.tasks.jobstate import Claim, ClaimRefused, JobMachine, Reconciled
+from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.store import JobStore
 
 REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
@@ -335,3 +336,93 @@ def test_the_live_index_is_sharded_and_expires(machine: JobMachine) -> None:
         assert 0 < machine.redis.ttl(key) <= 600
     machine.unindex(jobs[0])
     assert machine.redis.zscore(machine.shard_key(machine.shard_of(jobs[0])), jobs[0]) is None
+
+
+def redis_now(machine: JobMachine) -> float:
+    seconds, micros = machine.redis.time()
+    return float(seconds) + micros / 1e6
+
+
+def test_a_wait_verdict_says_when_the_job_next_needs_a_look(machine: JobMachine) -> None:
+    create(machine)
+    progress = float(machine.record(JOB)["progress_at"])
+    assert reconcile(machine, stall=60.0, grace=30.0).next_look == pytest.approx(progress + 30.0, abs=0.01)
+    machine.mark_sent(JOB, machine.outbox(JOB)[0])
+    assert reconcile(machine, stall=60.0).next_look == pytest.approx(progress + 60.0, abs=0.01)
+    claim(machine, 0, "thinker", lease=5.0)
+    lease_until = float(machine.record(JOB)["lease_until"])
+    assert reconcile(machine).next_look == pytest.approx(lease_until, abs=0.01)  # when the lease ends
+    machine.redis.hset(machine.store.key(JOB, "state"), "deadline", f"{lease_until - 1:.6f}")
+    assert reconcile(machine).next_look == pytest.approx(lease_until - 1, abs=0.01)  # the deadline first
+
+
+def test_a_tool_steps_next_look_is_its_first_call_lease_to_end(machine: JobMachine) -> None:
+    to_tools(machine, 2)
+    machine.mark_sent(JOB, machine.outbox(JOB)[0])
+    call(machine, 1)
+    until = float(machine.redis.hget(machine.store.key(JOB, "calls"), "1:until") or 0)
+    assert reconcile(machine).next_look == pytest.approx(until, abs=0.01)  # before call 2's stall
+
+
+def test_the_reconciler_looks_again_within_one_to_two_intervals(machine: JobMachine) -> None:
+    sweeper = Reconciler(
+        machine,
+        lease_seconds=8.0,
+        stall_seconds=60.0,
+        max_lease_expiries=5,
+        resend=lambda job, verdict: None,
+        end=lambda job, verdict: None,
+    )
+    assert sweeper.interval == 1.0
+    assert sweeper.next_look(Reconciled("wait", next_look=101.5), 100.0) == 101.5
+    assert sweeper.next_look(Reconciled("wait", next_look=100.2), 100.0) == 101.0
+    assert sweeper.next_look(Reconciled("wait", next_look=160.0), 100.0) == 102.0
+    assert sweeper.next_look(Reconciled("resend", "thinker", 0), 100.0) == 102.0
+
+
+def test_a_sweep_acts_on_a_lease_that_ran_out_a_moment_ago(machine: JobMachine) -> None:
+    """Due times are compared on Redis's clock to the microsecond, not to the whole second."""
+    resent: list[Reconciled] = []
+    sweeper = Reconciler(
+        machine,
+        lease_seconds=2.0,
+        stall_seconds=4.0,
+        max_lease_expiries=5,
+        resend=lambda job, verdict: resent.append(verdict),
+        end=lambda job, verdict: None,
+    )
+    create(machine)
+    claim(machine, 0, "thinker")
+    now = redis_now(machine)
+    machine.redis.hset(machine.store.key(JOB, "state"), "lease_until", f"{now - 0.001:.6f}")
+    machine.index(JOB, now - 0.001, 600)
+    assert sweeper.sweep() == 1
+    assert resent == [Reconciled("resend", "thinker", 0)]
+    score = machine.redis.zscore(machine.shard_key(machine.shard_of(JOB)), JOB)
+    assert score is not None and now + 0.25 <= score <= redis_now(machine) + 0.5
+
+
+def test_a_job_queued_past_the_stall_gets_its_intake_message_again(machine: JobMachine) -> None:
+    """``submit`` stores the spec beside the ``queued`` marker; no worker created the record."""
+    machine.store.mark_queued(JOB, "dual", intake='{"goal": "g"}')
+    assert machine.intake(JOB) == '{"goal": "g"}'
+    queued_at = float(machine.record(JOB)["updated_at"])
+    assert reconcile(machine, stall=60.0).next_look == pytest.approx(queued_at + 60.0, abs=0.01)
+    machine.redis.hset(machine.store.key(JOB, "state"), "updated_at", f"{time.time() - 61:.6f}")
+    assert reconcile(machine, stall=60.0) == Reconciled("intake")
+    assert reconcile(machine, stall=60.0) == Reconciled("wait")  # once per stall period
+    create(machine)  # a worker took it after all: the stored spec goes
+    assert machine.intake(JOB) is None
+    assert machine.record(JOB)["state"] == "running"
+    no_key_without_ttl(machine)
+
+
+def test_a_queued_marker_without_a_stored_spec_is_dropped_from_the_index(machine: JobMachine) -> None:
+    machine.store.mark_queued(JOB, "dual")
+    assert reconcile(machine) == Reconciled("gone")
+
+
+def test_a_refused_intake_leaves_no_stored_spec(machine: JobMachine) -> None:
+    machine.store.mark_queued(JOB, "dual", intake='{"goal": "g"}')
+    machine.store.discard_queued(JOB)
+    assert machine.intake(JOB) is None and machine.record(JOB) == {}

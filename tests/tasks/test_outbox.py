@@ -3,6 +3,7 @@ broker refused, or the worker died in between) is sent by the reconciler; nothin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from tandem.broker_config import Settings
 from tandem.reasoner.plan import Step
 from tandem.tasks import runtime as runtime_module
 from tandem.tasks import turns, worker_signals
+from tandem.tasks.jobstate import Reconciled
 from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.runtime import Runtime
 
@@ -52,7 +54,13 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
     assert machine.outbox(JOB)[1] == [{"task": "tandem.thinker_turn", "args": [JOB, 0]}]  # kept
 
     sent: list[tuple[str, list[Any]]] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: sent.append((name, list(args))))
+    priorities: list[int | None] = []
+
+    def record(name: str, args: list[Any], **kw: Any) -> None:
+        sent.append((name, list(args)))
+        priorities.append(kw.get("priority"))
+
+    monkeypatch.setattr(turns.app, "send_task", record)
     ended: list[str] = []
     reconciler = Reconciler(
         machine,
@@ -69,10 +77,26 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
     machine.index(JOB, 0.0, 600)
     assert reconciler.sweep() == 1
     assert sent == [("tandem.thinker_turn", [JOB, 0])]
+    assert priorities == [3]  # priority 5 one level up: Redis level 3 goes ahead of the level-4 backlog
     assert machine.outbox(JOB)[1] == []
     assert ended == []
     machine.index(JOB, 0.0, 600)
     assert reconciler.sweep() == 0  # sent once, not on every sweep
+
+
+def test_a_lost_intake_message_is_sent_again_with_the_stored_spec(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = {"goal": "g", "reasoner": "mono"}
+    rt.store.mark_queued(JOB, "mono", intake=json.dumps(spec))
+    sent: list[tuple[str, dict[str, Any], str | None]] = []
+    monkeypatch.setattr(
+        worker_signals.app,
+        "send_task",
+        lambda name, kwargs=None, task_id=None, **kw: sent.append((name, kwargs or {}, task_id)),
+    )
+    worker_signals._resend(JOB, Reconciled("intake"))
+    assert sent == [("tandem.infer", {"spec": spec}, JOB)]  # the job id is the intake's task id
 
 
 def test_the_persistence_warning() -> None:
