@@ -42,6 +42,7 @@ from tandem.tasks.leases import Heartbeat
 from tandem.tasks.pending import DeferredHooks, PendingMemory
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
+from tandem.tasks.store import StepView
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -93,12 +94,25 @@ def job_priority(rt: Runtime, job_id: str) -> int | None:
     return None if spec is None else message_priority(spec.priority, rt.settings.broker_url)
 
 
-def send_outbox(rt: Runtime, job_id: str) -> bool:
-    """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed."""
+def send_outbox(
+    rt: Runtime,
+    job_id: str,
+    written: tuple[str, Sequence[Message]] | None = None,
+    spec: JobSpec | None = None,
+) -> bool:
+    """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed.
+
+    ``written``: the outbox id and messages the caller's transition just wrote, and ``spec`` the
+    job's spec, so that neither is read back.
+    """
     try:
-        outbox_id, messages = rt.machine.outbox(job_id)
+        outbox_id, messages = written if written is not None else rt.machine.outbox(job_id)
         if messages:
-            send(messages, job_priority(rt, job_id))
+            if spec is not None:
+                priority = message_priority(spec.priority, rt.settings.broker_url)
+            else:
+                priority = job_priority(rt, job_id)
+            send(messages, priority)
             rt.machine.mark_sent(job_id, outbox_id)
         return True
     except Exception:
@@ -274,24 +288,22 @@ def _claim(rt: Runtime, job_id: str, round_no: int, kind: str) -> Claim:
     return got
 
 
-def _load(rt: Runtime, job_id: str) -> tuple[JobSpec, LoopPlan]:
-    spec = rt.store.spec(job_id)
-    if spec is None:
+def _load(view: StepView) -> tuple[JobSpec, LoopPlan]:
+    if view.spec is None:
         raise Ignore()  # unknown or expired job: nothing to do
-    return spec, rt.plan(spec)
+    return view.spec, get_runtime().plan(view.spec)
 
 
-def _commit(rt: Runtime, claim: Claim, nxt: Step, memory: PendingMemory, hooks: DeferredHooks) -> None:
+def _commit(
+    rt: Runtime, claim: Claim, nxt: Step, memory: PendingMemory, hooks: DeferredHooks, spec: JobSpec
+) -> None:
     """Store the step's writes and move to ``nxt``; then publish its events and send ``nxt``."""
-    tx = uuid.uuid4().hex
+    tx = uuid.uuid4().hex  # also the id of the outbox the transition writes
+    messages = step_messages(claim.job_id, nxt)
     moved = _retrying(
         rt,
         lambda: rt.machine.transition(
-            claim,
-            (nxt.round, nxt.kind, nxt.calls, nxt.status),
-            step_messages(claim.job_id, nxt),
-            memory.writes(),
-            tx=tx,
+            claim, (nxt.round, nxt.kind, nxt.calls, nxt.status), messages, memory.writes(), tx=tx
         ),
     )
     if not moved:
@@ -304,7 +316,7 @@ def _commit(rt: Runtime, claim: Claim, nxt: Step, memory: PendingMemory, hooks: 
         )
         raise Ignore()
     hooks.flush()
-    send_outbox(rt, claim.job_id)
+    send_outbox(rt, claim.job_id, (tx, messages), spec)
     raise Ignore()
 
 
@@ -313,11 +325,12 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, kind)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        spec, plan = _load(rt, job_id)
-        if rt.store.cancel_requested(job_id):
+        view = rt.store.step_view(job_id)  # spec, cancel flag and memory in one round trip
+        spec, plan = _load(view)
+        if view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
         task = rt.task_for(job_id, spec)
-        memory = PendingMemory(rt.store.memory(job_id))
+        memory = PendingMemory(rt.store.memory(job_id), view.messages)
         hooks = DeferredHooks(EventHooks(rt.store, job_id))
         step = Step(round_no, "thinker" if kind == "thinker" else "actor")
         spent = budget_spent(spec, memory)
@@ -337,7 +350,7 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
             return wait_for_capacity(rt, claim, spec, wait)
         except Exception as exc:
             return _step_failed(rt, claim, exc)
-        _commit(rt, claim, nxt, memory, hooks)
+        _commit(rt, claim, nxt, memory, hooks, spec)
     return None
 
 
@@ -375,8 +388,8 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     )
     if created:
         rt.store.remember(job_id)
-        rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()})
-    send_outbox(rt, job_id)
+        rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()}, ttl=live_ttl)
+    send_outbox(rt, job_id, spec=job_spec)
     raise Ignore()  # the result is stored when the job ends
 
 
@@ -427,16 +440,17 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
     hooks = EventHooks(rt.store, job_id)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
         try:
-            spec, plan = _load(rt, job_id)
+            view = rt.store.step_view(job_id, messages=[f"{round_no}:actor"])
+            spec, plan = _load(view)
             task = rt.task_for(job_id, spec)
-            reply = rt.store.memory(job_id).get_message(round_no, "actor")
+            reply = next(iter(view.messages or []), None)
             if reply is None:
                 raise LookupError(f"the Actor's reply of round {round_no} is not in memory")
             call = plan.calls_of(reply)[index - 1]
             call_id = reply.tool_calls[index - 1].id if reply.tool_calls else None
             by_name = {t.name: t for t in task.recommend()[0]}
             tool = by_name.get(call.name)
-            if rt.store.cancel_requested(job_id):
+            if view.cancelled:
                 result = _call_failed(index, call.name or "(cancelled)", "the job was cancelled")
             elif claim.attempt > 1 and tool is not None and tool.at_most_once:
                 result = _call_failed(index, call.name, INTERRUPTED)
@@ -457,7 +471,10 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
         except Exception as exc:  # the round must always hear back, or the job would wait for it
             result = _call_failed(index, "(unknown)", _failure(exc))
         collect = step_messages(job_id, Step(round_no, "collect"))
-        moved = _retrying(rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect))
+        outbox_id = uuid.uuid4().hex
+        moved = _retrying(
+            rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect, outbox_id=outbox_id)
+        )
     if not moved:
         log.warning(
             "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
@@ -465,7 +482,7 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
         raise Ignore()
     hooks.tool_returned(round_no, result)
     if moved == 2:
-        send_outbox(rt, job_id)
+        send_outbox(rt, job_id, (outbox_id, collect), spec)
     return result.model_dump(mode="json")
 
 
@@ -475,10 +492,12 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, "collect")
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        spec, plan = _load(rt, job_id)
-        if rt.store.cancel_requested(job_id):
+        keys = [f"{round_no}:actor", f"{round_no}:tool"]  # the round's messages, not the whole memory
+        view = rt.store.step_view(job_id, messages=keys, record=["calls"])
+        spec, plan = _load(view)
+        if view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
-        count = int(rt.machine.record(job_id).get("calls") or 0)
+        count = int(view.record.get("calls") or 0)
         results = rt.store.tool_results(job_id, round_no, count)
         missing = [i for i, r in enumerate(results, start=1) if r is None]
         if missing:
@@ -488,10 +507,10 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
                 f"tool results of round {round_no} are missing for calls {missing}",
                 claim=claim,
             )
-        memory = PendingMemory(rt.store.memory(job_id))
+        memory = PendingMemory(rt.store.memory(job_id), view.messages, asked=keys)
         stored = apply_tool_results(memory, round_no, [r for r in results if r is not None])
         nxt = plan.after_tools(rt.task_for(job_id, spec), stored.function_results, round_no)
-        _commit(rt, claim, nxt, memory, DeferredHooks(EventHooks(rt.store, job_id)))
+        _commit(rt, claim, nxt, memory, DeferredHooks(EventHooks(rt.store, job_id)), spec)
     return None
 
 

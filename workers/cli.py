@@ -27,9 +27,15 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--pool",
         "-P",
-        choices=("threads", "prefork", "solo"),
+        choices=("threads", "gevent", "prefork", "solo"),
         default="threads",
-        help="threads (default: model and tool calls wait on I/O) or prefork",
+        help="threads (default: model and tool calls wait on I/O), gevent (needs the 'gevent' extra) or prefork",
+    )
+    w.add_argument(
+        "--task-events",
+        "-E",
+        action="store_true",
+        help="send Celery task events from the start (TANDEM_TASK_EVENTS; Flower turns them on itself)",
     )
     w.add_argument("--no-intake", action="store_true", help="do not consume the intake queue (tandem.infer)")
     w.add_argument("--loglevel", "-l", default="INFO")
@@ -131,7 +137,7 @@ def _worker(args: argparse.Namespace) -> int:
         str(args.concurrency or 4),
         "--loglevel",
         args.loglevel,
-        "--task-events",
+        *(["--task-events"] if settings.task_events or args.task_events else []),
         "--without-mingle",
         "--without-gossip",
         "--hostname",

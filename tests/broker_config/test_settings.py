@@ -290,7 +290,22 @@ def test_the_urls_and_expiry_come_from_the_settings() -> None:
         "redis://b:1/0",
         600,
     )
-    assert config["worker_send_task_events"] is True and config["task_send_sent_event"] is True
+    assert config["worker_send_task_events"] is False and config["task_send_sent_event"] is False
+
+
+def test_task_events_are_off_unless_asked_for() -> None:
+    """Each task event is a PUBLISH: workers send none until Flower (or TANDEM_TASK_EVENTS) asks."""
+    on = celery_config(Settings.from_env({"TANDEM_TASK_EVENTS": "1"}))
+    assert on["worker_send_task_events"] is True and on["task_send_sent_event"] is True
+    assert Settings.from_env({}).task_events is False
+
+
+def test_step_tasks_store_no_result() -> None:
+    """A job's result is stored under the job id; the steps' own results are never written."""
+    annotations = celery_config(Settings())["task_annotations"]
+    assert annotations["tandem.thinker_turn"] == {"ignore_result": True}
+    assert annotations["tandem.run_tool"] == {"ignore_result": True}
+    assert "tandem.infer" not in annotations and "tandem.decide" not in annotations
 
 
 def test_function_calling_mode_of_a_role() -> None:
