@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -139,11 +140,24 @@ def run(
             redis = cluster.redis
             cmds_before, rcpu_before = command_counts(redis), redis_cpu(redis)
             cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            samples: list[tuple[int, int]] = []
+            stop = threading.Event()
+
+            def sample() -> None:  # requests the model hosts are answering, every 0.1 s
+                while not stop.wait(0.1):
+                    samples.append((hosts.thinker.in_flight, hosts.actor.in_flight))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
             sent: dict[str, float] = {}
             for _ in range(jobs):
                 job_id, at = cluster.submit(goal, 3)
                 sent[job_id] = at
-            polls = _wait(redis, [cluster.store.key(j, "result") for j in sent], timeout)
+            try:
+                polls = _wait(redis, [cluster.store.key(j, "result") for j in sent], timeout)
+            finally:
+                stop.set()
+                sampler.join()
             cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
             cmds_after, rcpu_after = command_counts(redis), redis_cpu(redis)
 
@@ -164,6 +178,11 @@ def run(
             add("scale_ratio", jobs / makespan / bound)
             add("scale_job_p50_s", percentile(durations, 50))
             add("scale_job_p99_s", percentile(durations, 99))
+            # How busy the model hosts were (mean requests in flight / the role's threads): below
+            # 1 while jobs wait, a role's threads were doing something else or waiting for work.
+            busy = samples[: max(1, int(makespan / 0.1))]
+            add("scale_thinker_busy", sum(t for t, _ in busy) / len(busy) / concurrency)
+            add("scale_actor_busy", sum(a for _, a in busy) / len(busy) / concurrency)
             cpu = {role: cpu_after[role] - cpu_before[role] for role in pids}
             add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
             for role, seconds in cpu.items():

@@ -317,7 +317,8 @@ def _commit(
         raise Ignore()
     hooks.flush()
     send_outbox(rt, claim.job_id, (tx, messages), spec)
-    raise Ignore()
+    # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
+    # no result, so returning costs nothing).
 
 
 def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         "-P",
         choices=("threads", "gevent", "prefork", "solo"),
         default="threads",
-        help="threads (default: model and tool calls wait on I/O), gevent (needs the 'gevent' extra) or prefork",
+        help="threads (default: model and tool calls wait on I/O), gevent (the 'gevent' extra), prefork",
     )
     w.add_argument(
         "--task-events",
@@ -115,7 +115,22 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
     return spec
 
 
+def patch_for_gevent() -> None:
+    """Make the standard library cooperative (sockets, threads, locks, ``time.sleep``) before the
+    worker imports Celery, Redis, httpx or LiteLLM, as ``celery worker -P gevent`` does: without it
+    a blocking call would stop every greenlet of the process."""
+    try:
+        from gevent import monkey
+    except ImportError:
+        raise WorkerError(
+            "--pool gevent needs the gevent package: pip install 'tandem[gevent]' (or use --pool threads)"
+        ) from None
+    monkey.patch_all()
+
+
 def _worker(args: argparse.Namespace) -> int:
+    if args.pool == "gevent":
+        patch_for_gevent()
     from tandem.tasks.app import app, settings
     from tandem.tasks.worker_signals import check_start
 

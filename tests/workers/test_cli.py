@@ -224,8 +224,11 @@ def test_task_events_on_request(worker_main: Captured) -> None:
     assert worker_main.argv is not None and "--task-events" in worker_main.argv
 
 
-def test_a_gevent_pool(worker_main: Captured) -> None:
+def test_a_gevent_pool(worker_main: Captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    patched: list[bool] = []  # the test process itself must not be monkey-patched
+    monkeypatch.setattr(cli, "patch_for_gevent", lambda: patched.append(True))
     assert cli.main(["worker", "actor", "-P", "gevent", "-c", "200"]) == 0
+    assert patched == [True]
     argv = worker_main.argv
     assert argv is not None
     assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("gevent", "200")
