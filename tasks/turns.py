@@ -85,6 +85,9 @@ def send(messages: Sequence[Message], priority: int | None = None) -> None:
             countdown=m.get("countdown"),
             task_id=f"{args[0]}.{tail}.{uuid.uuid4().hex[:8]}",
             priority=priority,
+            # Nobody waits for a step's own result: without this the Redis result backend would
+            # subscribe to it (where a pool lets tasks join, e.g. gevent's).
+            ignore_result=True,
         )
 
 
