@@ -3,7 +3,8 @@
 ``tandem.infer`` (intake) creates the job's record at its first step and sends that step.
 Every other task names a step, ``(job, round)`` plus its kind by the task's name:
 ``thinker_turn``, ``actor_turn`` (the model of mono and react jobs too), ``run_tool`` (one call
-of a ``tools`` step), ``collect_tools``, ``finalize``. A task claims its step (nothing happens if
+of a ``tools`` step), ``collect_tools`` (which the call storing a round's last result runs at
+once, in its own thread), ``finalize``. A task claims its step (nothing happens if
 the job is elsewhere, ended, or a live worker holds the step), does the step's work, asks the
 job's plan (``tandem.reasoner.plan``) what follows, commits (stores the step's messages and moves
 the record to the next step, only if its claim still stands) and sends the outbox.
@@ -111,11 +112,9 @@ def send_outbox(
     try:
         outbox_id, messages = written if written is not None else rt.machine.outbox(job_id)
         if messages:
-            if spec is not None:
-                priority = message_priority(spec.priority, rt.settings.broker_url)
-            else:
-                priority = job_priority(rt, job_id)
-            send(messages, priority)
+            known = spec is not None
+            priority = message_priority(spec.priority, rt.settings.broker_url) if spec else None
+            send(messages, priority if known else job_priority(rt, job_id))
             rt.machine.mark_sent(job_id, outbox_id)
         return True
     except Exception:
@@ -486,13 +485,22 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
         raise Ignore()
     hooks.tool_returned(round_no, result)
     if moved == 2:
-        send_outbox(rt, job_id, (outbox_id, collect), spec)
+        # The call that stored the round's last result collects at once, in this thread: one hop
+        # less per tool round. The ``collect`` message stays in the outbox until the collect step
+        # commits, so the reconciler sends it if this worker dies first.
+        collect_step(job_id, round_no)
     return result.model_dump(mode="json")
 
 
 @app.task(name="tandem.collect_tools", bind=True)
 def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
     """Store the round's tool results in memory, then move to what the plan says follows."""
+    return collect_step(job_id, round_no)
+
+
+def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
+    """The ``collect`` step of ``round_no``: woken by ``tandem.collect_tools``, or run at once by
+    the tool call that stored the round's last result."""
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, "collect")
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
