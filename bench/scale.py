@@ -218,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", choices=("threads", "gevent"), default="threads")
     parser.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     parser.add_argument("--out", default="bench/results-scale.json", help="where to write the JSON figures")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the workers"
+    )
     args = parser.parse_args(argv)
-    figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout)
+    extra = dict(item.split("=", 1) for item in args.env)
+    figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra)
     command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

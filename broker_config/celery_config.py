@@ -49,6 +49,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     transport: dict[str, Any] = {"visibility_timeout": visibility}
     if not amqp:
         transport.update(priority_steps=list(range(10)), queue_order_strategy="priority")
+        if not settings.broker_ack_emulation:
+            transport["ack_emulation"] = False
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client

@@ -425,3 +425,9 @@ def test_queues_honour_priority_on_redis_and_rabbitmq() -> None:
     amqp_conf = celery_config(Settings.from_env({"TANDEM_BROKER_URL": "amqp://guest@localhost//"}))
     assert all(q.queue_arguments == {"x-max-priority": 9} for q in amqp_conf["task_queues"])
     assert "priority_steps" not in amqp_conf["broker_transport_options"]
+
+
+def test_kombus_ack_emulation_can_be_turned_off() -> None:
+    assert "ack_emulation" not in celery_config(Settings())["broker_transport_options"]
+    off = Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "0"})
+    assert celery_config(off)["broker_transport_options"]["ack_emulation"] is False
