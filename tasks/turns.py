@@ -3,11 +3,13 @@
 ``tandem.infer`` (intake) creates the job's record at its first step and sends that step.
 Every other task names a step, ``(job, round)`` plus its kind by the task's name:
 ``thinker_turn``, ``actor_turn`` (the model of mono and react jobs too), ``run_tool`` (one call
-of a ``tools`` step), ``collect_tools`` (which the call storing a round's last result runs at
-once, in its own thread), ``finalize``. A task claims its step (nothing happens if
+of a ``tools`` step), ``collect_tools``, ``finalize``. A task claims its step (nothing happens if
 the job is elsewhere, ended, or a live worker holds the step), does the step's work, asks the
 job's plan (``tandem.reasoner.plan``) what follows, commits (stores the step's messages and moves
-the record to the next step, only if its claim still stands) and sends the outbox.
+the record to the next step, only if its claim still stands) and sends the outbox. Two steps need
+no other worker and run at once in the thread that made them current, their message kept in the
+outbox for the reconciler until they commit: ``collect`` (run by the call that stores a round's
+last result) and ``finalize``.
 
 So a duplicated, stale, forged or wrong-round message does nothing, a lost one is sent again by
 the reconciler (``tandem.tasks.reconciler``), and a worker that lost its lease stores nothing.
@@ -318,6 +320,11 @@ def _commit(
         )
         raise Ignore()
     hooks.flush()
+    if nxt.kind == "finalize":
+        # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
+        # finalize message stays in the outbox until the job has ended, for the reconciler.
+        finalize_step(claim.job_id, nxt.round)
+        return
     send_outbox(rt, claim.job_id, (tx, messages), spec)
     # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
     # no result, so returning costs nothing).
@@ -529,6 +536,12 @@ def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
 @app.task(name="tandem.finalize", bind=True)
 def finalize(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> dict[str, Any]:
     """Store and return the final ``JobResult`` with the status the job's record holds."""
+    return finalize_step(job_id, round_no)
+
+
+def finalize_step(job_id: str, round_no: int) -> dict[str, Any]:
+    """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
+    the job there."""
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, "finalize")
     status = rt.machine.record(job_id).get("status") or "completed"
