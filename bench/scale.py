@@ -148,6 +148,7 @@ def run(
                     samples.append((hosts.thinker.in_flight, hosts.actor.in_flight))
 
             sampler = threading.Thread(target=sample, daemon=True)
+            own_cpu = time.process_time()
             sampler.start()
             sent: dict[str, float] = {}
             for _ in range(jobs):
@@ -159,6 +160,7 @@ def run(
                 stop.set()
                 sampler.join()
             cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            own_cpu = time.process_time() - own_cpu
             cmds_after, rcpu_after = command_counts(redis), redis_cpu(redis)
 
             statuses = {j: cluster.store.status(j) for j in sent}
@@ -183,6 +185,8 @@ def run(
             busy = samples[: max(1, int(makespan / 0.1))]
             add("scale_thinker_busy", sum(t for t, _ in busy) / len(busy) / concurrency)
             add("scale_actor_busy", sum(a for _, a in busy) / len(busy) / concurrency)
+            figures["scale_busy_timeline"] = [list(x) for x in busy[::20]]  # every 2 s
+            add("scale_bench_cpu_s", own_cpu)  # the model hosts' and the client's, in this process
             cpu = {role: cpu_after[role] - cpu_before[role] for role in pids}
             add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
             for role, seconds in cpu.items():

@@ -99,6 +99,30 @@ def _import_litellm() -> ModuleType:
     return _litellm
 
 
+def size_connection_pool(connections: int) -> bool:
+    """Let LiteLLM's synchronous calls hold up to ``connections`` HTTP connections at once, all kept
+    alive (a worker passes its thread count). ``False`` if LiteLLM already has a client of the
+    caller's (``litellm.client_session``), which is left alone.
+
+    LiteLLM's own client takes httpx's defaults: 100 connections at once, 20 kept alive, so a
+    worker of 200 threads had half of them wait for a connection, and opened a new one for most
+    calls.
+    """
+    litellm = _import_litellm()
+    if litellm.client_session is not None:
+        return False
+    import httpx
+    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration, http2_enabled
+
+    litellm.client_session = httpx.Client(
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        verify=get_ssl_configuration(),
+        follow_redirects=True,
+        http2=http2_enabled(),
+    )
+    return True
+
+
 # -- the service --------------------------------------------------------------------------
 
 
