@@ -114,12 +114,13 @@ def size_connection_pool(connections: int) -> bool:
     import httpx
     from litellm.llms.custom_httpx.http_handler import get_ssl_configuration, http2_enabled
 
-    litellm.client_session = httpx.Client(
+    client = httpx.Client(
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         verify=get_ssl_configuration(),
         follow_redirects=True,
         http2=http2_enabled(),
     )
+    setattr(litellm, "client_session", client)  # noqa: B010 - a module attribute mypy cannot see
     return True
 
 
