@@ -225,8 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the workers"
     )
+    parser.add_argument(
+        "--provider", default="openai", help="LiteLLM provider of the model strings (e.g. hosted_vllm)"
+    )
     args = parser.parse_args(argv)
-    extra = dict(item.split("=", 1) for item in args.env)
+    extra = {
+        "TANDEM_THINKER_MODEL": f"{args.provider}/thinker-model",
+        "TANDEM_ACTOR_MODEL": f"{args.provider}/actor-model",
+        **dict(item.split("=", 1) for item in args.env),
+    }
     figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra)
     command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)

@@ -100,13 +100,16 @@ def _import_litellm() -> ModuleType:
 
 
 def size_connection_pool(connections: int) -> bool:
-    """Let LiteLLM's synchronous calls hold up to ``connections`` HTTP connections at once, all kept
-    alive (a worker passes its thread count). ``False`` if LiteLLM already has a client of the
-    caller's (``litellm.client_session``), which is left alone.
+    """Let LiteLLM's synchronous calls through the OpenAI SDK (the ``openai/`` provider, and any
+    other that uses ``litellm.client_session``) hold up to ``connections`` HTTP connections at once,
+    all kept alive (a worker passes its thread count). ``False`` if the caller set
+    ``litellm.client_session`` already (left alone).
 
     LiteLLM's own client takes httpx's defaults: 100 connections at once, 20 kept alive, so a
     worker of 200 threads had half of them wait for a connection, and opened a new one for most
-    calls.
+    calls. (Providers that go through LiteLLM's own HTTP handler, e.g. ``hosted_vllm/``, keep
+    those defaults: a transport shared through ``litellm.sync_transport`` is closed with whichever
+    of the handler's clients closes first.)
     """
     litellm = _import_litellm()
     if litellm.client_session is not None:
