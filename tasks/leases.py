@@ -68,6 +68,10 @@ class LeaseKeeper:
             for beat in self._due():
                 try:
                     if not beat.machine.renew(beat.claim, beat.seconds):
+                        with self._lock:  # a step that committed meanwhile dropped its claim itself
+                            held = id(beat) in self._held
+                        if not held:
+                            continue
                         log.warning(
                             "job %s lost its lease on %s of round %d (another worker may take it over)",
                             beat.claim.job_id,
