@@ -252,6 +252,8 @@ See the docstrings of the docstrings of `bench/overhead.py` and `bench/throughpu
   (workers' idle polling included; `_for_deltas` is the difference).
 - `worker_ready_s_*`: from starting the three workers together to each one answering a ping.
   `worker_rss_mb_*`: peak resident memory (VmHWM) of each worker process after all the runs.
+- `scale_*` (hundreds of concurrent jobs, CPU and Redis commands per round) and `capacity_*` have
+  their own commands: `python -m bench.scale`, `python -m bench.capacity` (README, Benchmarks).
 """
 
 

@@ -119,7 +119,13 @@ class Cluster:
     """One tandem worker per role on the benchmark database, plus a client app and store."""
 
     def __init__(
-        self, hosts: ModelHosts, concurrency: Mapping[str, int], *, url: str | None = None, **extra_env: str
+        self,
+        hosts: ModelHosts,
+        concurrency: Mapping[str, int],
+        *,
+        url: str | None = None,
+        pool: Mapping[str, str] | None = None,
+        **extra_env: str,
     ) -> None:
         self.url = url or redis_url()
         self.env = {
@@ -137,12 +143,13 @@ class Cluster:
         self.redis = Redis.from_url(self.url)
         self.store = JobStore.from_settings(self.redis, self.settings)
         self.concurrency = dict(concurrency)
+        self.pool = dict(pool or {})
         self.group: WorkerGroup | None = None
         self.ready_s: dict[str, float] = {}
 
     def start(self, timeout: float = 60.0) -> dict[str, float]:
         """Start the workers together; return each role's seconds from launch to answering a ping."""
-        self.group = WorkerGroup(ROLES, env=self.env, concurrency=self.concurrency)
+        self.group = WorkerGroup(ROLES, env=self.env, concurrency=self.concurrency, pool=self.pool)
         launched = time.monotonic()
         self.group.start()
         names = {f"{role}-{os.getpid()}": role for role in ROLES}

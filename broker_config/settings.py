@@ -365,6 +365,14 @@ class Settings:
     """``TANDEM_API_TOKENS``: comma-separated bearer tokens ``tandem api`` accepts."""
     api_max_body: int = 1_048_576
     """``TANDEM_API_MAX_BODY``: the largest request body ``tandem api`` reads, in bytes."""
+    task_events: bool = False
+    """``TANDEM_TASK_EVENTS``: workers send Celery task events from the start (each costs a Redis
+    ``PUBLISH``). Off by default: Flower turns them on in every worker while it runs."""
+    broker_ack_emulation: bool = True
+    """``TANDEM_BROKER_ACK_EMULATION`` (Redis broker): kombu keeps every message a worker holds in an
+    "unacked" hash until its task ends (8 more Redis commands per message). Off: a message leaves
+    Redis when a worker takes it; a step whose worker dies is sent again by the reconciler either way,
+    but an intake message (``tandem.infer``) held by a killed worker is lost."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -427,6 +435,8 @@ class Settings:
             delta_max_chars=_integer(env, "TANDEM_DELTA_MAX_CHARS", 512, minimum=1),
             api_tokens=_tokens(env, "TANDEM_API_TOKENS"),
             api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
+            task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,
+            broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION") is not False,
         )
 
     def register_secrets(self) -> None:

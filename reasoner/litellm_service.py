@@ -99,6 +99,34 @@ def _import_litellm() -> ModuleType:
     return _litellm
 
 
+def size_connection_pool(connections: int) -> bool:
+    """Let LiteLLM's synchronous calls through the OpenAI SDK (the ``openai/`` provider, and any
+    other that uses ``litellm.client_session``) hold up to ``connections`` HTTP connections at once,
+    all kept alive (a worker passes its thread count). ``False`` if the caller set
+    ``litellm.client_session`` already (left alone).
+
+    LiteLLM's own client takes httpx's defaults: 100 connections at once, 20 kept alive, so a
+    worker of 200 threads had half of them wait for a connection, and opened a new one for most
+    calls. (Providers that go through LiteLLM's own HTTP handler, e.g. ``hosted_vllm/``, keep
+    those defaults: a transport shared through ``litellm.sync_transport`` is closed with whichever
+    of the handler's clients closes first.)
+    """
+    litellm = _import_litellm()
+    if litellm.client_session is not None:
+        return False
+    import httpx
+    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration, http2_enabled
+
+    client = httpx.Client(
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        verify=get_ssl_configuration(),
+        follow_redirects=True,
+        http2=http2_enabled(),
+    )
+    setattr(litellm, "client_session", client)  # noqa: B010 - a module attribute mypy cannot see
+    return True
+
+
 # -- the service --------------------------------------------------------------------------
 
 

@@ -93,7 +93,7 @@ class EventHooks(ReasonerHooks):
 
     def round_started(self, round_no: int, max_rounds: int) -> None:
         """Publish ``round_started``."""
-        self.store.publish(self.job_id, RoundStarted(round=round_no, max_rounds=max_rounds))
+        self.store.append(self.job_id, RoundStarted(round=round_no, max_rounds=max_rounds))
 
     def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
         """A coalescing listener that publishes ``model_delta`` events (``None`` when deltas are off)."""
@@ -109,7 +109,7 @@ class EventHooks(ReasonerHooks):
                 round=round_no, role=role, attempt=attempt, seq=seq, reasoning=reasoning, content=content
             )
             seq += 1
-            self.store.publish(self.job_id, delta)
+            self.store.append(self.job_id, delta)
 
         coalescer = DeltaCoalescer(emit, interval=settings.delta_interval, max_chars=settings.delta_max_chars)
         self._streams[(round_no, role)] = coalescer
@@ -123,7 +123,7 @@ class EventHooks(ReasonerHooks):
 
     def model_replied(self, message: ModelMessage) -> None:
         """Publish ``model_reply`` with the role, the reasoning and the content."""
-        self.store.publish(
+        self.store.append(
             self.job_id,
             ModelReply(
                 round=message.round,
@@ -137,13 +137,13 @@ class EventHooks(ReasonerHooks):
 
     def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
         """Publish ``tool_call``."""
-        self.store.publish(
+        self.store.append(
             self.job_id,
             ToolCall(round=round_no, index=index, name=call.name, args=call.args, error=call.error),
         )
 
     def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:
         """Publish ``tool_result``."""
-        self.store.publish(
+        self.store.append(
             self.job_id, ToolResult.model_validate({"round": round_no, **result.model_dump(mode="json")})
         )

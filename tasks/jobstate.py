@@ -28,7 +28,9 @@ Every change is one Lua script over the job's keys, which all share the hash tag
 
 A message (a Celery task) only wakes a step up: a duplicated, stale, forged or wrong-round one
 finds the record elsewhere and does nothing. Every key gets a TTL when it is written: a live job's
-keys live until its deadline plus ``ttl_after``; an ended job's for ``TANDEM_MEMORY_TTL``.
+keys live until its deadline plus ``ttl_after``; an ended job's for ``TANDEM_MEMORY_TTL``. A script
+sets the TTL only of the keys it may create (a write to an existing key keeps its TTL), so a step
+costs no ``EXPIRE`` of keys it did not touch.
 """
 
 from __future__ import annotations
@@ -73,9 +75,17 @@ local function expire_all(ttl)
   ttl = math.max(math.floor(ttl), 1)
   for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
 end
+-- A live job's TTL from its record's deadline and ttl_after, for every key of the job: only the
+-- rare transitions that move the deadline (park, settle, reopen) use it.
 local function live_ttl(t)
   local f = redis.call('HMGET', KEYS[1], 'deadline', 'ttl_after')
   return math.max((tonumber(f[1]) or t) - t, 0) + (tonumber(f[2]) or 86400)
+end
+-- The same TTL for one key (deadline and ttl_after read with the script's own HMGET): only a key a
+-- script may create gets it, since writes to an existing key keep its TTL.
+local function expire_key(key, t, deadline, ttl_after)
+  local ttl = math.max((tonumber(deadline) or t) - t, 0) + (tonumber(ttl_after) or 86400)
+  redis.call('EXPIRE', key, math.max(math.floor(ttl), 1))
 end
 """
 
@@ -94,7 +104,9 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[2], 'round', AR
   'pending', 0, 'outbox', ARGV[7], 'outbox_id', ARGV[8], 'progress_at', fmt(t), 'created_at', fmt(t),
   'updated_at', fmt(t), 'deadline', fmt(t + tonumber(ARGV[5])), 'ttl_after', ARGV[6], 'wait_for', '',
   'wait_until', 0, 'last_error', '', 'error', '', 'tx', '')
-expire_all(live_ttl(t))
+local ttl = math.max(math.floor(tonumber(ARGV[5]) + tonumber(ARGV[6])), 1)
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[2], ttl)
 return 1
 """
 )
@@ -104,7 +116,7 @@ _CLAIM = (
     _COMMON
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'holder', 'lease_until', 'deadline',
-  'wait_until', 'expiries')
+  'wait_until', 'expiries', 'epoch')
 if not s[1] then return {'gone'} end
 if FINAL[s[1]] then return {'ended'} end
 if s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return {'other'} end
@@ -117,10 +129,9 @@ if s[4] ~= '' then
 end
 if t > tonumber(s[6]) then return {'deadline'} end
 if expiries > tonumber(ARGV[5]) then return {'give-up', tostring(expiries)} end
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'holder', ARGV[3], 'lease_until', fmt(t + tonumber(ARGV[4])), 'state', 'running',
-  'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
-expire_all(live_ttl(t))
+local epoch = (tonumber(s[9]) or 0) + 1
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'holder', ARGV[3], 'lease_until', fmt(t + tonumber(ARGV[4])),
+  'state', 'running', 'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
 return {'ok', tostring(epoch)}
 """
 )
@@ -147,24 +158,28 @@ return 1
 _TRANSITION = (
     _COMMON
     + """
-local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx')
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx', 'deadline',
+  'ttl_after', 'calls')
 if s[6] == ARGV[5] then return 1 end
 if not s[1] or FINAL[s[1]] then return 0 end
 if s[2] ~= ARGV[1] or s[3] ~= ARGV[2] or s[4] ~= ARGV[3] or s[5] ~= ARGV[4] then return 0 end
-for _, w in ipairs(cjson.decode(ARGV[12])) do redis.call('HSETNX', KEYS[3], w[1], w[2]) end
+local writes = cjson.decode(ARGV[12])
+for _, w in ipairs(writes) do redis.call('HSETNX', KEYS[3], w[1], w[2]) end
 local t = now()
+if #writes > 0 then expire_key(KEYS[3], t, s[7], s[8]) end
 redis.call('HSET', KEYS[1], 'state', 'running', 'round', ARGV[6], 'kind', ARGV[7], 'calls', ARGV[8],
   'status', ARGV[9], 'pending', ARGV[8], 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
   'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t), 'tx', ARGV[5],
   'wait_for', '', 'wait_until', 0, 'last_error', '', 'held', '')
-redis.call('DEL', KEYS[5])
+if s[3] == 'collect' or tonumber(s[9] or 0) > 0 then redis.call('DEL', KEYS[5]) end
 if ARGV[13] ~= '' then
   redis.call('SET', KEYS[9], ARGV[13])
-  local deadline = tonumber(redis.call('HGET', KEYS[1], 'deadline')) + tonumber(ARGV[15])
+  local deadline = tonumber(s[7]) + tonumber(ARGV[15])
   redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'held', ARGV[14], 'parked_at', fmt(t),
     'park_bound', ARGV[15], 'approval_until', ARGV[16], 'deadline', fmt(deadline))
+  -- Parking moves the deadline back: every key of the job must live as long (rare, so all of them).
+  expire_all(live_ttl(t))
 end
-expire_all(live_ttl(t))
 return 1
 """
 )
@@ -192,7 +207,6 @@ redis.call('HINCRBY', KEYS[1], 'retries', 1)
 redis.call('HSET', KEYS[1], 'state', 'waiting', 'wait_for', ARGV[6], 'wait_until', fmt(until_),
   'last_error', ARGV[7], 'holder', '', 'lease_until', 0, 'outbox', ARGV[8], 'outbox_id', ARGV[9],
   'progress_at', fmt(t), 'updated_at', fmt(t))
-expire_all(live_ttl(t))
 return {'ok', fmt(until_)}
 """
 )
@@ -201,7 +215,7 @@ return {'ok', fmt(until_)}
 _CLAIM_CALL = (
     _COMMON
     + """
-local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls')
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls', 'ttl_after')
 if not s[1] then return {'gone'} end
 if FINAL[s[1]] then return {'ended'} end
 if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return {'other'} end
@@ -224,7 +238,7 @@ if t > tonumber(s[4]) then return {'deadline'} end
 local attempt = redis.call('HINCRBY', KEYS[5], i .. ':attempts', 1)
 redis.call('HSET', KEYS[5], i .. ':holder', ARGV[3], i .. ':until', fmt(t + tonumber(ARGV[4])))
 redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
-expire_all(live_ttl(t))
+if attempt == 1 then expire_key(KEYS[5], t, s[4], s[6]) end
 return {'ok', tostring(attempt)}
 """
 )
@@ -233,22 +247,21 @@ return {'ok', tostring(attempt)}
 _CALL_DONE = (
     _COMMON
     + """
-local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind')
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'ttl_after')
 if not s[1] or FINAL[s[1]] then return 0 end
 if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return 0 end
 if redis.call('HGET', KEYS[5], ARGV[2] .. ':holder') ~= ARGV[3] then return 0 end
 if redis.call('HSETNX', KEYS[4], ARGV[1] .. ':' .. ARGV[2], ARGV[4]) == 0 then return 0 end
 redis.call('HSET', KEYS[5], ARGV[2] .. ':holder', '')
 local t = now()
+expire_key(KEYS[4], t, s[4], s[5])
 local left = redis.call('HINCRBY', KEYS[1], 'pending', -1)
 redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
 if left <= 0 then
   redis.call('HSET', KEYS[1], 'kind', 'collect', 'holder', '', 'lease_until', 0, 'expiries', 0,
     'outbox', ARGV[5], 'outbox_id', ARGV[6])
-  expire_all(live_ttl(t))
   return 2
 end
-expire_all(live_ttl(t))
 return 1
 """
 )
@@ -613,9 +626,12 @@ class JobMachine:
         )
         return float(_text(reply[1])) if _text(reply[0]) == "ok" else _text(reply[0])
 
-    def call_done(self, claim: Claim, result_json: str, collect: list[Message]) -> int:
+    def call_done(
+        self, claim: Claim, result_json: str, collect: list[Message], *, outbox_id: str | None = None
+    ) -> int:
         """Store the call's result and count the round's pending calls down: 0 if the claim was
-        lost (nothing stored), 1 if calls are still pending, 2 if the job moved to ``collect``."""
+        lost (nothing stored), 1 if calls are still pending, 2 if the job moved to ``collect``
+        (with ``collect`` in the outbox, under ``outbox_id`` if given)."""
         return int(
             self._run(
                 "call_done",
@@ -625,7 +641,7 @@ class JobMachine:
                 claim.token,
                 result_json,
                 json.dumps(collect),
-                uuid.uuid4().hex,
+                outbox_id or uuid.uuid4().hex,
             )
         )
 

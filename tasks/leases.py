@@ -2,57 +2,108 @@
 
 A claim (``tandem.tasks.jobstate.JobMachine.claim`` / ``claim_call``) holds a lease that runs out
 ``lease_seconds`` after the last renewal, on Redis's clock. ``Heartbeat`` renews it every third
-of that period from a daemon thread. A worker that dies, or is paused (SIGSTOP, a VM pause, a
-Redis outage) past its lease, loses it: the reconciler counts a *lease expiry* and sends the step
-again, and every later write of the old claim is refused (its epoch or token no longer matches),
-so the paused worker stores nothing and sends nothing when it wakes up.
+of that period. A worker that dies, or is paused (SIGSTOP, a VM pause, a Redis outage) past its
+lease, loses it: the reconciler counts a *lease expiry* and sends the step again, and every later
+write of the old claim is refused (its epoch or token no longer matches), so the paused worker
+stores nothing and sends nothing when it wakes up.
+
+The renewals of every claim a process holds are made by one daemon thread (``LeaseKeeper``), so
+a step costs no thread of its own, and a step shorter than a third of its lease costs no renewal
+at all.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tandem.tasks.jobstate import Claim, JobMachine
 
 log = logging.getLogger("tandem.leases")
 
 
-class Heartbeat:
-    """Renews one claim's lease until stopped. Use as a context manager."""
+class LeaseKeeper:
+    """One daemon thread that renews the leases of the claims held in this process.
 
-    def __init__(self, machine: JobMachine, claim: Claim, seconds: float) -> None:
+    Each claim is renewed once a third of its lease has passed since it was taken or last
+    renewed; a claim whose renewal is refused (the claim was lost) is marked ``lost`` and dropped.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, tuple[Heartbeat, float]] = {}  # id -> (heartbeat, next renewal)
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def hold(self, beat: Heartbeat) -> None:
+        """Renew ``beat``'s claim until ``drop``."""
+        with self._lock:
+            self._held[id(beat)] = (beat, time.monotonic() + beat.interval)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tandem-lease-keeper", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def drop(self, beat: Heartbeat) -> None:
+        """Stop renewing ``beat``'s claim."""
+        with self._lock:
+            self._held.pop(id(beat), None)
+
+    def _due(self) -> list[Heartbeat]:
+        """Wait until a renewal is due; the heartbeats due (their next renewal is set)."""
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                due = [beat for beat, at in self._held.values() if at <= now]
+                if due:
+                    for beat in due:
+                        self._held[id(beat)] = (beat, now + beat.interval)
+                    return due
+                nearest = min((at for _, at in self._held.values()), default=now + 1.0)
+                self._wake.wait(max(nearest - now, 0.01))
+
+    def _run(self) -> None:
+        while True:
+            for beat in self._due():
+                try:
+                    if not beat.machine.renew(beat.claim, beat.seconds):
+                        with self._lock:  # a step that committed meanwhile dropped its claim itself
+                            held = id(beat) in self._held
+                        if not held:
+                            continue
+                        log.warning(
+                            "job %s lost its lease on %s of round %d (another worker may take it over)",
+                            beat.claim.job_id,
+                            beat.claim.kind if not beat.claim.index else f"call {beat.claim.index}",
+                            beat.claim.round,
+                        )
+                        beat.lost.set()
+                        self.drop(beat)
+                except Exception:  # a broken connection must not kill the step; the next beat retries
+                    log.warning("lease renewal for job %s failed; retrying", beat.claim.job_id, exc_info=True)
+
+
+_keeper = LeaseKeeper()
+
+
+class Heartbeat:
+    """Renews one claim's lease (through the process's ``LeaseKeeper``) until stopped. Use as a
+    context manager; ``lost`` is set once a renewal is refused."""
+
+    def __init__(
+        self, machine: JobMachine, claim: Claim, seconds: float, keeper: LeaseKeeper | None = None
+    ) -> None:
         self.machine = machine
         self.claim = claim
         self.seconds = seconds
+        self.interval = max(seconds / 3, 0.2)
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _beat(self) -> None:
-        interval = max(self.seconds / 3, 0.2)
-        while not self._stop.wait(interval):
-            try:
-                if not self.machine.renew(self.claim, self.seconds):
-                    log.warning(
-                        "job %s lost its lease on %s of round %d (another worker may take it over)",
-                        self.claim.job_id,
-                        self.claim.kind if not self.claim.index else f"call {self.claim.index}",
-                        self.claim.round,
-                    )
-                    self.lost.set()
-                    return
-            except Exception:  # a broken connection must not kill the step; the next beat retries
-                log.warning("lease renewal for job %s failed; retrying", self.claim.job_id, exc_info=True)
+        self._keeper = keeper or _keeper
 
     def __enter__(self) -> Heartbeat:
-        self._thread = threading.Thread(
-            target=self._beat, name=f"tandem-lease-{self.claim.job_id}", daemon=True
-        )
-        self._thread.start()
+        self._keeper.hold(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        self._keeper.drop(self)

@@ -8,7 +8,7 @@ after the commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner.hooks import ReasonerHooks
@@ -22,26 +22,50 @@ if TYPE_CHECKING:
 
 
 class PendingMemory:
-    """A ``ReasonerMemory`` that reads the job's stored messages and holds new ones back."""
+    """A ``ReasonerMemory`` that reads the job's stored messages and holds new ones back.
 
-    def __init__(self, stored: RedisReasonerMemory) -> None:
+    The stored messages are read once, on first use (one ``HVALS``, or none when the step passes
+    them in as ``messages``), and served from that snapshot: only the step holding the claim writes
+    its round's messages, and only through its transition, so the snapshot stays current for the
+    step's life. ``asked``: the keys ``messages`` was read for, when it is not the whole memory
+    (a step that needs only its round's messages); any other key makes it read the whole memory.
+    """
+
+    def __init__(
+        self,
+        stored: RedisReasonerMemory,
+        messages: Iterable[ModelMessage] | None = None,
+        *,
+        asked: Iterable[str] | None = None,
+    ) -> None:
         self.stored = stored
         self._new: dict[str, ModelMessage] = {}
+        self._snapshot: dict[str, ModelMessage] | None = (
+            None if messages is None else {m.key: m for m in messages}
+        )
+        self._asked = None if asked is None or messages is None else frozenset(asked)
+
+    def _stored(self, key: str | None = None) -> dict[str, ModelMessage]:
+        if self._snapshot is None or (self._asked is not None and (key is None or key not in self._asked)):
+            self._snapshot = {m.key: m for m in self.stored.get_messages()}
+            self._asked = None
+        return self._snapshot
 
     def add_message(self, message: ModelMessage) -> bool:
         """Hold ``message`` unless its key is stored or held; ``True`` if it was held."""
-        if message.key in self._new or self.stored.get_message(message.round, message.role) is not None:
+        if message.key in self._new or message.key in self._stored(message.key):
             return False
         self._new[message.key] = message
         return True
 
     def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
         """The held or stored message of ``(round_no, role)``."""
-        return self._new.get(f"{round_no}:{role}") or self.stored.get_message(round_no, role)
+        key = f"{round_no}:{role}"
+        return self._new.get(key) or self._stored(key).get(key)
 
     def get_messages(self) -> list[ModelMessage]:
         """Stored and held messages, in order."""
-        merged = {m.key: m for m in self.stored.get_messages()}
+        merged = dict(self._stored())
         for key, message in self._new.items():
             merged.setdefault(key, message)
         return sorted(merged.values(), key=_order)

@@ -312,7 +312,7 @@ def _send_dispatch(dispatch: dict[str, Any]) -> None:
     """Send a step again as its dispatch describes it (a waiter woken by a freed slot)."""
     from tandem.tasks.app import app
 
-    app.send_task(dispatch["name"], args=dispatch["args"], **dispatch.get("options", {}))
+    app.send_task(dispatch["name"], args=dispatch["args"], ignore_result=True, **dispatch.get("options", {}))
 
 
 _runtime: Runtime | None = None

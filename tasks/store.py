@@ -12,8 +12,10 @@ the moment it is written.
 from __future__ import annotations
 
 import json
+import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from redis import Redis
@@ -22,7 +24,7 @@ from redis.client import Pipeline
 from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
-from tandem.reasoner.messages import FunctionCallResult
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import Final, JobEvent, StreamSettings, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
 from tandem.toolkit.redaction import redact, redact_data, redact_known
@@ -116,6 +118,24 @@ def final_ends(following: list[str], state: Any) -> bool:
 
 RECENT_LIMIT = 1000
 """How many jobs the index of recent jobs (``JobStore.recent``) keeps."""
+RECENT_TRIM_EVERY = 16
+"""``remember`` trims the index of recent jobs on one call in this many (on average): between
+trims it may hold a few more than ``RECENT_LIMIT`` jobs."""
+
+
+@dataclass(frozen=True)
+class StepView:
+    """What a step reads before it works, in one round trip (``JobStore.step_view``).
+
+    ``messages`` is ``None`` when they were not asked for; with ``complete`` false it holds only
+    the messages asked for by key (those stored).
+    """
+
+    spec: JobSpec | None
+    cancelled: bool
+    record: dict[str, str]
+    messages: list[ModelMessage] | None
+    complete: bool = True
 
 
 class JobStore:
@@ -211,12 +231,14 @@ class JobStore:
         self.redis.transaction(undo, key, self.key(job_id, "spec"))
 
     def remember(self, job_id: str, at: float | None = None) -> None:
-        """Add the job to the index of recent jobs (kept to the newest ``RECENT_LIMIT``, idempotent)."""
+        """Add the job to the index of recent jobs (kept to about the newest ``RECENT_LIMIT``, see
+        ``RECENT_TRIM_EVERY``; idempotent)."""
         key = f"{self.prefix}:recent-jobs"
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(key, {job_id: at or time.time()}, nx=True)
-        pipe.zremrangebyrank(key, 0, -RECENT_LIMIT - 1)
-        pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
+        if random.randrange(RECENT_TRIM_EVERY) == 0:  # trimming on every call would double its cost
+            pipe.zremrangebyrank(key, 0, -RECENT_LIMIT - 1)
+            pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
         pipe.expire(key, self.ttl)
         pipe.execute()
 
@@ -233,6 +255,39 @@ class JobStore:
         """The job's spec, or ``None`` for an unknown job."""
         raw = self.redis.get(self.key(job_id, "spec"))
         return None if raw is None else JobSpec.model_validate_json(raw)
+
+    def step_view(
+        self,
+        job_id: str,
+        *,
+        messages: bool | Sequence[str] = True,
+        record: Sequence[str] = (),
+    ) -> StepView:
+        """The spec, the cancel flag, the ``record`` fields asked for and the stored messages (all
+        of them, or only those keyed ``messages``, e.g. ``["2:actor"]``) of a job, in one pipeline."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.key(job_id, "spec"))
+        pipe.exists(self.key(job_id, "cancel"))
+        if record:
+            pipe.hmget(self.key(job_id, "state"), list(record))
+        memory_key = self.key(job_id, "memory")
+        if messages is True:
+            pipe.hvals(memory_key)
+        elif messages:
+            pipe.hmget(memory_key, list(messages))
+        replies = pipe.execute()
+        raw_spec, cancelled = replies[0], replies[1]
+        fields = dict(zip(record, replies[2], strict=True)) if record else {}
+        found: list[ModelMessage] | None = None
+        if messages is True or messages:
+            found = [ModelMessage.model_validate_json(r) for r in replies[-1] if r is not None]
+        return StepView(
+            spec=None if raw_spec is None else JobSpec.model_validate_json(raw_spec),
+            cancelled=bool(cancelled),
+            record={k: _text(v) for k, v in fields.items() if v is not None},
+            messages=found,
+            complete=messages is True,
+        )
 
     def status(self, job_id: str) -> JobStatus | None:
         """The job's status (from its record, and its pending calls while it awaits approval),
@@ -325,27 +380,52 @@ class JobStore:
         """The job's conversation."""
         return RedisReasonerMemory(self.redis, job_id, prefix=self.prefix, ttl=self.ttl)
 
-    def publish(self, job_id: str, event: JobEvent | str, data: dict[str, Any] | None = None) -> str:
+    def publish(
+        self,
+        job_id: str,
+        event: JobEvent | str,
+        data: dict[str, Any] | None = None,
+        *,
+        ttl: int | None = None,
+    ) -> str:
         """Append an event to the job's stream (secrets redacted) and return its stream id.
 
         ``event`` is a ``JobEvent``, or an event kind with its fields in ``data`` (``EventError``
         when they do not fit the kind). The stream is capped at about ``stream.maxlen`` entries; a new
-        stream gets the store's TTL, which the job's transitions and its end then set.
+        stream gets ``ttl`` seconds (the store's TTL by default; the intake gives it the job's
+        lifetime), and the job's end sets it again.
         """
         typed = make_event(event, data or {}) if isinstance(event, str) else event
         key = self.key(job_id, "events")
         pipe = self.redis.pipeline(transaction=False)
-        entry = {  # the stream entry of ``typed`` (see ``job_events.encode_event``), secrets redacted
+        pipe.xadd(key, self._entry(typed), maxlen=self.stream.maxlen, approximate=True)
+        pipe.ttl(key)
+        entry_id, left = pipe.execute()
+        if left is not None and left < 0:
+            self.redis.expire(key, ttl or self.ttl)
+        return _text(entry_id)
+
+    def append(self, job_id: str, event: JobEvent) -> str:
+        """``publish`` for a running job's steps: one ``XADD`` that never creates the stream (the
+        intake made it, with its TTL); a stream that is not there (expired, or the intake died
+        before its first event) is made by ``publish`` instead."""
+        entry_id = self.redis.xadd(
+            self.key(job_id, "events"),
+            self._entry(event),
+            maxlen=self.stream.maxlen,
+            approximate=True,
+            nomkstream=True,
+        )
+        return self.publish(job_id, event) if entry_id is None else _text(entry_id)
+
+    @staticmethod
+    def _entry(typed: JobEvent) -> dict[str, str]:
+        """The stream entry of ``typed`` (see ``job_events.encode_event``), secrets redacted."""
+        return {
             "type": typed.type,
             "data": json.dumps(redact_data(typed.data), ensure_ascii=False, default=str),
             "at": f"{typed.at or time.time():.3f}",
         }
-        pipe.xadd(key, entry, maxlen=self.stream.maxlen, approximate=True)
-        pipe.ttl(key)
-        entry_id, ttl = pipe.execute()
-        if ttl is not None and ttl < 0:
-            self.redis.expire(key, self.ttl)
-        return _text(entry_id)
 
     def read_events(self, job_id: str, after: str = "0", count: int = 100) -> list[JobEvent]:
         """Up to ``count`` events written after stream id ``after``, without waiting."""

@@ -6,7 +6,10 @@ Every other task names a step, ``(job, round)`` plus its kind by the task's name
 of a ``tools`` step), ``collect_tools``, ``finalize``. A task claims its step (nothing happens if
 the job is elsewhere, ended, or a live worker holds the step), does the step's work, asks the
 job's plan (``tandem.reasoner.plan``) what follows, commits (stores the step's messages and moves
-the record to the next step, only if its claim still stands) and sends the outbox.
+the record to the next step, only if its claim still stands) and sends the outbox. Two steps need
+no other worker and run at once in the thread that made them current, their message kept in the
+outbox for the reconciler until they commit: ``collect`` (run by the call that stores a round's
+last result) and ``finalize``.
 
 So a duplicated, stale, forged or wrong-round message does nothing, a lost one is sent again by
 the reconciler (``tandem.tasks.reconciler``), and a worker that lost its lease stores nothing.
@@ -43,6 +46,7 @@ from tandem.tasks.parking import announce, approved_call, park_for
 from tandem.tasks.pending import DeferredHooks, PendingMemory
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
+from tandem.tasks.store import StepView
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -85,6 +89,9 @@ def send(messages: Sequence[Message], priority: int | None = None) -> None:
             countdown=m.get("countdown"),
             task_id=f"{args[0]}.{tail}.{uuid.uuid4().hex[:8]}",
             priority=priority,
+            # Nobody waits for a step's own result: without this the Redis result backend would
+            # subscribe to it (where a pool lets tasks join, e.g. gevent's).
+            ignore_result=True,
         )
 
 
@@ -94,12 +101,23 @@ def job_priority(rt: Runtime, job_id: str) -> int | None:
     return None if spec is None else message_priority(spec.priority, rt.settings.broker_url)
 
 
-def send_outbox(rt: Runtime, job_id: str) -> bool:
-    """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed."""
+def send_outbox(
+    rt: Runtime,
+    job_id: str,
+    written: tuple[str, Sequence[Message]] | None = None,
+    spec: JobSpec | None = None,
+) -> bool:
+    """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed.
+
+    ``written``: the outbox id and messages the caller's transition just wrote, and ``spec`` the
+    job's spec, so that neither is read back.
+    """
     try:
-        outbox_id, messages = rt.machine.outbox(job_id)
+        outbox_id, messages = written if written is not None else rt.machine.outbox(job_id)
         if messages:
-            send(messages, job_priority(rt, job_id))
+            known = spec is not None
+            priority = message_priority(spec.priority, rt.settings.broker_url) if spec else None
+            send(messages, priority if known else job_priority(rt, job_id))
             rt.machine.mark_sent(job_id, outbox_id)
         return True
     except Exception:
@@ -275,11 +293,10 @@ def _claim(rt: Runtime, job_id: str, round_no: int, kind: str) -> Claim:
     return got
 
 
-def _load(rt: Runtime, job_id: str) -> tuple[JobSpec, LoopPlan]:
-    spec = rt.store.spec(job_id)
-    if spec is None:
+def _load(view: StepView) -> tuple[JobSpec, LoopPlan]:
+    if view.spec is None:
         raise Ignore()  # unknown or expired job: nothing to do
-    return spec, rt.plan(spec)
+    return view.spec, get_runtime().plan(view.spec)
 
 
 def _commit(
@@ -288,21 +305,18 @@ def _commit(
     nxt: Step,
     memory: PendingMemory,
     hooks: DeferredHooks,
+    spec: JobSpec,
     park: Park | None = None,
 ) -> None:
     """Store the step's writes and move to ``nxt`` (parked for approval with ``park``: its held
     calls are not sent); then publish its events and send ``nxt``."""
-    tx = uuid.uuid4().hex
+    tx = uuid.uuid4().hex  # also the id of the outbox the transition writes
     free = None if park is None else [i for i in range(1, nxt.calls + 1) if i not in park.held]
+    messages = step_messages(claim.job_id, nxt, free)
     moved = _retrying(
         rt,
         lambda: rt.machine.transition(
-            claim,
-            (nxt.round, nxt.kind, nxt.calls, nxt.status),
-            step_messages(claim.job_id, nxt, free),
-            memory.writes(),
-            tx=tx,
-            park=park,
+            claim, (nxt.round, nxt.kind, nxt.calls, nxt.status), messages, memory.writes(), tx=tx, park=park
         ),
     )
     if not moved:
@@ -317,8 +331,14 @@ def _commit(
     hooks.flush()
     if park is not None:
         announce(rt.store, claim.job_id, park)
-    send_outbox(rt, claim.job_id)
-    raise Ignore()
+    if nxt.kind == "finalize":
+        # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
+        # finalize message stays in the outbox until the job has ended, for the reconciler.
+        finalize_step(claim.job_id, nxt.round)
+        return
+    send_outbox(rt, claim.job_id, (tx, messages), spec)
+    # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
+    # no result, so returning costs nothing).
 
 
 def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
@@ -326,11 +346,12 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, kind)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        spec, plan = _load(rt, job_id)
-        if rt.store.cancel_requested(job_id):
+        view = rt.store.step_view(job_id)  # spec, cancel flag and memory in one round trip
+        spec, plan = _load(view)
+        if view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
         task = rt.task_for(job_id, spec)
-        memory = PendingMemory(rt.store.memory(job_id))
+        memory = PendingMemory(rt.store.memory(job_id), view.messages)
         hooks = DeferredHooks(EventHooks(rt.store, job_id))
         step = Step(round_no, "thinker" if kind == "thinker" else "actor")
         spent = budget_spent(spec, memory)
@@ -352,7 +373,7 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
             return wait_for_capacity(rt, claim, spec, wait)
         except Exception as exc:
             return _step_failed(rt, claim, exc)
-        _commit(rt, claim, nxt, memory, hooks, park)
+        _commit(rt, claim, nxt, memory, hooks, spec, park)
     return None
 
 
@@ -390,8 +411,8 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     )
     if created:
         rt.store.remember(job_id)
-        rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()})
-    send_outbox(rt, job_id)
+        rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()}, ttl=live_ttl)
+    send_outbox(rt, job_id, spec=job_spec)
     raise Ignore()  # the result is stored when the job ends
 
 
@@ -445,9 +466,10 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
     hooks = EventHooks(rt.store, job_id)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
         try:
-            spec, plan = _load(rt, job_id)
+            view = rt.store.step_view(job_id, messages=[f"{round_no}:actor"])
+            spec, plan = _load(view)
             task = rt.task_for(job_id, spec)
-            reply = rt.store.memory(job_id).get_message(round_no, "actor")
+            reply = next(iter(view.messages or []), None)
             if reply is None:
                 raise LookupError(f"the Actor's reply of round {round_no} is not in memory")
             call = plan.calls_of(reply)[index - 1]
@@ -455,7 +477,7 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
             by_name = {t.name: t for t in task.recommend()[0]}
             tool = by_name.get(call.name)
             cleared = approved_call(rt.store, job_id, round_no, index, call, tool, task)
-            if rt.store.cancel_requested(job_id):
+            if view.cancelled:
                 result = _call_failed(index, call.name or "(cancelled)", CANCELLED_CALL)
             elif claim.attempt > 1 and tool is not None and tool.at_most_once:
                 result = _call_failed(index, call.name, INTERRUPTED)
@@ -481,7 +503,10 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
         except Exception as exc:  # the round must always hear back, or the job would wait for it
             result = _call_failed(index, "(unknown)", _failure(exc))
         collect = step_messages(job_id, Step(round_no, "collect"))
-        moved = _retrying(rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect))
+        outbox_id = uuid.uuid4().hex
+        moved = _retrying(
+            rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect, outbox_id=outbox_id)
+        )
     if not moved:
         log.warning(
             "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
@@ -489,20 +514,31 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
         raise Ignore()
     hooks.tool_returned(round_no, result)
     if moved == 2:
-        send_outbox(rt, job_id)
+        # The call that stored the round's last result collects at once, in this thread: one hop
+        # less per tool round. The ``collect`` message stays in the outbox until the collect step
+        # commits, so the reconciler sends it if this worker dies first.
+        collect_step(job_id, round_no)
     return result.model_dump(mode="json")
 
 
 @app.task(name="tandem.collect_tools", bind=True)
 def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
     """Store the round's tool results in memory, then move to what the plan says follows."""
+    return collect_step(job_id, round_no)
+
+
+def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
+    """The ``collect`` step of ``round_no``: woken by ``tandem.collect_tools``, or run at once by
+    the tool call that stored the round's last result."""
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, "collect")
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        spec, plan = _load(rt, job_id)
-        if rt.store.cancel_requested(job_id):
+        keys = [f"{round_no}:actor", f"{round_no}:tool"]  # the round's messages, not the whole memory
+        view = rt.store.step_view(job_id, messages=keys, record=["calls"])
+        spec, plan = _load(view)
+        if view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
-        count = int(rt.machine.record(job_id).get("calls") or 0)
+        count = int(view.record.get("calls") or 0)
         results = rt.store.tool_results(job_id, round_no, count)
         missing = [i for i, r in enumerate(results, start=1) if r is None]
         if missing:
@@ -512,16 +548,22 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
                 f"tool results of round {round_no} are missing for calls {missing}",
                 claim=claim,
             )
-        memory = PendingMemory(rt.store.memory(job_id))
+        memory = PendingMemory(rt.store.memory(job_id), view.messages, asked=keys)
         stored = apply_tool_results(memory, round_no, [r for r in results if r is not None])
         nxt = plan.after_tools(rt.task_for(job_id, spec), stored.function_results, round_no)
-        _commit(rt, claim, nxt, memory, DeferredHooks(EventHooks(rt.store, job_id)))
+        _commit(rt, claim, nxt, memory, DeferredHooks(EventHooks(rt.store, job_id)), spec)
     return None
 
 
 @app.task(name="tandem.finalize", bind=True)
 def finalize(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> dict[str, Any]:
     """Store and return the final ``JobResult`` with the status the job's record holds."""
+    return finalize_step(job_id, round_no)
+
+
+def finalize_step(job_id: str, round_no: int) -> dict[str, Any]:
+    """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
+    the job there."""
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, "finalize")
     status = rt.machine.record(job_id).get("status") or "completed"

@@ -1,7 +1,8 @@
 """Worker start-up: the toolkit is loaded (a broken one stops the start), log lines are redacted,
 every worker process runs the reconciler (see ``tandem.tasks.reconciler``), warns when Redis
 would lose jobs on a restart, sizes its Redis pools to its threads, warms LiteLLM up where a model
-is called, and serves Prometheus metrics on ``TANDEM_METRICS_PORT``."""
+is called (its HTTP connection pool sized to the threads too), and serves Prometheus metrics on
+``TANDEM_METRICS_PORT``."""
 
 from __future__ import annotations
 
@@ -150,9 +151,11 @@ def _warm_up(**_: Any) -> None:
     # Only where a model is called: a tools worker would pay the import (and ~130 MB) for nothing.
     consumed = app.amqp.queues.consume_from  # the worker's queues (``-Q``), set before worker_init
     if any(role in consumed and not settings.role(role).is_demo for role in ("thinker", "actor")):
-        from tandem.reasoner.litellm_service import _import_litellm
+        from tandem.reasoner.litellm_service import _import_litellm, size_connection_pool
 
         _import_litellm()
+        # One connection per step thread (and a few for the in-call retries' overlap).
+        size_connection_pool(get_runtime().concurrency + 8)
 
 
 @worker_ready.connect

@@ -342,7 +342,7 @@ class OpenAIServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        httpd = ThreadingHTTPServer((self._host, self._port), _make_handler(self))
+        httpd = _Server((self._host, self._port), _make_handler(self))
         httpd.daemon_threads = True
         httpd.block_on_close = False  # idle keep-alive connections must not hold up stop()
         self._httpd = httpd
@@ -482,6 +482,12 @@ class OpenAIServer:
             last["usage"] = usage
             chunks.append(last)
         return chunks
+
+
+class _Server(ThreadingHTTPServer):
+    # Hundreds of clients connect at once in the scale benchmark: the default backlog of 5 would
+    # drop their SYNs, and each dropped one costs the client a second before it tries again.
+    request_queue_size = 1024
 
 
 def _error_body(status: int, message: str | None) -> dict[str, Any]:

@@ -27,9 +27,15 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--pool",
         "-P",
-        choices=("threads", "prefork", "solo"),
+        choices=("threads", "gevent", "prefork", "solo"),
         default="threads",
-        help="threads (default: model and tool calls wait on I/O) or prefork",
+        help="threads (default: model and tool calls wait on I/O), gevent (the 'gevent' extra), prefork",
+    )
+    w.add_argument(
+        "--task-events",
+        "-E",
+        action="store_true",
+        help="send Celery task events from the start (TANDEM_TASK_EVENTS; Flower turns them on itself)",
     )
     w.add_argument("--no-intake", action="store_true", help="do not consume the intake queue (tandem.infer)")
     w.add_argument("--loglevel", "-l", default="INFO")
@@ -155,7 +161,22 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
     return spec
 
 
+def patch_for_gevent() -> None:
+    """Make the standard library cooperative (sockets, threads, locks, ``time.sleep``) before the
+    worker imports Celery, Redis, httpx or LiteLLM, as ``celery worker -P gevent`` does: without it
+    a blocking call would stop every greenlet of the process."""
+    try:
+        from gevent import monkey
+    except ImportError:
+        raise WorkerError(
+            "--pool gevent needs the gevent package: pip install 'tandem[gevent]' (or use --pool threads)"
+        ) from None
+    monkey.patch_all()
+
+
 def _worker(args: argparse.Namespace) -> int:
+    if args.pool == "gevent":
+        patch_for_gevent()
     from tandem.tasks.app import app, settings
     from tandem.tasks.worker_signals import check_start
 
@@ -177,7 +198,7 @@ def _worker(args: argparse.Namespace) -> int:
         str(args.concurrency or 4),
         "--loglevel",
         args.loglevel,
-        "--task-events",
+        *(["--task-events"] if settings.task_events or args.task_events else []),
         "--without-mingle",
         "--without-gossip",
         "--hostname",

@@ -121,8 +121,11 @@ class WorkerGroup:
         log_dir: str | None = None,
         loglevel: str = "WARNING",
         name: str | None = None,
+        pool: Mapping[str, str] | None = None,
     ) -> None:
         self.roles = list(roles)
+        self.pool = dict(pool or {})
+        """Each role's worker pool (``threads`` unless given: see ``tandem worker --pool``)."""
         self.name = name or str(os.getpid())
         """Part of the workers' node names (``{role}-{name}@host``): give each group its own."""
         self.env = {**os.environ, **(env or {})}
@@ -147,6 +150,7 @@ class WorkerGroup:
                 self.loglevel,
                 "--hostname",
                 f"{role}-{self.name}@%h",
+                *(["--pool", self.pool[role]] if role in self.pool else []),
             ]
             self.processes[role] = subprocess.Popen(
                 cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent

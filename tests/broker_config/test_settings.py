@@ -290,7 +290,22 @@ def test_the_urls_and_expiry_come_from_the_settings() -> None:
         "redis://b:1/0",
         600,
     )
-    assert config["worker_send_task_events"] is True and config["task_send_sent_event"] is True
+    assert config["worker_send_task_events"] is False and config["task_send_sent_event"] is False
+
+
+def test_task_events_are_off_unless_asked_for() -> None:
+    """Each task event is a PUBLISH: workers send none until Flower (or TANDEM_TASK_EVENTS) asks."""
+    on = celery_config(Settings.from_env({"TANDEM_TASK_EVENTS": "1"}))
+    assert on["worker_send_task_events"] is True and on["task_send_sent_event"] is True
+    assert Settings.from_env({}).task_events is False
+
+
+def test_step_tasks_store_no_result() -> None:
+    """A job's result is stored under the job id; the steps' own results are never written."""
+    annotations = celery_config(Settings())["task_annotations"]
+    assert annotations["tandem.thinker_turn"] == {"ignore_result": True}
+    assert annotations["tandem.run_tool"] == {"ignore_result": True}
+    assert "tandem.infer" not in annotations and "tandem.decide" not in annotations
 
 
 def test_function_calling_mode_of_a_role() -> None:
@@ -410,3 +425,9 @@ def test_queues_honour_priority_on_redis_and_rabbitmq() -> None:
     amqp_conf = celery_config(Settings.from_env({"TANDEM_BROKER_URL": "amqp://guest@localhost//"}))
     assert all(q.queue_arguments == {"x-max-priority": 9} for q in amqp_conf["task_queues"])
     assert "priority_steps" not in amqp_conf["broker_transport_options"]
+
+
+def test_kombus_ack_emulation_can_be_turned_off() -> None:
+    assert "ack_emulation" not in celery_config(Settings())["broker_transport_options"]
+    off = Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "0"})
+    assert celery_config(off)["broker_transport_options"]["ack_emulation"] is False

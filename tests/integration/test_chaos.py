@@ -40,9 +40,10 @@ def own_cluster(own_redis: OwnRedis) -> Iterator[Hosts]:
 
 def test_chaos(own_cluster: Hosts, own_redis: OwnRedis) -> None:
     cluster, _, _ = own_cluster
-    # Kills every 1.5–3 s: on a quiet machine the 30 jobs end in about 20 s, and the jobs, not the
-    # clock, bound the run (it stops when no job is live), so slower kills would leave too few.
-    stats = run_chaos(cluster, own_redis, jobs=30, limit=170, kill_every=(1.5, 3.0))
+    # Kills every 1.5–3 s and Redis restarted 5 s in: on a quiet machine the 30 jobs end in about
+    # 12 s, and the jobs, not the clock, bound the run (it stops when no job is live), so slower
+    # kills would leave too few, and a later restart would come after the last job.
+    stats = run_chaos(cluster, own_redis, jobs=30, limit=170, kill_every=(1.5, 3.0), restart_after=5.0)
     print(f"\nchaos: {stats.kills} kills, {stats.redis_restarts} Redis restart, {stats.seconds:.0f} s")
     assert stats.kills >= 4 and stats.redis_restarts == 1
     assert stats.failures == []

@@ -542,3 +542,38 @@ def test_hosted_vllm_prefix_retries_and_reads_reasoning() -> None:
         assert server.requests[-1]["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False}
     assert sleeps == [2.0]
     assert (message.reasoning, message.content, message.model) == ("2 + 2", "Four.", "hosted_vllm/Qwen3-32B")
+
+
+def test_the_connection_pool_is_sized_to_the_worker(server: OpenAIServer) -> None:
+    """A worker of many threads gets as many kept-alive connections (httpx's default is 100 at
+    once, 20 kept alive), and the calls go through that client; a client of the user's is kept."""
+    import threading
+
+    import httpx
+
+    from tandem.reasoner.litellm_service import _import_litellm, size_connection_pool
+
+    litellm = _import_litellm()
+    before = litellm.client_session
+    litellm.client_session = None
+    try:
+        assert size_connection_pool(150) is True
+        client = litellm.client_session
+        assert isinstance(client, httpx.Client)
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert (pool._max_connections, pool._max_keepalive_connections) == (150, 150)
+        assert size_connection_pool(10) is False and litellm.client_session is client
+
+        model, _ = make(server)
+        server.latency = 0.3
+        threads = [threading.Thread(target=model.generate, args=("", USER)) for _ in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert server.in_flight_max == 30  # none waited for a connection
+        assert len(pool.connections) == 30  # all kept alive for the next calls
+    finally:
+        if litellm.client_session is not None and litellm.client_session is not before:
+            litellm.client_session.close()
+        litellm.client_session = before

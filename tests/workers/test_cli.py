@@ -52,7 +52,7 @@ def test_worker_options() -> None:
         pytest.param([], id="no-command"),
         pytest.param(["worker"], id="no-role"),
         pytest.param(["worker", "judge"], id="unknown-role"),
-        pytest.param(["worker", "actor", "--pool", "gevent"], id="unknown-pool"),
+        pytest.param(["worker", "actor", "--pool", "eventlet"], id="unknown-pool"),
         pytest.param(["run"], id="no-goal"),
         pytest.param(["run", "g", "--reasoner", "triple"], id="unknown-reasoner"),
         pytest.param(["run", "g", "--max-rounds", "many"], id="rounds-not-int"),
@@ -217,7 +217,22 @@ def test_a_role_worker_consumes_its_queue_and_the_intake(worker_main: Captured) 
     assert option(argv, "--queues") == f"thinker,{settings.intake_queue}"
     assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("threads", "4")
     assert option(argv, "--hostname") == "thinker@%h"
-    assert "--task-events" in argv
+    assert "--task-events" not in argv  # Flower turns events on while it runs
+
+
+def test_task_events_on_request(worker_main: Captured) -> None:
+    assert cli.main(["worker", "tools", "-E"]) == 0
+    assert worker_main.argv is not None and "--task-events" in worker_main.argv
+
+
+def test_a_gevent_pool(worker_main: Captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    patched: list[bool] = []  # the test process itself must not be monkey-patched
+    monkeypatch.setattr(cli, "patch_for_gevent", lambda: patched.append(True))
+    assert cli.main(["worker", "actor", "-P", "gevent", "-c", "200"]) == 0
+    assert patched == [True]
+    argv = worker_main.argv
+    assert argv is not None
+    assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("gevent", "200")
 
 
 def test_an_all_worker_without_intake(worker_main: Captured) -> None:

