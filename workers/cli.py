@@ -359,6 +359,18 @@ def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
         return _follow(spec, args)
 
 
+def _enable_task_events() -> None:
+    """Turn the running workers' task events on now (they are off by default, see
+    ``TANDEM_TASK_EVENTS``): Flower broadcasts the same only 5 s after it starts, and would miss
+    the tasks of that time. A broker that does not answer is Flower's to report."""
+    try:
+        from tandem.tasks.app import app
+
+        app.control.enable_events()
+    except Exception as exc:  # Flower starts anyway, and asks again every 5 s
+        print(f"tandem: could not ask the workers for task events yet ({exc}); Flower will", file=sys.stderr)
+
+
 def _flower(args: argparse.Namespace) -> int:
     """Exec ``celery flower`` with its credentials in the environment (``FLOWER_BASIC_AUTH``, which
     Flower reads itself), never in argv where ``ps`` shows them to every user of the host."""
@@ -384,6 +396,7 @@ def _flower(args: argparse.Namespace) -> int:
         return 2
     if auth is not None:
         env["FLOWER_BASIC_AUTH"] = auth
+    _enable_task_events()
     cmd = [
         sys.executable,
         "-m",

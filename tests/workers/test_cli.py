@@ -260,6 +260,8 @@ Exec = list[tuple[str, list[str], dict[str, str]]]
 def execs(monkeypatch: pytest.MonkeyPatch) -> Exec:
     calls: Exec = []
     monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: calls.append((path, list(argv), dict(env))))
+    # No broadcast to whatever broker this machine has; the call itself is recorded.
+    monkeypatch.setattr(cli, "_enable_task_events", lambda: calls.append(("enable_events", [], {})))
     monkeypatch.delenv("FLOWER_BASIC_AUTH", raising=False)
     monkeypatch.delenv("FLOWER_BASIC_AUTH_FILE", raising=False)
     return calls
@@ -271,7 +273,9 @@ def test_flower_execs_celery_flower_with_the_password_in_its_environment_not_arg
     monkeypatch.setenv("FLOWER_BASIC_AUTH", "ops:s3cret-pass")
     assert cli.main(["flower", "--port", "5600", "--address", "0.0.0.0"]) == 0
 
-    ((path, argv, env),) = execs
+    # The running workers are asked for task events before Flower starts (it asks only 5 s later).
+    assert execs[0][0] == "enable_events"
+    ((path, argv, env),) = execs[1:]
     assert path == cli.sys.executable
     assert argv[1:] == [
         "-m",
@@ -290,7 +294,7 @@ def test_flower_reads_its_credentials_from_a_file(execs: Exec, tmp_path: Path) -
     creds = tmp_path / "flower.auth"
     creds.write_text("ops:from-a-file-1\n")
     assert cli.main(["flower", "--address", "0.0.0.0", "--basic-auth-file", str(creds)]) == 0
-    assert execs[0][2]["FLOWER_BASIC_AUTH"] == "ops:from-a-file-1"
+    assert execs[-1][2]["FLOWER_BASIC_AUTH"] == "ops:from-a-file-1"
 
 
 def test_flower_refuses_a_public_address_without_auth(
@@ -307,7 +311,7 @@ def test_flower_on_loopback_may_run_without_auth_but_never_unauthenticated_api(
 ) -> None:
     monkeypatch.setenv("FLOWER_UNAUTHENTICATED_API", "true")
     assert cli.main(["flower"]) == 0
-    assert "FLOWER_UNAUTHENTICATED_API" not in execs[0][2] and "FLOWER_BASIC_AUTH" not in execs[0][2]
+    assert "FLOWER_UNAUTHENTICATED_API" not in execs[-1][2] and "FLOWER_BASIC_AUTH" not in execs[-1][2]
 
 
 def test_flower_refuses_a_password_on_the_command_line(
