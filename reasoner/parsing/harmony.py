@@ -178,7 +178,7 @@ class _HarmonyStream(ReasoningStream):
                     return EMPTY_DELTA
                 if fast >= _SLOW:
                     return self._feed_slow(chunk)
-                if chunk[:1] in "|":  # "" too: the "<" held back by a stripped-form body waits
+                if not chunk or chunk[0] == "|":  # the "<" held back by a stripped-form body waits
                     return self._feed_stripped(chunk, fast)
                 # A stripped-form body held back a "<" that this chunk does not make a token.
                 fast -= _STRIPPED_LT - _STRIPPED
@@ -263,13 +263,17 @@ class _HarmonyStream(ReasoningStream):
             n > 8 and ASSISTANT in (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER))
         ):
             return self._feed_slow(chunk)
-        lt = chunk[-1:] == "<"
-        end = n - 1 if lt else n
-        for size in MARKER_START_SIZES.get(chunk[end - 1 : end], ()):
-            if size <= end and chunk[end - size : end] in MARKER_STARTS:
-                end -= size
-                break
-        ink_end = len(chunk[:end].rstrip()) if end else 0
+        lt = chunk[-1] == "<"  # not empty: it holds "<", or what was held did
+        ink = chunk[:-1] if lt else chunk
+        if ink:
+            last = ink[-1]
+            if last in MARKER_LETTERS:
+                for size in MARKER_START_SIZES[last]:  # the longest first
+                    if size <= len(ink) and ink[-size:] in MARKER_STARTS:
+                        ink = ink[:-size]
+                        break
+            ink = ink.rstrip()
+        ink_end = len(ink)
         if ink_end < n:
             if not ink_end and n > _HELD_LIMIT:  # a long blank run: kept in a list
                 return self._feed_slow(chunk)
@@ -278,7 +282,7 @@ class _HarmonyStream(ReasoningStream):
                 self._fast = fast + _STRIPPED_LT - _STRIPPED
             if not ink_end:
                 return EMPTY_DELTA
-            chunk = chunk[:ink_end]
+            chunk = ink
         if fast == _STRIPPED_REASONING:
             return _new_tuple(ReasoningDelta, (chunk, "", ()))
         if fast == _STRIPPED_CONTENT:
