@@ -164,27 +164,31 @@ class _HarmonyStream(ReasoningStream):
         instead when what it holds back ends with ``<``); else ``_SLOW``."""
 
     def feed(self, chunk: str) -> ReasoningDelta:
-        # The fast paths are inline, without helper calls: this runs once per streamed token.
+        # The fast paths are inline, without helper calls: this runs once per streamed token. The
+        # ``_fast`` codes are written as numbers here and in _feed_stripped (a constant is cheaper
+        # than a global lookup in CPython; a test checks the names still have these values):
+        # 0, 1, 2 = _REASONING, _CONTENT, _TOOL; -1 = _SLOW; 3, 4, 5 = a kind + _STRIPPED;
+        # -5, -4, -3 = a kind + _STRIPPED_LT.
         fast = self._fast
         if "<" not in chunk:
-            if fast < _STRIPPED:
+            if fast < 3:
                 # A token-form body with nothing held back: a chunk without "<" holds no token.
-                if fast == _REASONING:
+                if fast == 0:
                     return _new_tuple(ReasoningDelta, (chunk, "", ()))
-                if fast == _CONTENT:
+                if fast == 1:
                     return _new_tuple(ReasoningDelta, ("", chunk, ()))
-                if fast == _TOOL:
+                if fast == 2:
                     self._parts.append(chunk)
                     return EMPTY_DELTA
-                if fast >= _SLOW:
+                if fast >= -1:
                     return self._feed_slow(chunk)
-                if chunk[:1] in "|":  # "" too: the "<" held back by a stripped-form body waits
+                if not chunk or chunk[0] == "|":  # the "<" held back by a stripped-form body waits
                     return self._feed_stripped(chunk, fast)
                 # A stripped-form body held back a "<" that this chunk does not make a token.
-                fast -= _STRIPPED_LT - _STRIPPED
+                fast += 8  # _STRIPPED_LT + kind -> _STRIPPED + kind
                 self._fast = fast
-        elif fast < _STRIPPED:
-            return self._feed_slow(chunk) if fast >= _SLOW else self._feed_stripped(chunk, fast)
+        elif fast < 3:
+            return self._feed_slow(chunk) if fast >= -1 else self._feed_stripped(chunk, fast)
         elif "<|" in chunk or chunk[-1] == "<":  # a token, or maybe the beginning of one
             return self._feed_stripped(chunk, fast)
         # An inked stripped-form body: only a marker ("assistant" + a channel) ends it. Text
@@ -238,9 +242,9 @@ class _HarmonyStream(ReasoningStream):
             and ASSISTANT in (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER))
         ):
             return self._feed_slow(chunk)
-        if fast == _STRIPPED_REASONING:
+        if fast == 3:  # _STRIPPED_REASONING
             return _new_tuple(ReasoningDelta, (chunk, "", ()))
-        if fast == _STRIPPED_CONTENT:
+        if fast == 4:  # _STRIPPED_CONTENT
             return _new_tuple(ReasoningDelta, ("", chunk, ()))
         self._parts.append(chunk)
         return EMPTY_DELTA
@@ -255,33 +259,37 @@ class _HarmonyStream(ReasoningStream):
         if self._held:
             chunk = self._held + chunk
             self._held = ""
-        if fast < _STRIPPED:  # the held text ended with "<"
-            fast -= _STRIPPED_LT - _STRIPPED
+        if fast < 3:  # the held text ended with "<"
+            fast += 8  # _STRIPPED_LT + kind -> _STRIPPED + kind
             self._fast = fast
         n = len(chunk)
         if "<|" in chunk or (
             n > 8 and ASSISTANT in (chunk.lower() if chunk.isascii() else chunk.translate(ASCII_LOWER))
         ):
             return self._feed_slow(chunk)
-        lt = chunk[-1:] == "<"
-        end = n - 1 if lt else n
-        for size in MARKER_START_SIZES.get(chunk[end - 1 : end], ()):
-            if size <= end and chunk[end - size : end] in MARKER_STARTS:
-                end -= size
-                break
-        ink_end = len(chunk[:end].rstrip()) if end else 0
+        lt = chunk[-1] == "<"  # not empty: it holds "<", or what was held did
+        ink = chunk[:-1] if lt else chunk
+        if ink:
+            last = ink[-1]
+            if last in MARKER_LETTERS:
+                for size in MARKER_START_SIZES[last]:  # the longest first
+                    if size <= len(ink) and ink[-size:] in MARKER_STARTS:
+                        ink = ink[:-size]
+                        break
+            ink = ink.rstrip()
+        ink_end = len(ink)
         if ink_end < n:
             if not ink_end and n > _HELD_LIMIT:  # a long blank run: kept in a list
                 return self._feed_slow(chunk)
             self._held = chunk[ink_end:]
             if lt:
-                self._fast = fast + _STRIPPED_LT - _STRIPPED
+                self._fast = fast - 8  # _STRIPPED + kind -> _STRIPPED_LT + kind
             if not ink_end:
                 return EMPTY_DELTA
-            chunk = chunk[:ink_end]
-        if fast == _STRIPPED_REASONING:
+            chunk = ink
+        if fast == 3:  # _STRIPPED_REASONING
             return _new_tuple(ReasoningDelta, (chunk, "", ()))
-        if fast == _STRIPPED_CONTENT:
+        if fast == 4:  # _STRIPPED_CONTENT
             return _new_tuple(ReasoningDelta, ("", chunk, ()))
         self._parts.append(chunk)
         return EMPTY_DELTA

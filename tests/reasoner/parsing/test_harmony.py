@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
+from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser, harmony
 from tandem.reasoner.parsing.harmony_format import HEADER_LIMIT, WHITE_SPACE, read_header
 from tests.reasoner.parsing.chunking import chunkings, feed_all
 
@@ -422,3 +422,10 @@ def test_stripped_form_holds_a_final_lt_until_the_next_chunk(
 def test_white_space_list_is_what_isspace_accepts() -> None:
     every = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
     assert every == WHITE_SPACE
+
+
+def test_fast_path_codes_are_the_numbers_feed_is_written_with() -> None:
+    # feed() and _feed_stripped() compare ``_fast`` with literal numbers (cheaper than globals).
+    assert (harmony._REASONING, harmony._CONTENT, harmony._TOOL, harmony._SLOW) == (0, 1, 2, -1)
+    assert (harmony._STRIPPED, harmony._STRIPPED_LT) == (3, -5)
+    assert (harmony._STRIPPED_REASONING, harmony._STRIPPED_CONTENT) == (3, 4)
