@@ -6,43 +6,17 @@ absent locally, required in CI). Keys get a fresh prefix per test.
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
-from collections.abc import Iterator
 
-import fakeredis
 import pytest
-from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tandem.tasks.jobstate import Claim, ClaimRefused, JobMachine, Reconciled
 from tandem.tasks.reconciler import Reconciler
-from tandem.tasks.store import JobStore
 
-REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
 JOB = "job-1"
 LEASE = 30.0
 
 
-def _real_redis() -> Redis:
-    client = Redis.from_url(REAL_REDIS_URL)
-    try:
-        client.ping()
-    except RedisConnectionError:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no Redis answers at {REAL_REDIS_URL}: CI needs one")
-        pytest.skip(f"no Redis answers at {REAL_REDIS_URL}")
-    return client
-
-
-@pytest.fixture(params=["fakeredis", "redis"])
-def machine(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
-    redis = fakeredis.FakeRedis() if request.param == "fakeredis" else _real_redis()
-    prefix = f"test-{uuid.uuid4().hex[:8]}"
-    yield JobStore(redis, prefix=prefix, ttl=600).machine
-    for key in redis.scan_iter(match=f"{prefix}:*"):
-        redis.delete(key)
 
 
 def create(machine: JobMachine, kind: str = "thinker", timeout: float = 3600.0) -> None:

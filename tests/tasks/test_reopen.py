@@ -6,29 +6,15 @@ absent locally, required in CI), like ``test_jobstate``.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
-import fakeredis
 import pytest
 
 from tandem.tasks.jobstate import Claim, JobMachine
 from tandem.tasks.reopen import Placement, Reopened, Reopener
-from tandem.tasks.store import JobStore
-from tests.tasks.test_jobstate import _real_redis
 
 JOB = "job-1"
 LEASE = 30.0
 RESULT = '{"job_id": "job-1", "status": "failed"}'
 
-
-@pytest.fixture(params=["fakeredis", "redis"])
-def machine(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
-    redis = fakeredis.FakeRedis() if request.param == "fakeredis" else _real_redis()
-    prefix = f"test-{uuid.uuid4().hex[:8]}"
-    yield JobStore(redis, prefix=prefix, ttl=600).machine
-    for key in redis.scan_iter(match=f"{prefix}:*"):
-        redis.delete(key)
 
 
 def key(machine: JobMachine, part: str, job_id: str = JOB) -> str:

@@ -1,0 +1,39 @@
+"""Fixtures of the state-machine tests: a ``JobMachine`` on fakeredis and on the real Redis."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from tandem.tasks.jobstate import JobMachine
+from tandem.tasks.store import JobStore
+
+REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
+
+
+def real_redis() -> Redis:
+    """The real Redis of the unit tests (db 8): skipped when absent locally, required in CI."""
+    client = Redis.from_url(REAL_REDIS_URL)
+    try:
+        client.ping()
+    except RedisConnectionError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Redis answers at {REAL_REDIS_URL}: CI needs one")
+        pytest.skip(f"no Redis answers at {REAL_REDIS_URL}")
+    return client
+
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def machine(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
+    """A ``JobMachine`` under a fresh key prefix, on fakeredis (with Lua) and on the real Redis."""
+    redis = fakeredis.FakeRedis() if request.param == "fakeredis" else real_redis()
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    yield JobStore(redis, prefix=prefix, ttl=600).machine
+    for key in redis.scan_iter(match=f"{prefix}:*"):
+        redis.delete(key)
