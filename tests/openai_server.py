@@ -53,6 +53,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
+
 __all__ = ["OpenAIServer", "RecordedRequest", "Reply", "load_script_file"]
 
 AUTO: Literal["auto"] = "auto"
@@ -137,7 +139,8 @@ class RecordedRequest(dict[str, Any]):
     """The JSON body of a request received by the server, with where and when it came.
 
     It is the body ``dict`` itself (``request["messages"]``), plus ``number`` (1, 2, ... in order
-    of arrival over the server's life), ``path``, ``headers`` and ``received_at``
+    of arrival over the server's life), ``path``, ``headers`` (case-insensitive, as HTTP's are:
+    OpenAI's SDK 3 sends ``authorization``, 2 sent ``Authorization``) and ``received_at``
     (``time.monotonic()``).
     """
 
@@ -147,7 +150,7 @@ class RecordedRequest(dict[str, Any]):
         super().__init__(body)
         self.number = number
         self.path = path
-        self.headers = dict(headers)
+        self.headers = httpx.Headers(dict(headers))
         self.received_at = time.monotonic()
 
 

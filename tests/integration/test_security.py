@@ -86,7 +86,7 @@ def thinker_host(request: RecordedRequest) -> Reply:
     """The plan's Thinker; for a goal holding HOST_401 it refuses the key, quoting it (as hosts do)."""
     goal = " ".join(str(m.get("content")) for m in request["messages"])
     if "HOST_401" in goal:
-        key = request.headers.get("Authorization", request.headers.get("authorization", "")).split()[-1]
+        key = request.headers.get("Authorization", "").split()[-1]
         return Reply(status=401, error=f"Incorrect API key provided: {key}")
     if "BIG_REPLY" in goal:  # grows the job's memory past TANDEM_MAX_MEMORY_BYTES in one turn
         return Reply(content="<instruction>go on</instruction>\n<input>" + "y" * 45_000 + "</input>")
