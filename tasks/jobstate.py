@@ -64,7 +64,7 @@ def token_pid(token: str) -> int | None:
     parts = token.split(":")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
 
-_COMMON = """
+LUA_PRELUDE = """
 local FINAL = {completed=true, truncated=true, failed=true, cancelled=true}
 local function now()
   local t = redis.call('TIME')
@@ -88,11 +88,13 @@ local function expire_key(key, t, deadline, ttl_after)
   redis.call('EXPIRE', key, math.max(math.floor(ttl), 1))
 end
 """
+"""The Lua helpers every job script starts with (``now``, ``fmt``, TTLs); ``tandem.tasks.reopen``'s
+scripts share them."""
 
 # KEYS: the job's keys in JOB_PARTS order (state first). ARGV: spec, reasoner, round, kind,
 # timeout, ttl_after, outbox, outbox id.
 _CREATE = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local existing = redis.call('HGET', KEYS[1], 'state')
 if existing and existing ~= 'queued' then return 0 end
@@ -113,7 +115,7 @@ return 1
 
 # ARGV: round, kind, token, lease seconds, max expiries.
 _CLAIM = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'holder', 'lease_until', 'deadline',
   'wait_until', 'expiries', 'epoch')
@@ -138,7 +140,7 @@ return {'ok', tostring(epoch)}
 
 # ARGV: token, lease seconds, call index ('' for the step's own lease).
 _RENEW = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local t = now()
 if ARGV[3] == '' then
@@ -156,7 +158,7 @@ return 1
 # outbox id, memory writes (JSON [[field, value], ...]), then to park the job ('' for no): the
 # approval record, the held calls (",2,3,"), the longest wait (s), when it ends (epoch s).
 _TRANSITION = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx', 'deadline',
   'ttl_after', 'calls')
@@ -195,7 +197,7 @@ return 0
 
 # ARGV: round, kind, epoch, token, delay, reason, error, outbox, outbox id.
 _RESCHEDULE = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'deadline')
 if not s[1] or FINAL[s[1]] then return {'gone'} end
@@ -213,7 +215,7 @@ return {'ok', fmt(until_)}
 
 # ARGV: round, index, token, lease seconds, max expiries.
 _CLAIM_CALL = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls', 'ttl_after')
 if not s[1] then return {'gone'} end
@@ -245,7 +247,7 @@ return {'ok', tostring(attempt)}
 
 # ARGV: round, index, token, result, collect outbox, outbox id.
 _CALL_DONE = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'ttl_after')
 if not s[1] or FINAL[s[1]] then return 0 end
@@ -270,7 +272,7 @@ return 1
 # the rejected calls' results (JSON [[index, result], ...]), the approved calls' messages, the
 # collect step's messages, outbox id.
 _SETTLE = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'parked_at', 'park_bound', 'deadline')
 if not s[1] then return {'gone'} end
@@ -302,7 +304,7 @@ return {verdict}
 
 # ARGV: result, status, error, ttl, force ('1': no step check), round, kind, epoch, token.
 _FINISH = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder')
 if s[1] and FINAL[s[1]] then return 0 end
@@ -326,7 +328,7 @@ return 0
 # the deadline comes, whichever is first. A job still ``queued`` (no worker created its record) for
 # longer than the stall gets 'intake': its intake message is sent again from the stored spec.
 _RECONCILE = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
   'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at')
@@ -718,6 +720,7 @@ class JobMachine:
 __all__ = [
     "JOB_PARTS",
     "LIVE_SHARDS",
+    "LUA_PRELUDE",
     "Claim",
     "ClaimRefused",
     "JobMachine",

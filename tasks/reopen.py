@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.tasks.jobstate import _COMMON, JobMachine, Message
+from tandem.tasks.jobstate import LUA_PRELUDE, JobMachine, Message
 
 RESUMABLE_STATES: frozenset[str] = frozenset({"failed", "cancelled", "truncated"})
 """The states a job can be resumed from."""
@@ -34,7 +34,7 @@ RESUMABLE_STATES: frozenset[str] = frozenset({"failed", "cancelled", "truncated"
 # kind, calls, status, pending, outbox, outbox id, timeout, ttl_after, memory writes, call-result
 # writes (JSON [[field, value], ...]), call indices to forget (JSON list).
 _REOPEN = (
-    _COMMON
+    LUA_PRELUDE
     + """
 local RESUMABLE = {failed=true, cancelled=true, truncated=true}
 local s = redis.call('HMGET', KEYS[1], 'state', 'updated_at')
