@@ -24,6 +24,13 @@ the time from a kill to the next progress of the jobs it hit:
 
 ``--runs N`` repeats the run with N seeds and pools the figures (a run has 4 to 7 kills, and many
 kills hit a replacement still starting, which holds nothing). Run alone: ``python -m bench.chaos``.
+
+The workers keep kombu's "unacked" copy of every message (``TANDEM_BROKER_ACK_EMULATION=true``):
+that copy is how this benchmark sees the messages a killed worker had *reserved*. By default a
+worker holds its step messages in memory only (``tandem.broker_config.transport``), where a
+killed worker's reserved messages are recovered the same way (the reconciler sends the step again
+after ``TANDEM_STALL_SECONDS``) but cannot be seen from Redis; ``--default-transport`` runs that
+configuration (its takeover figures then count held work only; the other figures are unchanged).
 """
 
 from __future__ import annotations
@@ -38,10 +45,11 @@ from tests.integration.takeover import Affected
 LEASE_SECONDS = float(CHAOS_ENV["TANDEM_LEASE_SECONDS"])
 
 
-def _run(jobs: int, limit: float, seed: int) -> ChaosStats:
+def _run(jobs: int, limit: float, seed: int, default_transport: bool = False) -> ChaosStats:
     server = OwnRedis().start()
+    env = dict(CHAOS_ENV) if default_transport else {**CHAOS_ENV, "TANDEM_BROKER_ACK_EMULATION": "true"}
     try:
-        gen = _cluster_on(f"{server.base}/0", **CHAOS_ENV)
+        gen = _cluster_on(f"{server.base}/0", **env)
         cluster, _thinker, _actor = next(gen)
         try:
             return run_chaos(cluster, server, jobs=jobs, limit=limit, seed=seed)
@@ -62,9 +70,11 @@ def _describe(a: Affected, started: float) -> str:
     return f"# kill at +{a.killed_at - started:.1f} s: {a.job} [{units}] taken over in {took}{restart}"
 
 
-def chaos(quick: bool = False, detail: bool = False, runs: int = 1) -> dict[str, float]:
+def chaos(
+    quick: bool = False, detail: bool = False, runs: int = 1, default_transport: bool = False
+) -> dict[str, float]:
     """Run the chaos scenario ``runs`` times and return the pooled figures (``detail``: print each
-    affected job)."""
+    affected job; ``default_transport``: see the module docstring)."""
     jobs = 15 if quick else 40
     totals: dict[str, float] = {}
     live: list[float] = []
@@ -74,7 +84,7 @@ def chaos(quick: bool = False, detail: bool = False, runs: int = 1) -> dict[str,
     kept: list[float] = []
     affected = reserved = pending = 0
     for n in range(runs):
-        stats = _run(jobs, 120 if quick else 240, seed=11 + n)
+        stats = _run(jobs, 120 if quick else 240, seed=11 + n, default_transport=default_transport)
         counts = {
             "chaos_jobs": stats.jobs,
             "chaos_kills": stats.kills,
@@ -124,10 +134,12 @@ def chaos(quick: bool = False, detail: bool = False, runs: int = 1) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     """Print the chaos figures, one ``name: value`` line each (``--quick``, ``--detail``,
-    ``--runs N``)."""
+    ``--runs N``, ``--default-transport``)."""
     args = sys.argv[1:] if argv is None else argv
     runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 1
-    for name, value in chaos(quick="--quick" in args, detail="--detail" in args, runs=runs).items():
+    default = "--default-transport" in args
+    figures = chaos(quick="--quick" in args, detail="--detail" in args, runs=runs, default_transport=default)
+    for name, value in figures.items():
         print(f"{name}: {value:g}", flush=True)
     return 0
 

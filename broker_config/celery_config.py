@@ -7,6 +7,7 @@ from typing import Any
 from kombu import Queue
 
 from tandem.broker_config.settings import Settings
+from tandem.broker_config.transport import TRANSPORT
 
 ROLE_QUEUES = ("thinker", "actor", "tools")
 
@@ -47,10 +48,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     # Celery's Redis transport keeps one list per priority level and serves level 0 first.
     queue_args = {"x-max-priority": 9} if amqp else None
     transport: dict[str, Any] = {"visibility_timeout": visibility}
+    broker: dict[str, Any] = {}
     if not amqp:
         transport.update(priority_steps=list(range(10)), queue_order_strategy="priority")
-        if not settings.broker_ack_emulation:
+        if settings.broker_ack_emulation is False:
             transport["ack_emulation"] = False
+        elif settings.broker_ack_emulation is None and settings.broker_url.startswith("redis://"):
+            # Step messages are re-sent by the reconciler: no "unacked" copy of them in Redis.
+            broker["broker_transport"] = TRANSPORT
+            transport["resent_queues"] = list(ROLE_QUEUES)
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
@@ -79,7 +85,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Task events cost a PUBLISH per task and state (received, started, succeeded) and one per
         # message sent: off unless ``TANDEM_TASK_EVENTS``. Flower turns the workers' events on
         # itself while it runs (its ``enable_events`` broadcast, repeated for workers started later).
-        "task_track_started": True,
+        # No STARTED state in the result backend (a GET, SETEX and PUBLISH per job): a job's status
+        # is its record's (``JobHandle.status``).
+        "task_track_started": False,
         "task_send_sent_event": settings.task_events,
         "worker_send_task_events": settings.task_events,
         # Not ``result_extended``: it would copy every task's arguments (a whole spec) into the
@@ -89,6 +97,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_time_limit": settings.task_time_limit,
         "task_soft_time_limit": max(settings.task_time_limit - 30, settings.task_time_limit * 0.9),
         "broker_transport_options": {**transport, **sockets},
+        **broker,
         "result_backend_transport_options": {"visibility_timeout": visibility},
         "redis_socket_timeout": settings.redis_socket_timeout,
         "redis_socket_connect_timeout": settings.redis_connect_timeout,

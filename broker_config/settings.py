@@ -368,11 +368,13 @@ class Settings:
     task_events: bool = False
     """``TANDEM_TASK_EVENTS``: workers send Celery task events from the start (each costs a Redis
     ``PUBLISH``). Off by default: Flower turns them on in every worker while it runs."""
-    broker_ack_emulation: bool = True
-    """``TANDEM_BROKER_ACK_EMULATION`` (Redis broker): kombu keeps every message a worker holds in an
-    "unacked" hash until its task ends (8 more Redis commands per message). Off: a message leaves
-    Redis when a worker takes it; a step whose worker dies is sent again by the reconciler either way,
-    but an intake message (``tandem.infer``) held by a killed worker is lost."""
+    broker_ack_emulation: bool | None = None
+    """``TANDEM_BROKER_ACK_EMULATION`` (Redis broker): whether kombu keeps each message a worker holds
+    in an "unacked" hash until its task ends (8 more Redis commands per message). Unset: only for
+    the intake queue (``tandem.infer`` from bare clients, ``decide``, ``resume``, ``fork``); the
+    step queues need none, the reconciler sends a step again when its message is lost
+    (``tandem.broker_config.transport``). ``true``: for every queue (kombu's own transport).
+    ``false``: for none (an intake message held by a killed worker is then lost)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -436,7 +438,7 @@ class Settings:
             api_tokens=_tokens(env, "TANDEM_API_TOKENS"),
             api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
             task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,
-            broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION") is not False,
+            broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION"),
         )
 
     def register_secrets(self) -> None:

@@ -83,12 +83,25 @@ class DeltaCoalescer:
         self._emit(reasoning, content)
 
 
-class EventHooks(ReasonerHooks):
-    """Publishes round starts, model deltas and replies, tool calls and results."""
+def streams(model: object) -> bool:
+    """Whether ``model`` hands its delta listener a reply while it is written: ``False`` only for a
+    service (or a wrapper's ``inner`` one) whose ``stream`` is off, such as LiteLLM's by default."""
+    inner = getattr(model, "inner", model)
+    return getattr(inner, "stream", True) is not False
 
-    def __init__(self, store: JobStore, job_id: str) -> None:
+
+class EventHooks(ReasonerHooks):
+    """Publishes round starts, model deltas and replies, tool calls and results.
+
+    ``live``: whether the model streams its replies. A reply that is not streamed reaches its
+    listener once, whole, when it has ended: its ``model_reply`` carries the same text, so no
+    ``model_delta`` is published for it (one ``XADD`` and one copy of the text less per call).
+    """
+
+    def __init__(self, store: JobStore, job_id: str, *, live: bool = True) -> None:
         self.store = store
         self.job_id = job_id
+        self.live = live
         self._streams: dict[tuple[int, str], DeltaCoalescer] = {}
 
     def round_started(self, round_no: int, max_rounds: int) -> None:
@@ -98,7 +111,7 @@ class EventHooks(ReasonerHooks):
     def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
         """A coalescing listener that publishes ``model_delta`` events (``None`` when deltas are off)."""
         settings = self.store.stream
-        if not settings.deltas:
+        if not settings.deltas or not self.live:
             return None
         attempt = uuid.uuid4().hex[:12]
         seq = 0

@@ -38,7 +38,7 @@ from tandem.reasoner.steps import apply_tool_results
 from tandem.tasks.app import app
 from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
-from tandem.tasks.events import EventHooks
+from tandem.tasks.events import EventHooks, streams
 from tandem.tasks.host_model import CapacityWait
 from tandem.tasks.jobstate import Claim, ClaimRefused, Message, Park
 from tandem.tasks.leases import Heartbeat
@@ -352,7 +352,8 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
             return finish(job_id, "cancelled", claim=claim)
         task = rt.task_for(job_id, spec)
         memory = PendingMemory(rt.store.memory(job_id), view.messages)
-        hooks = DeferredHooks(EventHooks(rt.store, job_id))
+        events = EventHooks(rt.store, job_id)
+        hooks = DeferredHooks(events)
         step = Step(round_no, "thinker" if kind == "thinker" else "actor")
         spent = budget_spent(spec, memory)
         if spent is not None and memory.get_message(round_no, step.kind) is None:  # type: ignore[arg-type]
@@ -363,7 +364,9 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
                 hooks.round_started(round_no, plan.rounds(task))
             tools, actions = task.recommend()
             inputs = StepInputs(task, memory, tools, actions, hooks)
-            reply = plan.run_model(step, rt.model(role, mode), inputs)
+            model = rt.model(role, mode)
+            events.live = streams(model)  # a reply not streamed gets no model_delta events
+            reply = plan.run_model(step, model, inputs)
             nxt = plan.after_model(step, reply, task)
             wait_at_most = spec.approval_timeout_s or rt.settings.memory_ttl
             park = park_for(job_id, plan, nxt, reply, task, tools, max_wait=wait_at_most)

@@ -9,6 +9,7 @@ import pytest
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, RoleSettings, Settings, celery_config
 from tandem.broker_config.errors import SettingsError
 from tandem.broker_config.settings import DEFAULT_URL
+from tandem.broker_config.transport import TRANSPORT
 from tandem.reasoner.parsing import REASONING_PARSERS
 
 # -- defaults -------------------------------------------------------------------------------------
@@ -427,7 +428,15 @@ def test_queues_honour_priority_on_redis_and_rabbitmq() -> None:
     assert "priority_steps" not in amqp_conf["broker_transport_options"]
 
 
-def test_kombus_ack_emulation_can_be_turned_off() -> None:
-    assert "ack_emulation" not in celery_config(Settings())["broker_transport_options"]
-    off = Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "0"})
-    assert celery_config(off)["broker_transport_options"]["ack_emulation"] is False
+def test_step_queues_skip_kombus_ack_emulation_by_default() -> None:
+    conf = celery_config(Settings())
+    assert conf["broker_transport"] == TRANSPORT
+    assert conf["broker_transport_options"]["resent_queues"] == ["thinker", "actor", "tools"]
+    assert "ack_emulation" not in conf["broker_transport_options"]
+    every = celery_config(Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "1"}))
+    assert "broker_transport" not in every and "resent_queues" not in every["broker_transport_options"]
+    off = celery_config(Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "0"}))
+    assert off["broker_transport_options"]["ack_emulation"] is False and "broker_transport" not in off
+    # kombu's own transport where ours does not apply: TLS (its scheme sets the defaults) and RabbitMQ
+    for url in ("rediss://localhost:6380/0", "amqp://guest@localhost//"):
+        assert "broker_transport" not in celery_config(Settings.from_env({"TANDEM_BROKER_URL": url}))

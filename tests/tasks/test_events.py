@@ -124,3 +124,24 @@ def test_events_survive_the_wire_unchanged() -> None:
     assert back == event.model_copy(update={"id": "5-1", "at": back.at}) and back.at > 0
     with pytest.raises(EventError, match="'tool_call': field 'index'"):
         make_event("tool_call", {"round": 0})
+
+
+def test_a_reply_not_streamed_publishes_its_reply_only() -> None:
+    from tandem.reasoner.litellm_service import LiteLlmModelService
+    from tandem.tasks.events import streams
+
+    store = JobStore(fakeredis.FakeRedis(), stream=StreamSettings(delta_interval=60))
+    hooks = EventHooks(store, "job", live=False)
+    assert hooks.model_streaming(0, "actor") is None  # the whole reply comes in model_reply
+    hooks.model_streamed(0, "actor")
+    assert store.read_events("job") == []
+
+    plain, streamed = LiteLlmModelService("openai/m"), LiteLlmModelService("openai/m", stream=True)
+
+    class Wrapper:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+    assert not streams(plain) and not streams(Wrapper(plain))
+    assert streams(streamed) and streams(Wrapper(streamed))
+    assert streams(ScriptedModelService(["x"], stream_chunk=4))  # services with no ``stream`` flag

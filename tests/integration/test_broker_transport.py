@@ -1,0 +1,118 @@
+"""``tandem.broker_config.transport`` against a real Redis: step messages leave no "unacked" copy
+in Redis, intake messages keep kombu's, and neither is lost when a worker shuts down holding it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+from redis import Redis
+
+from tandem.broker_config.transport import TRANSPORT
+from tests.integration.conftest import _exclusive_db
+
+STEP, INTAKE = "thinker", "celery"
+
+
+@pytest.fixture
+def url(redis_base: str) -> Iterator[str]:
+    with _exclusive_db() as db:
+        url = f"{redis_base}/{db}"
+        Redis.from_url(url).flushdb()
+        yield url
+        Redis.from_url(url).flushdb()
+
+
+def _connection(url: str) -> Connection:
+    return Connection(url, transport=TRANSPORT, transport_options={"resent_queues": [STEP]})
+
+
+def _queues() -> list[Queue]:
+    exchange = Exchange("", type="direct")
+    return [Queue(name, exchange, routing_key=name) for name in (STEP, INTAKE)]
+
+
+def _send(conn: Connection, queue: str, body: dict[str, Any]) -> None:
+    Producer(conn.default_channel).publish(body, routing_key=queue, serializer="json")
+
+
+def _take(conn: Connection, count: int) -> list[Message]:
+    got: list[Message] = []
+    consumer = Consumer(conn.default_channel, _queues(), callbacks=[lambda _b, m: got.append(m)])
+    consumer.qos(prefetch_count=10)
+    with consumer:
+        while len(got) < count:
+            conn.drain_events(timeout=5)
+    return got
+
+
+def _queued(redis: Redis, queue: str) -> int:
+    return sum(int(redis.llen(k)) for k in redis.scan_iter(f"{queue}*") if redis.type(k) == b"list")
+
+
+def test_only_the_intake_message_is_copied_to_unacked(url: str) -> None:
+    redis = Redis.from_url(url)
+    with _connection(url) as conn:
+        _send(conn, STEP, {"step": 1})
+        _send(conn, INTAKE, {"intake": 1})
+        messages = _take(conn, 2)
+        held = [json.loads(raw) for raw in redis.hvals("unacked")]  # [message, exchange, routing key]
+        assert [routing_key for _, _, routing_key in held] == [INTAKE]  # the step message has no copy
+        for m in messages:
+            m.ack()
+        assert redis.hlen("unacked") == 0 and redis.zcard("unacked_index") == 0
+
+
+def test_a_held_step_message_goes_back_to_its_queue_at_shutdown(url: str) -> None:
+    redis = Redis.from_url(url)
+    conn = _connection(url)
+    _send(conn, STEP, {"step": 2})
+    _send(conn, INTAKE, {"intake": 2})
+    _take(conn, 2)  # taken, never acknowledged
+    assert _queued(redis, STEP) == 0 and _queued(redis, INTAKE) == 0
+    conn.release()  # the channel closes: kombu restores what it holds
+    assert _queued(redis, STEP) == 1
+    assert _queued(redis, INTAKE) == 1
+    with _connection(url) as again:
+        bodies = sorted(str(m.payload) for m in _take(again, 2))
+    assert bodies == [str({"intake": 2}), str({"step": 2})]
+
+
+def test_an_acknowledged_step_message_is_not_restored(url: str) -> None:
+    redis = Redis.from_url(url)
+    conn = _connection(url)
+    _send(conn, STEP, {"step": 3})
+    (message,) = _take(conn, 1)
+    message.ack()
+    conn.release()
+    assert _queued(redis, STEP) == 0
+
+
+def test_a_rejected_step_message_is_requeued_or_dropped(url: str) -> None:
+    redis = Redis.from_url(url)
+    with _connection(url) as conn:
+        _send(conn, STEP, {"step": 4})
+        _send(conn, STEP, {"step": 5})
+        first, second = _take(conn, 2)
+        first.reject(requeue=True)
+        second.reject(requeue=False)
+        assert _queued(redis, STEP) == 1
+        (back,) = _take(conn, 1)
+        assert back.payload == first.payload
+        back.ack()
+
+
+def test_the_channel_keeps_one_client_per_pool(url: str) -> None:
+    with _connection(url) as conn:
+        channel = conn.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+        channel._pool = None  # kombu drops its pool on a connection error: a new client follows
+        with channel.conn_or_acquire() as third:
+            assert third is not first and third.connection_pool is channel.pool
+        _send(conn, STEP, {"step": 6})
+        (message,) = _take(conn, 1)
+        assert message.payload == {"step": 6}
