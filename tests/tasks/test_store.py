@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import fakeredis
@@ -211,8 +212,15 @@ def test_events_from_now_skip_what_was_written_before(store: JobStore, server: f
     store.publish(JOB, RoundStarted(round=0, max_rounds=2))
     reading = store.events(JOB, last_id="$", block_ms=50, timeout=60)
     writer = JobStore(fakeredis.FakeRedis(server=server), prefix="t")
-    threading.Timer(0.3, lambda: writer.publish(JOB, "final", {"status": "completed"})).start()
+
+    def end() -> None:  # a finisher ends the record, then publishes ``final``
+        writer.set_status(JOB, state="completed")
+        writer.publish(JOB, "final", {"status": "completed"})
+
+    threading.Timer(0.3, end).start()
+    started = time.monotonic()
     assert [e.type for e in reading] == ["final"]
+    assert time.monotonic() - started < 30  # the final ends the stream, not the 60 s timeout
 
 
 def test_the_stream_is_capped_and_expires(server: fakeredis.FakeServer) -> None:
