@@ -373,6 +373,10 @@ class Settings:
     "unacked" hash until its task ends (8 more Redis commands per message). Off: a message leaves
     Redis when a worker takes it; a step whose worker dies is sent again by the reconciler either way,
     but an intake message (``tandem.infer``) held by a killed worker is lost."""
+    model_loop: bool = True
+    """``TANDEM_MODEL_LOOP``: a worker's LiteLLM calls run on one asyncio loop per process while the
+    step threads wait (less CPU per call than hundreds of threads each in its own HTTP call). Off:
+    each call runs in its step's thread. Under gevent, and for the demo model, calls never use it."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -437,6 +441,7 @@ class Settings:
             api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
             task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,
             broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION") is not False,
+            model_loop=_flag(env, "TANDEM_MODEL_LOOP") is not False,
         )
 
     def register_secrets(self) -> None:
