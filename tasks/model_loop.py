@@ -24,6 +24,7 @@ already, and a real thread would block the hub.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import sys
@@ -76,6 +77,8 @@ class ModelLoop:
             self._loop = self._thread = self._pid = None
         if loop is None or thread is None or pid != os.getpid():
             return
+        with contextlib.suppress(Exception):  # best effort: what is left is dropped with the loop
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout=5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
@@ -118,6 +121,15 @@ class ModelLoop:
         except BaseException:
             future.cancel()
             raise
+
+
+async def _cancel_all() -> None:
+    """Cancel the loop's other tasks (LiteLLM's logging worker, calls left) and wait for them."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 def threads_are_green() -> bool:
