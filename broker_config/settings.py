@@ -375,6 +375,10 @@ class Settings:
     step queues need none, the reconciler sends a step again when its message is lost
     (``tandem.broker_config.transport``). ``true``: for every queue (kombu's own transport).
     ``false``: for none (an intake message held by a killed worker is then lost)."""
+    model_loop: bool = True
+    """``TANDEM_MODEL_LOOP``: a worker's LiteLLM calls run on one asyncio loop per process while the
+    step threads wait (less CPU per call than hundreds of threads each in its own HTTP call). Off:
+    each call runs in its step's thread. Under gevent, and for the demo model, calls never use it."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -439,6 +443,7 @@ class Settings:
             api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
             task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,
             broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION"),
+            model_loop=_flag(env, "TANDEM_MODEL_LOOP") is not False,
         )
 
     def register_secrets(self) -> None:

@@ -75,7 +75,7 @@ if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and t
     from tandem.toolkit.context import ToolCallContext
     from tandem.toolkit.tool import Tool
 
-__all__ = ["LiteLlmModelService", "parse_retry_after"]
+__all__ = ["LiteLlmModelService", "async_connection_cap", "parse_retry_after"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,18 @@ def size_connection_pool(connections: int) -> bool:
     )
     setattr(litellm, "client_session", client)  # noqa: B010 - a module attribute mypy cannot see
     return True
+
+
+def async_connection_cap() -> int | None:
+    """The most HTTP connections LiteLLM's asyncio calls (``acompletion``, over its aiohttp
+    transport) open to one host at once: the smaller of ``AIOHTTP_CONNECTOR_LIMIT_PER_HOST`` (500
+    by default) and ``AIOHTTP_CONNECTOR_LIMIT`` (1,000), environment variables LiteLLM reads when
+    imported; ``None`` when both are 0 (no cap). Calls beyond it wait for a connection."""
+    _import_litellm()
+    from litellm.constants import AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST
+
+    caps = [int(c) for c in (AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST) if int(c) > 0]
+    return min(caps) if caps else None
 
 
 # -- the service --------------------------------------------------------------------------

@@ -13,6 +13,12 @@ It wraps the role's ``ModelService``. Every call is timed and its tokens and cos
 
 ``CapacityWait`` is a ``TransientModelError`` with ``retry_after`` set: a driver that reschedules
 transient failures by their ``retry_after`` handles it without knowing about capacity.
+
+Given a ``model_loop`` (``tandem.tasks.model_loop``), a LiteLLM model's call runs as its
+``agenerate`` on that per-process event loop while the step's thread waits (it costs less CPU
+than a synchronous call among hundreds of threads); the reply, the deltas (in the step's
+thread) and the errors are the same. Other models (the demo's, scripted ones), and any model
+under gevent, are called synchronously.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from typing import Any
 
 from tandem.reasoner.errors import TransientModelError
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.reasoner.model_service import ChatMessage, DeltaListener, ModelService
+from tandem.reasoner.model_service import AsyncModelService, ChatMessage, DeltaListener, ModelService
 from tandem.tasks import metrics
 from tandem.tasks.capacity import Grant, HostCapacity, SlotKeeper, Wait
+from tandem.tasks.model_loop import ModelLoop, threads_are_green
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.tool import Tool
 
@@ -73,8 +80,19 @@ class CapacityWait(TransientModelError):
         self.capacity = capacity
 
 
+def _on_loop(inner: ModelService) -> AsyncModelService | None:
+    """``inner`` when its calls can run on a ``ModelLoop``: a LiteLLM model, not under gevent."""
+    if threads_are_green():
+        return None
+    from tandem.reasoner.litellm_service import LiteLlmModelService
+
+    return inner if isinstance(inner, LiteLlmModelService) else None
+
+
 class HostModel:
-    """A ``ModelService`` that meters ``inner`` and, with ``capacity``, keeps to its host's limits."""
+    """A ``ModelService`` that meters ``inner`` and, with ``capacity``, keeps to its host's limits;
+    with ``model_loop``, a LiteLLM ``inner`` is called on that event loop (see the module docstring).
+    """
 
     def __init__(
         self,
@@ -85,6 +103,7 @@ class HostModel:
         capacity: HostCapacity | None = None,
         keeper: SlotKeeper | None = None,
         wake: Callable[[dict[str, Any]], None] | None = None,
+        model_loop: ModelLoop | None = None,
     ) -> None:
         self.inner = inner
         self.name = inner.name
@@ -94,6 +113,9 @@ class HostModel:
         self.keeper = keeper
         self.wake = wake
         self._max_tokens: int | None = getattr(inner, "max_tokens", None)
+        self._async_inner = None if model_loop is None else _on_loop(inner)
+        self.model_loop = model_loop if self._async_inner is not None else None
+        """The loop this model's calls run on; ``None``: called in the step's thread."""
 
     def __repr__(self) -> str:
         return f"HostModel({self.inner!r}, role={self.role!r}, host={self.host!r})"
@@ -120,7 +142,7 @@ class HostModel:
         in_flight.inc()
         started = time.perf_counter()
         try:
-            reply = self.inner.generate(sys_prompt, messages, tools, tool_call_ctx, on_delta)
+            reply = self._call(sys_prompt, messages, tools, tool_call_ctx, on_delta)
         except TransientModelError as exc:
             elapsed = time.perf_counter() - started
             if exc.status_code in BACKOFF_STATUSES:
@@ -166,6 +188,21 @@ class HostModel:
         if grant is not None:
             self._release(grant, used=usage.total_tokens or None, success=True)
         return reply
+
+    def _call(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None,
+        tool_call_ctx: ToolCallContext | None,
+        on_delta: DeltaListener | None,
+    ) -> ModelMessage:
+        if self.model_loop is None or self._async_inner is None:
+            return self.inner.generate(sys_prompt, messages, tools, tool_call_ctx, on_delta)
+        agenerate = self._async_inner.agenerate
+        return self.model_loop.run(
+            lambda listener: agenerate(sys_prompt, messages, tools, tool_call_ctx, listener), on_delta
+        )
 
     @property
     def _api_base(self) -> str | None:

@@ -20,6 +20,7 @@ from tandem.tasks.errors import JobSpecError
 from tandem.tasks.host_model import BACKOFF_STATUSES, HostModel
 from tandem.tasks.jobstate import JobMachine
 from tandem.tasks.metrics import MeteredToolRunner
+from tandem.tasks.model_loop import MODEL_LOOP
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.store import JobStore
@@ -248,6 +249,7 @@ class Runtime:
             capacity=capacity,
             keeper=self.slot_keeper if capacity is not None else None,
             wake=_send_dispatch,
+            model_loop=MODEL_LOOP if self.settings.model_loop else None,
         )
 
     def _build_inner_model(self, role: str, mode: str, *, limited: bool) -> ModelService:

@@ -151,11 +151,28 @@ def _warm_up(**_: Any) -> None:
     # Only where a model is called: a tools worker would pay the import (and ~130 MB) for nothing.
     consumed = app.amqp.queues.consume_from  # the worker's queues (``-Q``), set before worker_init
     if any(role in consumed and not settings.role(role).is_demo for role in ("thinker", "actor")):
-        from tandem.reasoner.litellm_service import _import_litellm, size_connection_pool
+        from tandem.reasoner.litellm_service import (
+            _import_litellm,
+            async_connection_cap,
+            size_connection_pool,
+        )
 
         _import_litellm()
+        threads = get_runtime().concurrency
         # One connection per step thread (and a few for the in-call retries' overlap).
-        size_connection_pool(get_runtime().concurrency + 8)
+        size_connection_pool(threads + 8)
+        from tandem.tasks.model_loop import threads_are_green
+
+        cap = async_connection_cap()
+        if settings.model_loop and not threads_are_green() and cap is not None and cap < threads:
+            log.warning(
+                "model calls run on the process's event loop, whose HTTP client opens at most %d "
+                "connections to a host: %d threads would wait for one; set AIOHTTP_CONNECTOR_LIMIT and "
+                "AIOHTTP_CONNECTOR_LIMIT_PER_HOST to at least %d (or TANDEM_MODEL_LOOP=0)",
+                cap,
+                threads,
+                threads,
+            )
 
 
 @worker_ready.connect

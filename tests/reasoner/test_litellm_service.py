@@ -577,3 +577,19 @@ def test_the_connection_pool_is_sized_to_the_worker(server: OpenAIServer) -> Non
         if litellm.client_session is not None and litellm.client_session is not before:
             litellm.client_session.close()
         litellm.client_session = before
+
+
+def test_the_async_connection_cap_is_litellms_aiohttp_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cap a worker compares with its threads when model calls run on its event loop."""
+    from litellm import constants
+
+    from tandem.reasoner.litellm_service import async_connection_cap
+
+    monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT", 1000)
+    monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT_PER_HOST", 500)
+    assert async_connection_cap() == 500
+    monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT", 300)
+    assert async_connection_cap() == 300
+    monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT", 0)
+    monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT_PER_HOST", 0)
+    assert async_connection_cap() is None
