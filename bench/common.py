@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from redis import Redis
 from bench import models
 from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
+from tandem.tasks.client import send_intake
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tandem.tasks.store import JobStore
 from tandem.workers.embedded import WorkerGroup, stop_process
@@ -176,11 +178,13 @@ class Cluster:
         return {role: _rss_mb(proc.pid) for role, proc in self.group.processes.items()}
 
     def submit(self, goal: str, max_rounds: int) -> tuple[str, float]:
-        """Enqueue a dual job; its id and the wall-clock time it was sent."""
+        """Enqueue a dual job (its intake message as ``tandem.tasks.client`` sends it, with the
+        job's priority); its id and the wall-clock time it was sent."""
         spec = {"goal": goal, "reasoner": "dual", "max_rounds": max_rounds}
+        job_id = str(uuid.uuid4())
         sent = time.time()
-        result = self.app.send_task("tandem.infer", kwargs={"spec": spec})
-        return result.id, sent
+        send_intake(self.app, job_id, spec)
+        return job_id, sent
 
     def wait(self, job_ids: Sequence[str], timeout: float, poll: float = 0.01) -> dict[str, JobStatus]:
         """Wait until every job ended; their final statuses (``updated_at`` is when it ended)."""

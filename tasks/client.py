@@ -17,6 +17,7 @@ from celery import Celery
 from tandem.reasoner.approval import Decision
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
+from tandem.tasks.budgets import message_priority
 from tandem.tasks.errors import DecisionRefused, JobLostError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
@@ -363,12 +364,25 @@ def submit(
 
 def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
     """Send the intake message (``tandem.infer``) of job ``job_id`` with its ``spec`` (as dumped
-    for the wire); its display form (Flower, worker logs) hides secrets and long texts."""
+    for the wire); its display form (Flower, worker logs) hides secrets and long texts.
+
+    The message has the job's broker priority, as its steps will: at one priority a worker takes
+    the steps of its own queue before new jobs, so a burst of submissions does not hold up the
+    jobs already running (an intake message with no priority is served before every step)."""
+    priority: int | None = None
     try:
-        public: Any = JobSpec.model_validate(spec).public_dump()
+        parsed = JobSpec.model_validate(spec)
+        public: Any = parsed.public_dump()
+        priority = message_priority(parsed.priority, str(app.conf.broker_url or ""))
     except ValueError:
         public = "(the spec)"
-    app.send_task("tandem.infer", kwargs={"spec": spec}, kwargsrepr=_shown({"spec": public}), task_id=job_id)
+    app.send_task(
+        "tandem.infer",
+        kwargs={"spec": spec},
+        kwargsrepr=_shown({"spec": public}),
+        task_id=job_id,
+        priority=priority,
+    )
 
 
 def _shown(value: Any, limit: int = 1024) -> str:

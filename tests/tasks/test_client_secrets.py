@@ -4,6 +4,7 @@ client's settings apply before anything is sent."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import fakeredis
@@ -24,8 +25,9 @@ class Sent:
 
 
 class FakeApp:
-    def __init__(self) -> None:
+    def __init__(self, broker_url: str = "redis://localhost:6379/0") -> None:
         self.sent: list[dict[str, Any]] = []
+        self.conf = SimpleNamespace(broker_url=broker_url)
 
     def AsyncResult(self, task_id: str) -> Any:
         class Pending:
@@ -66,3 +68,17 @@ def test_submit_applies_the_clients_limits(runtime: Runtime) -> None:
     with pytest.raises(SpecLimitError, match="TANDEM_MAX_GOAL_CHARS"):
         submit({"goal": "g" * 51}, app=app, store=JobStore(fakeredis.FakeRedis()))  # type: ignore[arg-type]
     assert app.sent == []
+
+
+@pytest.mark.parametrize(
+    ("broker", "priority", "expected"),
+    [("redis://localhost:6379/0", 5, 4), ("redis://localhost:6379/0", 9, 0), ("amqp://guest@localhost//", 7, 7)],
+)
+def test_the_intake_message_has_the_jobs_priority(
+    runtime: Runtime, broker: str, priority: int, expected: int
+) -> None:
+    # As its steps will: a worker then takes its own queue's steps before new jobs of that priority.
+    app = FakeApp(broker)
+    submit({"goal": "g", "priority": priority}, app=app, store=JobStore(fakeredis.FakeRedis()))  # type: ignore[arg-type]
+    (sent,) = app.sent
+    assert sent["priority"] == expected
