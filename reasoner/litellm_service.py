@@ -99,6 +99,34 @@ def _import_litellm() -> ModuleType:
     return _litellm
 
 
+def price_unpriced_model(model: str) -> bool:
+    """Enter ``model`` in LiteLLM's cost map at 0 a token when the map does not price it (a
+    self-hosted model); ``True`` if it did.
+
+    LiteLLM prices every reply: for a model its map does not know, it works that out anew on each
+    call (about a dozen lookups through its fallback rules, then a zero-cost diagnostic), about a
+    third of its own CPU per call. Such a call costs 0 in tandem either way (``JobResult.usage``,
+    ``max_cost_usd``); a price the map already has, or one registered later, is left alone.
+    """
+    litellm = _import_litellm()
+    try:
+        litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+        return False
+    except Exception:  # not priced: LiteLLM raises
+        pass
+    provider = model.split("/", 1)[0] if "/" in model else "openai"
+    free = (
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "cache_creation_input_token_cost",
+        "cache_read_input_token_cost",
+    )
+    litellm.register_model(
+        {model: {"litellm_provider": provider, "mode": "chat", **dict.fromkeys(free, 0.0)}}
+    )
+    return True
+
+
 def size_connection_pool(connections: int) -> bool:
     """Let LiteLLM's synchronous calls through the OpenAI SDK (the ``openai/`` provider, and any
     other that uses ``litellm.client_session``) hold up to ``connections`` HTTP connections at once,

@@ -263,9 +263,10 @@ class Runtime:
                 role.upper(),
             )
             return demo_model(role if mode == "dual" else "mono")
-        from tandem.reasoner.litellm_service import LiteLlmModelService
+        from tandem.reasoner.litellm_service import LiteLlmModelService, price_unpriced_model
 
         assert conf.model is not None
+        price_unpriced_model(conf.model)
         return LiteLlmModelService(
             conf.model,
             api_base=conf.api_base,

@@ -593,3 +593,21 @@ def test_the_async_connection_cap_is_litellms_aiohttp_limit(monkeypatch: pytest.
     monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT", 0)
     monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT_PER_HOST", 0)
     assert async_connection_cap() is None
+
+
+def test_a_model_litellm_does_not_price_is_entered_at_zero_once() -> None:
+    from tandem.reasoner.litellm_service import _import_litellm, price_unpriced_model
+
+    litellm = _import_litellm()
+    model = "hosted_vllm/tandem-test-unpriced-model"
+    with pytest.raises(Exception):  # noqa: B017 - LiteLLM's own "not mapped" error
+        litellm.cost_per_token(model=model, prompt_tokens=10, completion_tokens=10)
+    assert price_unpriced_model(model) is True
+    assert litellm.cost_per_token(model=model, prompt_tokens=10, completion_tokens=10) == (0.0, 0.0)
+    assert price_unpriced_model(model) is False  # priced now: left alone
+    priced = {"model": "openai/gpt-4o-mini", "prompt_tokens": 1000, "completion_tokens": 1000}
+    before = litellm.cost_per_token(**priced)
+    assert price_unpriced_model("openai/gpt-4o-mini") is False  # a priced model keeps its price
+    assert litellm.cost_per_token(**priced) == before
+    assert sum(before) > 0
+    assert LiteLlmModelService(model)._cost(100, 100) == 0.0
