@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tandem.reasoner.hooks import ReasonerHooks
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.tasks.job_events import ModelDelta, ModelReply, RoundStarted, ToolCall, ToolResult
+from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply, RoundStarted, ToolCall, ToolResult
 from tandem.tasks.store import JobStore
 
 if TYPE_CHECKING:
@@ -103,10 +104,28 @@ class EventHooks(ReasonerHooks):
         self.job_id = job_id
         self.live = live
         self._streams: dict[tuple[int, str], DeltaCoalescer] = {}
+        self._batch: list[JobEvent] | None = None
+
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """Publish the events of the block together, in order, in one round trip at its end."""
+        self._batch = []
+        try:
+            yield
+        finally:
+            events, self._batch = self._batch, None
+            if events:
+                self.store.append_all(self.job_id, events)
+
+    def _append(self, event: JobEvent) -> None:
+        if self._batch is not None:
+            self._batch.append(event)
+        else:
+            self.store.append(self.job_id, event)
 
     def round_started(self, round_no: int, max_rounds: int) -> None:
         """Publish ``round_started``."""
-        self.store.append(self.job_id, RoundStarted(round=round_no, max_rounds=max_rounds))
+        self._append(RoundStarted(round=round_no, max_rounds=max_rounds))
 
     def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
         """A coalescing listener that publishes ``model_delta`` events (``None`` when deltas are off)."""
@@ -136,8 +155,7 @@ class EventHooks(ReasonerHooks):
 
     def model_replied(self, message: ModelMessage) -> None:
         """Publish ``model_reply`` with the role, the reasoning and the content."""
-        self.store.append(
-            self.job_id,
+        self._append(
             ModelReply(
                 round=message.round,
                 role=message.role,
@@ -150,13 +168,10 @@ class EventHooks(ReasonerHooks):
 
     def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
         """Publish ``tool_call``."""
-        self.store.append(
-            self.job_id,
+        self._append(
             ToolCall(round=round_no, index=index, name=call.name, args=call.args, error=call.error),
         )
 
     def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:
         """Publish ``tool_result``."""
-        self.store.append(
-            self.job_id, ToolResult.model_validate({"round": round_no, **result.model_dump(mode="json")})
-        )
+        self._append(ToolResult.model_validate({"round": round_no, **result.model_dump(mode="json")}))

@@ -9,6 +9,7 @@ after the commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner.hooks import ReasonerHooks
@@ -119,7 +120,10 @@ class DeferredHooks(ReasonerHooks):
         self.inner.finished(outcome)
 
     def flush(self) -> None:
-        """Replay the held calls, in order."""
+        """Replay the held calls, in order (their events in one round trip when ``inner`` can
+        batch them: ``EventHooks.batched``)."""
         calls, self._calls = self._calls, []
-        for call in calls:
-            call()
+        batched = getattr(self.inner, "batched", None)
+        with batched() if callable(batched) else nullcontext():
+            for call in calls:
+                call()

@@ -15,6 +15,7 @@ from tandem.tasks.job_events import (
     JobEvent,
     ModelDelta,
     ModelReply,
+    RoundStarted,
     StreamSettings,
     decode_entry,
     encode_event,
@@ -145,3 +146,47 @@ def test_a_reply_not_streamed_publishes_its_reply_only() -> None:
     assert not streams(plain) and not streams(Wrapper(plain))
     assert streams(streamed) and streams(Wrapper(streamed))
     assert streams(ScriptedModelService(["x"], stream_chunk=4))  # services with no ``stream`` flag
+
+
+def test_held_events_go_out_together_in_order_after_the_commit() -> None:
+    from tandem.reasoner.messages import ModelMessage
+    from tandem.tasks.pending import DeferredHooks
+
+    redis = fakeredis.FakeRedis()
+    store = JobStore(redis)
+    store.publish("job", RoundStarted(round=0, max_rounds=3))  # the intake's first event makes the stream
+    sent: list[int] = []
+    real_pipeline = redis.pipeline
+
+    def counting_pipeline(*args: object, **kwargs: object) -> object:
+        pipe = real_pipeline(*args, **kwargs)  # type: ignore[arg-type]
+        real_execute = pipe.execute
+
+        def execute(*a: object, **k: object) -> object:
+            sent.append(len(pipe.command_stack))
+            return real_execute(*a, **k)  # type: ignore[arg-type]
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+    redis.pipeline = counting_pipeline  # type: ignore[method-assign]
+    hooks = DeferredHooks(EventHooks(store, "job"))
+    hooks.round_started(1, 3)
+    hooks.model_replied(ModelMessage(role="thinker", content="plan", round=1))
+    assert [e.type for e in store.read_events("job")] == ["round_started"]  # held until the flush
+    hooks.flush()
+    assert sent == [2]  # both events in one round trip
+    assert [e.type for e in store.read_events("job")] == ["round_started", "round_started", "model_reply"]
+
+
+def test_batched_events_make_a_missing_stream() -> None:
+    store = JobStore(fakeredis.FakeRedis())
+    hooks = EventHooks(store, "job")
+    with hooks.batched():
+        hooks.round_started(0, 2)
+        hooks.round_started(1, 2)
+    assert [(e.type, e.data["round"]) for e in store.read_events("job")] == [
+        ("round_started", 0),
+        ("round_started", 1),
+    ]
+    assert store.redis.ttl(store.key("job", "events")) > 0
