@@ -516,9 +516,10 @@ class JobMachine:
         *,
         timeout: float,
         ttl_after: int,
+        outbox_id: str | None = None,
     ) -> bool:
-        """Create the job's record at its first step with that step's messages in the outbox;
-        ``False`` if the job exists already."""
+        """Create the job's record at its first step with that step's messages in the outbox
+        (under ``outbox_id``, a fresh one by default); ``False`` if the job exists already."""
         return bool(
             self._run(
                 "create",
@@ -530,7 +531,7 @@ class JobMachine:
                 f"{timeout:.3f}",
                 ttl_after,
                 json.dumps(outbox),
-                uuid.uuid4().hex,
+                outbox_id or uuid.uuid4().hex,
             )
         )
 

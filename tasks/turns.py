@@ -403,19 +403,23 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     live_ttl = int(timeout + rt.settings.memory_ttl)
     first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
     rt.machine.index(job_id, time.time() + first_look, live_ttl)
+    messages, outbox_id = step_messages(job_id, first), uuid.uuid4().hex
     created = rt.machine.create(
         job_id,
         job_spec.model_dump_json(),
         job_spec.reasoner,
         (first.round, first.kind),
-        step_messages(job_id, first),
+        messages,
         timeout=timeout,
         ttl_after=rt.settings.memory_ttl,
+        outbox_id=outbox_id,
     )
     if created:
         rt.store.remember(job_id)
         rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()}, ttl=live_ttl)
-    send_outbox(rt, job_id, spec=job_spec)
+    # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
+    # the record's outbox still holds (nothing once sent).
+    send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
     raise Ignore()  # the result is stored when the job ends
 
 
