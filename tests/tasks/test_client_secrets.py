@@ -72,7 +72,11 @@ def test_submit_applies_the_clients_limits(runtime: Runtime) -> None:
 
 @pytest.mark.parametrize(
     ("broker", "priority", "expected"),
-    [("redis://localhost:6379/0", 5, 4), ("redis://localhost:6379/0", 9, 0), ("amqp://guest@localhost//", 7, 7)],
+    [
+        ("redis://localhost:6379/0", 5, 4),
+        ("redis://localhost:6379/0", 9, 0),
+        ("amqp://guest@localhost//", 7, 7),
+    ],
 )
 def test_the_intake_message_has_the_jobs_priority(
     runtime: Runtime, broker: str, priority: int, expected: int
