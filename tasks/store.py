@@ -233,14 +233,27 @@ class JobStore:
     def remember(self, job_id: str, at: float | None = None) -> None:
         """Add the job to the index of recent jobs (kept to about the newest ``RECENT_LIMIT``, see
         ``RECENT_TRIM_EVERY``; idempotent)."""
-        key = f"{self.prefix}:recent-jobs"
         pipe = self.redis.pipeline(transaction=False)
+        self._remember_on(pipe, job_id, at)
+        pipe.execute()
+
+    def _remember_on(self, pipe: Any, job_id: str, at: float | None = None) -> None:
+        key = f"{self.prefix}:recent-jobs"
         pipe.zadd(key, {job_id: at or time.time()}, nx=True)
         if random.randrange(RECENT_TRIM_EVERY) == 0:  # trimming on every call would double its cost
             pipe.zremrangebyrank(key, 0, -RECENT_LIMIT - 1)
             pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
         pipe.expire(key, self.ttl)
-        pipe.execute()
+
+    def started(self, job_id: str, event: JobEvent, ttl: int) -> str:
+        """At a job's start: ``remember`` it and write its first ``event``, making its event stream
+        with ``ttl`` seconds to live, in one round trip; the event's stream id."""
+        key = self.key(job_id, "events")
+        pipe = self.redis.pipeline(transaction=False)
+        self._remember_on(pipe, job_id)
+        pipe.xadd(key, self._entry(event), maxlen=self.stream.maxlen, approximate=True)
+        pipe.expire(key, ttl)
+        return _text(pipe.execute()[-2])
 
     def recent(self, limit: int = 50) -> list[JobStatus]:
         """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out)."""

@@ -40,6 +40,7 @@ from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks, streams
 from tandem.tasks.host_model import CapacityWait
+from tandem.tasks.job_events import make_event
 from tandem.tasks.jobstate import Claim, ClaimRefused, Message, Park
 from tandem.tasks.leases import Heartbeat
 from tandem.tasks.parking import announce, approved_call, park_for
@@ -144,15 +145,21 @@ def _retrying(rt: Runtime, action: Callable[[], T]) -> T:
 
 
 def finish(
-    job_id: str, status: str, error: str | None = None, *, claim: Claim | None = None
+    job_id: str,
+    status: str,
+    error: str | None = None,
+    *,
+    claim: Claim | None = None,
+    spec: JobSpec | None = None,
 ) -> dict[str, Any]:
     """End the job with ``status`` (the first result stored wins) and return the stored result.
 
     With ``claim`` only the claimed step may end the job (a lost claim ends nothing); without, the
-    job ends whatever step it is at (cancel, deadline, give-up).
+    job ends whatever step it is at (cancel, deadline, give-up). ``spec``: the job's, when the
+    caller has it (else it is read).
     """
     rt = get_runtime()
-    spec = rt.store.spec(job_id)
+    spec = spec or rt.store.spec(job_id)
     memory = rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
     outcome_status = status if status in ("completed", "truncated") else "failed"
@@ -173,7 +180,7 @@ def finish(
     )
     ttl = rt.settings.memory_ttl
     first = rt.machine.finish(job_id, result.model_dump_json(), status, result.error or "", ttl, claim)
-    stored = rt.store.result(job_id)
+    stored = result if first else rt.store.result(job_id)  # the first result stored is this one
     if stored is None:  # a lost claim, and nobody ended the job: nothing to report
         raise Ignore()
     payload = stored.model_dump(mode="json")
@@ -334,7 +341,7 @@ def _commit(
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
         # finalize message stays in the outbox until the job has ended, for the reconciler.
-        finalize_step(claim.job_id, nxt.round)
+        finalize_step(claim.job_id, nxt.round, status=nxt.status or None, spec=spec)
         return
     send_outbox(rt, claim.job_id, (tx, messages), spec)
     # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
@@ -415,8 +422,7 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         outbox_id=outbox_id,
     )
     if created:
-        rt.store.remember(job_id)
-        rt.store.publish(job_id, "job_started", {"spec": job_spec.public_dump()}, ttl=live_ttl)
+        rt.store.started(job_id, make_event("job_started", {"spec": job_spec.public_dump()}), live_ttl)
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
     # the record's outbox still holds (nothing once sent).
     send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
@@ -568,10 +574,12 @@ def finalize(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> dict[str,
     return finalize_step(job_id, round_no)
 
 
-def finalize_step(job_id: str, round_no: int) -> dict[str, Any]:
+def finalize_step(
+    job_id: str, round_no: int, *, status: str | None = None, spec: JobSpec | None = None
+) -> dict[str, Any]:
     """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
-    the job there."""
+    the job there (which passes the ``status`` it wrote in the record, and the job's ``spec``)."""
     rt = get_runtime()
     claim = _claim(rt, job_id, round_no, "finalize")
-    status = rt.machine.record(job_id).get("status") or "completed"
-    return finish(job_id, status, claim=claim)
+    status = status or rt.machine.record(job_id).get("status") or "completed"
+    return finish(job_id, status, claim=claim, spec=spec)

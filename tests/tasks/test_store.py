@@ -267,11 +267,42 @@ def test_events_arrive_while_the_job_runs(store: JobStore, server: fakeredis.Fak
     got: list[object] = []
     reader = threading.Thread(target=lambda: got.extend(e.type for e in reading))
     reader.start()
+    started = time.monotonic()
     writer.publish(JOB, "round_started", {"round": 0, "max_rounds": 1})
+    writer.set_status(JOB, state="completed")  # a finisher ends the record, then publishes ``final``
     writer.publish(JOB, "final", {"status": "completed"})
     reader.join()
     assert got == ["round_started", "final"]
+    assert time.monotonic() - started < 30  # the final ends the stream, not the 60 s timeout
 
 
 def test_events_of_an_unknown_job_end(store: JobStore) -> None:
     assert list(store.events("nope", block_ms=10, timeout=30)) == []
+
+
+def test_a_start_is_remembered_and_makes_its_stream_in_one_round_trip(store: JobStore) -> None:
+    from tandem.tasks.job_events import make_event
+
+    executed: list[int] = []
+    real = store.redis.pipeline
+
+    def pipeline(*args: object, **kwargs: object) -> object:
+        pipe = real(*args, **kwargs)  # type: ignore[arg-type]
+        run = pipe.execute
+
+        def execute(*a: object, **k: object) -> object:
+            executed.append(len(pipe.command_stack))
+            return run(*a, **k)  # type: ignore[arg-type]
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+    store.redis.pipeline = pipeline  # type: ignore[method-assign]
+    store.create(JOB, JobSpec(goal="g"))
+    executed.clear()
+    entry_id = store.started(JOB, make_event("job_started", {"spec": {"goal": "g"}}), ttl=777)
+    assert len(executed) == 1  # one round trip
+    (event,) = store.read_events(JOB)
+    assert event.type == "job_started" and event.id == entry_id
+    assert 770 < store.redis.ttl(store.key(JOB, "events")) <= 777
+    assert [s.job_id for s in store.recent()] == [JOB]
