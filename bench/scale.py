@@ -21,7 +21,9 @@ Figures (one ``name: value`` line each, and JSON in ``--out``):
   client's submissions) divided by the rounds (goal: <= 30), less the benchmark's own polling for the
   jobs' ends (one ``EXISTS`` per poll, counted and subtracted); ``scale_redis_cpu_ms_per_round``
   the Redis server's own CPU; the busiest commands are printed as ``# redis`` comment lines;
-* ``scale_job_p50_s``, ``scale_job_p99_s``: job times from submission.
+* ``scale_job_p50_s``, ``scale_job_p99_s``: job times from submission;
+* ``scale_busy_timeline`` (JSON only): ``[thinker, actor]`` requests in flight at the model hosts,
+  one pair every 2 s (every 0.1 s with ``--timeline``): where a run loses time shows as dips.
 
 The run is bounded (``--timeout``, by default three times the ideal time plus two minutes), and
 every process it started (workers, Redis) is stopped by its pid.
@@ -103,8 +105,10 @@ def run(
     pool: str = "threads",
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
+    timeline: bool = False,
 ) -> dict[str, Any]:
-    """Run the benchmark and return its figures (printed as they come)."""
+    """Run the benchmark and return its figures (printed as they come); ``timeline``: keep every
+    0.1 s sample of the requests in flight (else one every 2 s)."""
     threads = dict.fromkeys(ROLES, concurrency)
     bound = bound_jobs_per_s(threads, latency)
     ideal = jobs / bound + 2 * latency + TOOL_SECONDS
@@ -185,7 +189,7 @@ def run(
             busy = samples[: max(1, int(makespan / 0.1))]
             add("scale_thinker_busy", sum(t for t, _ in busy) / len(busy) / concurrency)
             add("scale_actor_busy", sum(a for _, a in busy) / len(busy) / concurrency)
-            figures["scale_busy_timeline"] = [list(x) for x in busy[::20]]  # every 2 s
+            figures["scale_busy_timeline"] = [list(x) for x in (busy if timeline else busy[::20])]
             add("scale_bench_cpu_s", own_cpu)  # the model hosts' and the client's, in this process
             cpu = {role: cpu_after[role] - cpu_before[role] for role in pids}
             add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
@@ -228,13 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--provider", default="openai", help="LiteLLM provider of the model strings (e.g. hosted_vllm)"
     )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="keep every 0.1 s sample of the requests in flight at each host (else one every 2 s)",
+    )
     args = parser.parse_args(argv)
     extra = {
         "TANDEM_THINKER_MODEL": f"{args.provider}/thinker-model",
         "TANDEM_ACTOR_MODEL": f"{args.provider}/actor-model",
         **dict(item.split("=", 1) for item in args.env),
     }
-    figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra)
+    figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra, args.timeline)
     command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
