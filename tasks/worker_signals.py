@@ -158,13 +158,16 @@ def _warm_up(**_: Any) -> None:
         )
 
         _import_litellm()
-        threads = get_runtime().concurrency
-        # One connection per step thread (and a few for the in-call retries' overlap).
-        size_connection_pool(threads + 8)
         from tandem.tasks.model_loop import threads_are_green
 
+        threads = get_runtime().concurrency
+        if not settings.model_loop or threads_are_green():
+            # Calls in the step threads: one connection per thread (and a few for the in-call
+            # retries' overlap).
+            size_connection_pool(threads + 8)
+            return
         cap = async_connection_cap()
-        if settings.model_loop and not threads_are_green() and cap is not None and cap < threads:
+        if cap is not None and cap < threads:
             log.warning(
                 "model calls run on the process's event loop, whose HTTP client opens at most %d "
                 "connections to a host: %d threads would wait for one; set AIOHTTP_CONNECTOR_LIMIT and "

@@ -22,6 +22,7 @@ from tandem.tasks.job_events import (
     make_event,
 )
 from tandem.tasks.store import JobStore
+from tests.tasks.round_trips import count_pipelines
 
 
 class Clock:
@@ -155,21 +156,7 @@ def test_held_events_go_out_together_in_order_after_the_commit() -> None:
     redis = fakeredis.FakeRedis()
     store = JobStore(redis)
     store.publish("job", RoundStarted(round=0, max_rounds=3))  # the intake's first event makes the stream
-    sent: list[int] = []
-    real_pipeline = redis.pipeline
-
-    def counting_pipeline(*args: object, **kwargs: object) -> object:
-        pipe = real_pipeline(*args, **kwargs)  # type: ignore[arg-type]
-        real_execute = pipe.execute
-
-        def execute(*a: object, **k: object) -> object:
-            sent.append(len(pipe.command_stack))
-            return real_execute(*a, **k)  # type: ignore[arg-type]
-
-        pipe.execute = execute  # type: ignore[method-assign]
-        return pipe
-
-    redis.pipeline = counting_pipeline  # type: ignore[method-assign]
+    sent = count_pipelines(redis)
     hooks = DeferredHooks(EventHooks(store, "job"))
     hooks.round_started(1, 3)
     hooks.model_replied(ModelMessage(role="thinker", content="plan", round=1))

@@ -22,20 +22,8 @@ from tandem.tasks.capacity import HostCapacity, HostLimits, snapshot
 from tandem.tasks.host_model import BACKOFF_STATUSES, CapacityWait, HostModel
 from tandem.tasks.model_loop import MODEL_LOOP, ModelLoop
 from tandem.tasks.runtime import Runtime
-from tandem.toolkit.tool import Tool
 from tests.openai_server import OpenAIServer, Reply
-
-MODEL = "openai/test-model"
-USER = [{"role": "user", "content": "What is 2 + 2?"}]
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-TOOLS = [Tool.from_function(add)]
-TOOL_CALLS: list[dict[str, Any]] = [{"id": "call_add", "name": "add", "arguments": '{"a": 2, "b": 2}'}]
+from tests.reasoner.test_litellm_async import MODEL, TOOL_CALLS, TOOLS, USER
 
 
 class AsyncOnly(LiteLlmModelService):

@@ -23,6 +23,7 @@ from tandem.tasks.job_events import (
 )
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.store import JobStore
+from tests.tasks.round_trips import count_pipelines
 
 JOB = "job-1"
 
@@ -283,21 +284,7 @@ def test_events_of_an_unknown_job_end(store: JobStore) -> None:
 def test_a_start_is_remembered_and_makes_its_stream_in_one_round_trip(store: JobStore) -> None:
     from tandem.tasks.job_events import make_event
 
-    executed: list[int] = []
-    real = store.redis.pipeline
-
-    def pipeline(*args: object, **kwargs: object) -> object:
-        pipe = real(*args, **kwargs)  # type: ignore[arg-type]
-        run = pipe.execute
-
-        def execute(*a: object, **k: object) -> object:
-            executed.append(len(pipe.command_stack))
-            return run(*a, **k)  # type: ignore[arg-type]
-
-        pipe.execute = execute  # type: ignore[method-assign]
-        return pipe
-
-    store.redis.pipeline = pipeline  # type: ignore[method-assign]
+    executed = count_pipelines(store.redis)
     store.create(JOB, JobSpec(goal="g"))
     executed.clear()
     entry_id = store.started(JOB, make_event("job_started", {"spec": {"goal": "g"}}), ttl=777)

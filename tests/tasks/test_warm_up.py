@@ -1,0 +1,28 @@
+"""A model worker's start: LiteLLM imported, and the HTTP pool its calls will use made ready."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tandem.broker_config import Settings
+from tandem.reasoner import litellm_service
+from tandem.tasks import worker_signals
+
+
+@pytest.mark.parametrize(("env", "sized"), [({}, False), ({"TANDEM_MODEL_LOOP": "0"}, True)])
+def test_only_a_worker_calling_models_in_its_threads_sizes_their_pool(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, env: dict[str, str], sized: bool
+) -> None:
+    settings = Settings.from_env({"TANDEM_ACTOR_MODEL": "openai/m", **env})
+    monkeypatch.setattr(
+        worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=600)
+    )
+    pools: list[int] = []
+    monkeypatch.setattr(litellm_service, "size_connection_pool", lambda n: pools.append(n) or True)
+    monkeypatch.setattr(litellm_service, "async_connection_cap", lambda: 500)
+    worker_signals._warm_up()
+    assert pools == ([608] if sized else [])  # the loop's calls never use the threads' pool
+    # On the loop, 600 threads against an HTTP client that opens 500 connections: said at start.
+    assert ("AIOHTTP_CONNECTOR_LIMIT" in caplog.text) is not sized
