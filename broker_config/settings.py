@@ -379,6 +379,11 @@ class Settings:
     """``TANDEM_MODEL_LOOP``: a worker's LiteLLM calls run on one asyncio loop per process while the
     step threads wait (less CPU per call than hundreds of threads each in its own HTTP call). Off:
     each call runs in its step's thread. Under gevent, and for the demo model, calls never use it."""
+    direct_http: bool = True
+    """``TANDEM_DIRECT_HTTP``: on the model loop, a non-streamed call to an OpenAI-compatible host
+    (model ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``API_BASE``) is posted to it
+    directly, not through LiteLLM (the same request and reply for about a tenth of the CPU; see
+    ``tandem.reasoner.direct_http``). Off: every call goes through LiteLLM."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -444,6 +449,7 @@ class Settings:
             task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,
             broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION"),
             model_loop=_flag(env, "TANDEM_MODEL_LOOP") is not False,
+            direct_http=_flag(env, "TANDEM_DIRECT_HTTP") is not False,
         )
 
     def register_secrets(self) -> None:

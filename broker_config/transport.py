@@ -13,7 +13,9 @@ option ``resent_queues`` in the worker's memory only, still counted against the 
 put back in their queue when the worker shuts down (or a task is rejected with ``requeue``).
 Messages of every other queue (the intake queue: ``tandem.infer`` sent by a bare client,
 ``tandem.decide``, ``tandem.resume``, ``tandem.fork``) keep kombu's ack emulation. The channel also
-keeps one Redis client instead of making one per command.
+keeps one Redis client instead of making one per command, and takes the messages of those queues
+in batches: after each BRPOP, as many more as the prefetch limit allows (at most the transport
+option ``batch_fetch``) in one ``RPOP`` with a count.
 
 Celery uses this transport when ``broker_transport`` names ``Transport`` (see
 ``tandem.broker_config.celery_config``).
@@ -21,9 +23,12 @@ Celery uses this transport when ``broker_transport`` names ``Transport`` (see
 
 from __future__ import annotations
 
+from queue import Empty
 from typing import Any
 
 from kombu.transport import redis, virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
 
 
 class QoS(redis.QoS):
@@ -76,7 +81,14 @@ class Channel(redis.Channel):
     QoS = QoS
     resent_queues: frozenset[str] | tuple[str, ...] = ()
     """Queues whose messages tandem sends again by itself when they are lost."""
-    from_transport_options = (*redis.Channel.from_transport_options, "resent_queues")  # type: ignore[assignment]
+    batch_fetch: int = 64
+    """The most messages of a ``resent_queues`` queue taken in one round trip after a BRPOP
+    (transport option; 0: one per BRPOP, as kombu does)."""
+    from_transport_options = (  # type: ignore[assignment]
+        *redis.Channel.from_transport_options,
+        "resent_queues",
+        "batch_fetch",
+    )
 
     _client: Any = None
 
@@ -91,6 +103,46 @@ class Channel(redis.Channel):
         if client is None or client.connection_pool is not self.pool:
             client = self._client = super()._create_client()
         return client
+
+    def _brpop_read(self, **options: Any) -> bool:
+        # kombu takes one message per BRPOP. At the end of a wave of model calls hundreds of
+        # threads free up at once, and the worker's event loop would fetch their next messages
+        # one round trip (and one wait for the GIL) at a time. So after the message BRPOP
+        # brought, as many more as the prefetch limit allows come from the same list in one RPOP.
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BRPOP", **options)
+            except self.connection_errors:
+                self.client.connection.disconnect()  # the next BRPOP reconnects
+                raise
+            if not reply:
+                raise Empty()
+            key, item = bytes_to_str(reply[0]), reply[1]
+            queue = key.rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(queue)
+            self.connection._deliver(loads(bytes_to_str(item)), queue)
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            flush = getattr(self, "_flush_brpop_reauth", None)  # kombu >= 5.7: a pending re-auth
+            if flush is not None:
+                flush()
+        if queue in self.resent_queues and self.batch_fetch:
+            self._fetch_more(key, queue)
+        return True
+
+    def _fetch_more(self, key: str, queue: str) -> None:
+        """Deliver up to the prefetch room's worth of messages more from list ``key``."""
+        room = min(self.qos.can_consume_max_estimate() or 0, self.batch_fetch)
+        if room <= 0:
+            return
+        try:
+            with self.conn_or_acquire() as client:
+                items = client.rpop(key, room)
+        except self.ResponseError:  # Redis before 6.2 (no RPOP count): one message per BRPOP
+            self.batch_fetch = 0
+            return
+        for item in items or ():
+            self.connection._deliver(loads(bytes_to_str(item)), queue)
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:
         if not self.qos.holds_in_memory(message.delivery_tag):

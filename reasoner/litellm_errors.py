@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tandem.reasoner.direct_http import HostReplyError
 from tandem.reasoner.errors import ModelCallError, TransientModelError
 
 _PROVIDER_PREFIX = re.compile(
@@ -65,6 +66,7 @@ def response_headers(exc: BaseException) -> Mapping[str, str]:
     for source in (
         getattr(exc, "litellm_response_headers", None),
         getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "headers", None),  # tandem.reasoner.direct_http.HostReplyError
     ):
         if source:
             try:
@@ -135,7 +137,7 @@ def is_call_failure(exc: BaseException) -> bool:
     """Errors of the call itself (LiteLLM/OpenAI/HTTP), as opposed to bugs or a listener's error."""
     import httpx
 
-    if isinstance(exc, ModelCallError | httpx.HTTPError | ConnectionError | TimeoutError):
+    if isinstance(exc, ModelCallError | HostReplyError | httpx.HTTPError | ConnectionError | TimeoutError):
         return True
     module = type(exc).__module__
     return module.startswith(("litellm", "openai")) or any(

@@ -78,6 +78,12 @@ def raw_message(body: str) -> tuple[str, str] | None:
         message = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+    return message_text(message)
+
+
+def message_text(message: Any) -> tuple[str, str] | None:
+    """``(content, reasoning)`` of a chat completion's ``message`` object as the host wrote it;
+    ``None`` when it is not of the expected shape."""
     if not isinstance(message, dict):
         return None
     content = message.get("content")

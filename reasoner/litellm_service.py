@@ -46,6 +46,7 @@ LiteLLM is imported on first use, not with this module: workers and the CLI impo
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -55,9 +56,11 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from tandem.reasoner import direct_http
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from tandem.reasoner.litellm_errors import failure_kind, is_call_failure, parse_retry_after, translate
 from tandem.reasoner.litellm_replies import (
+    message_text,
     new_call_id,
     parsed_tool_call,
     raw_message,
@@ -234,6 +237,11 @@ class LiteLlmModelService(BaseModelService):
         self.role = role
         self.parser = self._resolve_parser(reasoning_parser)
         self.extra_body = self._merged_extra_body(extra_body, thinking)
+        self._unpriced = False
+        """True once the cost map gave this model no price: its calls cost 0 without a lookup."""
+        self._direct_name = direct_http.direct_model(model, self.api_base, self._api_key)
+        """The model's name at its host when non-streamed calls on a loop that allows it may skip
+        LiteLLM (``tandem.reasoner.direct_http``); ``None``: always through LiteLLM."""
 
     def __repr__(self) -> str:
         host = self.api_base or "provider default"
@@ -403,6 +411,8 @@ class LiteLlmModelService(BaseModelService):
         return self._from_response(response, raw_bodies, on_delta)
 
     async def _acomplete(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        if self._direct_name is not None and (client := direct_http.session()) is not None:
+            return await self._direct(client, request, on_delta)
         raw_bodies: list[str] = []
         response = await _import_litellm().acompletion(**request, logger_fn=body_keeper(raw_bodies))
         return self._from_response(response, raw_bodies, on_delta)
@@ -425,12 +435,6 @@ class LiteLlmModelService(BaseModelService):
         else:
             content = getattr(message, "content", None) or ""
             provider_reasoning = getattr(message, "reasoning_content", None) or ""
-        if provider_reasoning:
-            reasoning, parsed_calls = provider_reasoning, []
-        else:
-            split = self.parser.parse(content, thinking=self.thinking)
-            reasoning, content, parsed_calls = split.reasoning, split.content, list(split.tool_calls)
-        content += self._calls_from_reasoning(reasoning, content)
         tool_calls = [
             NativeToolCall(
                 id=getattr(call, "id", None) or new_call_id(),
@@ -439,10 +443,65 @@ class LiteLlmModelService(BaseModelService):
             )
             for call in (getattr(message, "tool_calls", None) or [])
         ]
-        tool_calls += [parsed_tool_call(call) for call in parsed_calls]
+        usage = usage_of(getattr(response, "usage", None))
+        return self._reply(content, provider_reasoning, tool_calls, usage, on_delta)
+
+    def _reply(
+        self,
+        content: str,
+        provider_reasoning: str,
+        tool_calls: list[NativeToolCall],
+        usage: Usage,
+        on_delta: DeltaListener | None,
+    ) -> ModelMessage:
+        """The reply of a non-streamed call from the host's content, reasoning field (``""`` for
+        none: the parser splits the content then), native tool calls and usage."""
+        if provider_reasoning:
+            reasoning, parsed_calls = provider_reasoning, []
+        else:
+            split = self.parser.parse(content, thinking=self.thinking)
+            reasoning, content, parsed_calls = split.reasoning, split.content, list(split.tool_calls)
+        content += self._calls_from_reasoning(reasoning, content)
+        tool_calls = tool_calls + [parsed_tool_call(call) for call in parsed_calls]
         if on_delta is not None:
             on_delta(reasoning, content)
-        return self._message(content, reasoning, tool_calls, usage_of(getattr(response, "usage", None)))
+        return self._message(content, reasoning, tool_calls, usage)
+
+    async def _direct(
+        self, client: Any, request: dict[str, Any], on_delta: DeltaListener | None
+    ) -> ModelMessage:
+        """``_acomplete`` without LiteLLM: the same request posted to the host as it is
+        (``tandem.reasoner.direct_http``), the same reply."""
+        body: dict[str, Any] = {"model": self._direct_name, "messages": request["messages"]}
+        for key in ("temperature", "max_tokens", "tools"):
+            if key in request:
+                body[key] = request[key]
+        body.update(request.get("extra_body") or {})
+        assert self.api_base is not None
+        data = await direct_http.post_chat(client, self.api_base, self._api_key, body, self.timeout)
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        text = message_text(message)
+        if not isinstance(message, dict) or text is None:
+            raise ModelCallError(
+                f"model {self.model!r} at {self.host} answered without a chat completion message "
+                f"({json.dumps(data)[:200]}); check that api_base is the host's OpenAI-compatible "
+                "/v1 address, and the host's logs",
+                model=self.model,
+                api_base=self.api_base,
+            )
+        content, provider_reasoning = text
+        tool_calls = [
+            NativeToolCall(
+                id=call.get("id") or new_call_id(),
+                name=(call.get("function") or {}).get("name") or "",
+                arguments=(call.get("function") or {}).get("arguments") or "{}",
+            )
+            for call in (message.get("tool_calls") or [])
+            if isinstance(call, dict)
+        ]
+        return self._reply(content, provider_reasoning, tool_calls, usage_of(data.get("usage")), on_delta)
 
     def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
         stream = _import_litellm().completion(**request)
@@ -506,15 +565,19 @@ class LiteLlmModelService(BaseModelService):
 
     def _cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """The call's price from LiteLLM's local cost map; 0 for a model the map does not know."""
-        if not prompt_tokens and not completion_tokens:
+        if (not prompt_tokens and not completion_tokens) or self._unpriced:
             return 0.0
         try:
             prompt_cost, completion_cost = _import_litellm().cost_per_token(
                 model=self.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
             )
         except Exception:  # unknown model (self-hosted): LiteLLM raises; such calls cost nothing here
+            self._unpriced = True  # the cost map does not change while the process runs
             return 0.0
-        return float(prompt_cost or 0.0) + float(completion_cost or 0.0)
+        cost = float(prompt_cost or 0.0) + float(completion_cost or 0.0)
+        if cost == 0.0 and prompt_tokens and completion_tokens:
+            self._unpriced = True  # priced at 0 (``price_unpriced_model``): not looked up again
+        return cost
 
     def _translate(self, exc: BaseException, *, attempts: int) -> ModelCallError:
         return translate(

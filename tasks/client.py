@@ -382,6 +382,10 @@ def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
         kwargsrepr=_shown({"spec": public}),
         task_id=job_id,
         priority=priority,
+        # The job's result is stored when the job ends, not when this task returns: saying so
+        # lets the intake return instead of raising ``Ignore`` (for which Celery formats a
+        # traceback), and spares the result backend a subscription per submitted job.
+        ignore_result=True,
     )
 
 

@@ -19,6 +19,10 @@ Contracts of ``ModelLoop.run``:
 
 The loop is not used under gevent (``threads_are_green``): there every step is a greenlet
 already, and a real thread would block the hub.
+
+With ``direct_http`` (``TANDEM_DIRECT_HTTP``, on by default), the loop allows the calls it runs
+to skip LiteLLM where the host speaks the OpenAI protocol as it is
+(``tandem.reasoner.direct_http``); its HTTP session is closed when the loop stops.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from tandem.reasoner import direct_http
 from tandem.reasoner.model_service import DeltaListener
 
 __all__ = ["MODEL_LOOP", "ModelLoop", "threads_are_green"]
@@ -42,8 +47,10 @@ T = TypeVar("T")
 class ModelLoop:
     """An asyncio loop in a daemon thread, started lazily, once per process."""
 
-    def __init__(self, name: str = "tandem-model-loop") -> None:
+    def __init__(self, name: str = "tandem-model-loop", *, direct_http: bool = True) -> None:
         self.name = name
+        self.direct_http = direct_http
+        """Whether a loop started from now on lets calls skip LiteLLM (see the module docstring)."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -63,6 +70,8 @@ class ModelLoop:
         with self._lock:
             if self._loop is None or self._pid != pid:
                 loop = asyncio.new_event_loop()
+                if self.direct_http:
+                    direct_http.allow(loop)
                 # Calls submitted before run_forever starts wait in the loop's queue: no handshake.
                 self._thread = threading.Thread(target=loop.run_forever, name=self.name, daemon=True)
                 self._thread.start()
@@ -78,6 +87,8 @@ class ModelLoop:
         if loop is None or thread is None or pid != os.getpid():
             return
         with contextlib.suppress(Exception):  # best effort: what is left is dropped with the loop
+            asyncio.run_coroutine_threadsafe(direct_http.close(), loop).result(timeout=5)
+        with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout=5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join()

@@ -242,6 +242,7 @@ class Runtime:
 
     def _build_model(self, role: str, mode: str) -> ModelService:
         capacity = self.capacity(role)
+        MODEL_LOOP.direct_http = self.settings.direct_http
         return HostModel(
             self._build_inner_model(role, mode, limited=capacity is not None),
             role=role,

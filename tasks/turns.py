@@ -426,7 +426,9 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
     # the record's outbox still holds (nothing once sent).
     send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
-    raise Ignore()  # the result is stored when the job ends
+    if self.request.ignore_result:  # as ``send_intake`` sends it: Celery stores nothing now
+        return None
+    raise Ignore()  # a bare client's message: the result is stored when the job ends, not now
 
 
 @app.task(name="tandem.thinker_turn", bind=True)

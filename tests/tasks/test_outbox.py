@@ -15,6 +15,7 @@ from tandem.broker_config import Settings
 from tandem.reasoner.plan import Step
 from tandem.tasks import runtime as runtime_module
 from tandem.tasks import turns, worker_signals
+from tandem.tasks.client import send_intake
 from tandem.tasks.jobstate import Reconciled
 from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.runtime import Runtime
@@ -103,3 +104,30 @@ def test_the_persistence_warning() -> None:
     assert worker_signals.persistence_warning({"aof_enabled": 1}) is None
     warning = worker_signals.persistence_warning({"aof_enabled": 0, "rdb_bgsave_in_progress": 0})
     assert warning is not None and "appendonly" in warning and "restart" in warning
+
+
+def test_an_intake_sent_by_tandem_returns_and_a_bare_clients_is_ignored(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``send_intake`` asks for no Celery result (the job's result is stored when it ends), so the
+    intake can return rather than raise ``Ignore``, whose traceback Celery formats; a bare
+    client's message (no such header) is still answered with ``Ignore``, storing nothing."""
+    captured: dict[str, Any] = {}
+
+    class Client:
+        conf = turns.app.conf
+
+        def send_task(self, name: str, **kwargs: Any) -> None:
+            captured.update(kwargs, name=name)
+
+    send_intake(Client(), JOB, {"goal": "g"})  # type: ignore[arg-type]
+    assert captured["name"] == "tandem.infer" and captured["task_id"] == JOB
+    assert captured["ignore_result"] is True
+
+    monkeypatch.setattr(turns.app, "send_task", lambda *args, **kwargs: None)
+    ours = turns.infer.apply(kwargs={"spec": {"goal": "g"}}, task_id=JOB, ignore_result=True)
+    assert ours.state == "SUCCESS" and ours.result is None
+    bare = turns.infer.apply(kwargs={"spec": {"goal": "g"}}, task_id="job-8")
+    assert bare.state == "IGNORED"
+    for job_id in (JOB, "job-8"):  # both jobs started
+        assert rt.machine.record(job_id)["state"] == "running"
