@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import re
 import urllib.parse
 import urllib.request
 import weakref
@@ -40,6 +42,11 @@ __all__ = [
 
 DIRECT_PROVIDERS = ("openai/", "hosted_vllm/")
 """LiteLLM model prefixes whose requests reach an ``api_base`` as plain OpenAI chat completions."""
+
+_REWRITTEN_BY_LITELLM = re.compile(r"(?:^|/)o\d|gpt-[5-9]")
+"""``openai/`` model names whose requests LiteLLM rewrites for OpenAI's reasoning models (o1, o3,
+o4-mini, gpt-5...): ``max_completion_tokens`` for ``max_tokens``, no ``temperature`` (the API refuses
+both), the system prompt as a user message for some."""
 
 _allowed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool] = weakref.WeakKeyDictionary()
 _sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
@@ -74,15 +81,19 @@ def _error_object(text: str) -> dict[str, Any] | None:
 
 def direct_model(model: str, api_base: str | None, api_key: str | None) -> str | None:
     """The name to send for ``model`` when its calls may go straight to ``api_base``; ``None`` when
-    they go through LiteLLM (another provider, no ``api_base``, or ``openai/`` without a key,
-    which LiteLLM would look up in the provider's environment variables)."""
+    they go through LiteLLM (another provider, no ``api_base``, a key left to LiteLLM to look up in
+    the provider's environment variable, or an OpenAI reasoning model whose request LiteLLM
+    rewrites)."""
     if not api_base:
         return None
     for prefix in DIRECT_PROVIDERS:
         if model.startswith(prefix) and len(model) > len(prefix):
-            if prefix == "openai/" and not api_key:
+            name = model[len(prefix) :]
+            if prefix == "openai/" and (not api_key or _REWRITTEN_BY_LITELLM.search(name)):
                 return None
-            return model[len(prefix) :]
+            if prefix == "hosted_vllm/" and not api_key and os.environ.get("HOSTED_VLLM_API_KEY"):
+                return None
+            return name
     return None
 
 

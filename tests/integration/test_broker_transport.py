@@ -116,3 +116,42 @@ def test_the_channel_keeps_one_client_per_pool(url: str) -> None:
         _send(conn, STEP, {"step": 6})
         (message,) = _take(conn, 1)
         assert message.payload == {"step": 6}
+
+
+def _drain_once(conn: Connection, prefetch: int) -> list[Message]:
+    """What one read of the broker delivers to a consumer with ``prefetch`` room."""
+    got: list[Message] = []
+    consumer = Consumer(conn.default_channel, _queues(), callbacks=[lambda _b, m: got.append(m)])
+    consumer.qos(prefetch_count=prefetch)
+    with consumer:
+        conn.drain_events(timeout=5)
+    return got
+
+
+@pytest.mark.parametrize("batch", [64, 3, 0])
+def test_step_messages_come_in_batches_up_to_the_prefetch_room(url: str, batch: int) -> None:
+    redis = Redis.from_url(url)
+    options = {"resent_queues": [STEP], "batch_fetch": batch}
+    with Connection(url, transport=TRANSPORT, transport_options=options) as conn:
+        for i in range(12):
+            _send(conn, STEP, {"step": i})
+        first = _drain_once(conn, prefetch=5)
+        # One BRPOP, then as many more as the room allows (at most ``batch_fetch``) in one RPOP.
+        assert len(first) == min(5, 1 + batch)
+        assert [m.payload for m in first] == [{"step": i} for i in range(len(first))]  # in order
+        assert _queued(redis, STEP) == 12 - len(first)
+        for m in first:
+            m.ack()
+        rest: list[Message] = []
+        while len(first) + len(rest) < 12:
+            rest += _drain_once(conn, prefetch=20)
+        bodies = [m.payload["step"] for m in first + rest]
+        assert sorted(bodies) == list(range(12))  # each once, none lost
+        assert _queued(redis, STEP) == 0
+
+
+def test_intake_messages_still_come_one_per_read(url: str) -> None:
+    with _connection(url) as conn:
+        for i in range(4):
+            _send(conn, INTAKE, {"intake": i})
+        assert len(_drain_once(conn, prefetch=10)) == 1  # each keeps its unacked copy, one by one

@@ -611,3 +611,23 @@ def test_a_model_litellm_does_not_price_is_entered_at_zero_once() -> None:
     assert litellm.cost_per_token(**priced) == before
     assert sum(before) > 0
     assert LiteLlmModelService(model)._cost(100, 100) == 0.0
+
+
+def test_the_price_of_an_unpriced_model_is_looked_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tandem.reasoner.litellm_service import _import_litellm
+
+    litellm = _import_litellm()
+    looked_up: list[str] = []
+    real = litellm.cost_per_token
+
+    def counting(**kwargs: Any) -> Any:
+        looked_up.append(kwargs["model"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(litellm, "cost_per_token", counting)
+    unpriced = LiteLlmModelService("hosted_vllm/tandem-test-never-priced")
+    assert [unpriced._cost(100, 100) for _ in range(3)] == [0.0, 0.0, 0.0]
+    priced = LiteLlmModelService("openai/gpt-4o-mini")
+    assert all(priced._cost(1000, 1000) > 0 for _ in range(3))
+    assert looked_up.count("hosted_vllm/tandem-test-never-priced") == 1  # the map does not change
+    assert looked_up.count("openai/gpt-4o-mini") == 3

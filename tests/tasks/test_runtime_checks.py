@@ -174,3 +174,33 @@ def test_task_arguments_are_shown_without_secrets() -> None:
         }
     )
     assert "shown-secret-1" not in text and "k-99999" not in text and len(text) <= REPR_CHARS
+
+
+def _request(name: str, args: list[object], kwargs: dict[str, object]) -> object:
+    """The worker-side request of a message sending task ``name`` these arguments."""
+    from kombu import Message
+    from kombu.utils.json import dumps
+
+    from tandem.tasks.task_base import RedactingRequest
+    from tandem.tasks.turns import app
+
+    sent = app.amqp.as_task_v2("task-1", name, args=args, kwargs=kwargs)
+    message = Message(
+        body=dumps(sent.body),
+        headers=sent.headers,
+        content_type="application/json",
+        content_encoding="utf-8",
+        properties=sent.properties,
+        delivery_info={"routing_key": "thinker", "exchange": ""},
+    )
+    return RedactingRequest(message, app=app, task=app.tasks[name])
+
+
+def test_a_step_request_shows_its_arguments_with_known_secrets_masked() -> None:
+    from tandem.toolkit.redaction import register_secret
+
+    register_secret("step-arg-secret-77")
+    step = _request("tandem.thinker_turn", ["step-arg-secret-77", 3], {})
+    assert step.argsrepr == "['***', 3]" and step.kwargsrepr == "{}"  # type: ignore[attr-defined]
+    intake = _request("tandem.infer", [], {"spec": {"goal": "g", "secrets": {"tok": "in-clear-5"}}})
+    assert "in-clear-5" not in intake.kwargsrepr and "'tok': '***'" in intake.kwargsrepr  # type: ignore[attr-defined]
