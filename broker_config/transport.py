@@ -14,8 +14,8 @@ put back in their queue when the worker shuts down (or a task is rejected with `
 Messages of every other queue (the intake queue: ``tandem.infer`` sent by a bare client,
 ``tandem.decide``, ``tandem.resume``, ``tandem.fork``) keep kombu's ack emulation. The channel also
 keeps one Redis client instead of making one per command, and takes the messages of those queues
-in batches: after each BRPOP, as many more as the prefetch limit allows (at most the transport
-option ``batch_fetch``) in one ``RPOP`` with a count.
+in batches: after a BRPOP, as many more as the prefetch limit allows (at most the transport
+option ``batch_fetch``) in one ``RPOP`` with a count (paused while such ``RPOP``s find nothing).
 
 Celery uses this transport when ``broker_transport`` names ``Transport`` (see
 ``tandem.broker_config.celery_config``).
@@ -91,6 +91,10 @@ class Channel(redis.Channel):
     )
 
     _client: Any = None
+    _fetch_misses = 0
+    """``RPOP``s in a row that found nothing (up to 5)."""
+    _fetch_pause = 0
+    """``BRPOP``s still to go without an ``RPOP`` after them."""
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         # kombu makes a new redis-py client for every command it sends (a publish, a restore),
@@ -131,7 +135,14 @@ class Channel(redis.Channel):
         return True
 
     def _fetch_more(self, key: str, queue: str) -> None:
-        """Deliver up to the prefetch room's worth of messages more from list ``key``."""
+        """Deliver up to the prefetch room's worth of messages more from list ``key``.
+
+        An ``RPOP`` that finds the list empty is a command for nothing (a quiet queue, where each
+        ``BRPOP`` waits for its message): after one, the next 1, 3, 7, 15, then 31 ``BRPOP``s go
+        without it, and the first ``RPOP`` that finds messages again ends the pause."""
+        if self._fetch_pause > 0:
+            self._fetch_pause -= 1
+            return
         room = min(self.qos.can_consume_max_estimate() or 0, self.batch_fetch)
         if room <= 0:
             return
@@ -141,7 +152,12 @@ class Channel(redis.Channel):
         except self.ResponseError:  # Redis before 6.2 (no RPOP count): one message per BRPOP
             self.batch_fetch = 0
             return
-        for item in items or ():
+        if not items:
+            self._fetch_misses = min(self._fetch_misses + 1, 5)
+            self._fetch_pause = 2**self._fetch_misses - 1
+            return
+        self._fetch_misses = 0
+        for item in items:
             self.connection._deliver(loads(bytes_to_str(item)), queue)
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:

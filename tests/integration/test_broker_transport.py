@@ -155,3 +155,32 @@ def test_intake_messages_still_come_one_per_read(url: str) -> None:
         for i in range(4):
             _send(conn, INTAKE, {"intake": i})
         assert len(_drain_once(conn, prefetch=10)) == 1  # each keeps its unacked copy, one by one
+
+
+def test_a_quiet_queue_pauses_the_extra_rpop(url: str) -> None:
+    with _connection(url) as conn:
+        channel = conn.default_channel
+        with channel.conn_or_acquire() as client:
+            real = client.rpop
+            rpops: list[int] = []
+
+            def counting(key: str, count: int | None = None) -> Any:
+                rpops.append(count or 1)
+                return real(key, count)
+
+            client.rpop = counting
+            for i in range(8):  # one message at a time: every RPOP after its BRPOP finds nothing
+                _send(conn, STEP, {"step": i})
+                (m,) = _drain_once(conn, prefetch=5)
+                m.ack()
+            assert len(rpops) == 3  # after the 1st, 3rd and 7th message (then 1, 3, 7 skipped)
+            for i in range(30):  # a backlog: the next RPOP that runs finds messages and resumes
+                _send(conn, STEP, {"step": 100 + i})
+            sizes = []
+            while sum(sizes) < 30:
+                got = _drain_once(conn, prefetch=5)
+                sizes.append(len(got))
+                for m in got:
+                    m.ack()
+            assert max(sizes) == 5 and sizes.count(1) <= 7  # batches again within the pause
+            assert channel._fetch_misses == 0
