@@ -166,8 +166,16 @@ def _warm_up(**_: Any) -> None:
             # retries' overlap).
             size_connection_pool(threads + 8)
             return
+        from tandem.reasoner.direct_http import direct_model
+
+        def through_litellm(role: str) -> bool:  # its calls on the loop use LiteLLM's HTTP client
+            conf = settings.role(role)
+            direct = direct_model(conf.model or "", conf.api_base, conf.api_key) is not None
+            return conf.stream or not (settings.direct_http and direct)
+
         cap = async_connection_cap()
-        if cap is not None and cap < threads:
+        models = [r for r in ("thinker", "actor") if r in consumed and not settings.role(r).is_demo]
+        if cap is not None and cap < threads and any(through_litellm(r) for r in models):
             log.warning(
                 "model calls run on the process's event loop, whose HTTP client opens at most %d "
                 "connections to a host: %d threads would wait for one; set AIOHTTP_CONNECTOR_LIMIT and "

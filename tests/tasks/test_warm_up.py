@@ -26,3 +26,24 @@ def test_only_a_worker_calling_models_in_its_threads_sizes_their_pool(
     assert pools == ([608] if sized else [])  # the loop's calls never use the threads' pool
     # On the loop, 600 threads against an HTTP client that opens 500 connections: said at start.
     assert ("AIOHTTP_CONNECTOR_LIMIT" in caplog.text) is not sized
+
+
+@pytest.mark.parametrize(
+    ("env", "warned"),
+    [
+        ({}, False),  # posted straight to the host: LiteLLM's connection limit does not apply
+        ({"TANDEM_DIRECT_HTTP": "0"}, True),
+        ({"TANDEM_ACTOR_STREAM": "1"}, True),  # streamed calls go through LiteLLM
+    ],
+)
+def test_the_connection_limit_warning_is_only_for_calls_through_litellm(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, env: dict[str, str], warned: bool
+) -> None:
+    host = {"TANDEM_ACTOR_MODEL": "openai/m", "TANDEM_ACTOR_API_BASE": "http://127.0.0.1:9/v1"}
+    settings = Settings.from_env({**host, "TANDEM_ACTOR_API_KEY": "k", **env})
+    monkeypatch.setattr(
+        worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=600)
+    )
+    monkeypatch.setattr(litellm_service, "async_connection_cap", lambda: 500)
+    worker_signals._warm_up()
+    assert ("AIOHTTP_CONNECTOR_LIMIT" in caplog.text) is warned
