@@ -382,7 +382,7 @@ class Settings:
     direct_http: bool = True
     """``TANDEM_DIRECT_HTTP``: on the model loop, a non-streamed call to an OpenAI-compatible host
     (model ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``API_BASE``) is posted to it
-    directly, not through LiteLLM (the same request and reply for about a tenth of the CPU; see
+    directly, not through LiteLLM (the same request and reply for about a sixth of the CPU; see
     ``tandem.reasoner.direct_http``). Off: every call goes through LiteLLM."""
 
     @classmethod
