@@ -180,3 +180,21 @@ def test_the_runtime_gives_litellm_models_the_process_loop_unless_switched_off(
     assert actor.model_loop is (MODEL_LOOP if expected else None)
     thinker = runtime.model("thinker")  # no model configured: the demo model, never on the loop
     assert isinstance(thinker, HostModel) and thinker.model_loop is None
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, True), ("0", False), ("true", True)])
+def test_the_runtime_tells_the_process_loop_whether_calls_may_skip_litellm(
+    value: str | None, expected: bool
+) -> None:
+    env = {"TANDEM_ACTOR_MODEL": MODEL, "TANDEM_ACTOR_API_BASE": "http://h:8000/v1"}
+    if value is not None:
+        env["TANDEM_DIRECT_HTTP"] = value
+    settings = Settings.from_env(env)
+    assert settings.direct_http is expected
+    before = MODEL_LOOP.direct_http
+    try:
+        MODEL_LOOP.direct_http = not expected
+        Runtime(settings).model("actor")  # set before any call starts the loop
+        assert MODEL_LOOP.direct_http is expected
+    finally:
+        MODEL_LOOP.direct_http = before
