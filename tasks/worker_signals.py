@@ -150,40 +150,41 @@ def _warm_up(**_: Any) -> None:
     settings = get_runtime().settings
     # Only where a model is called: a tools worker would pay the import (and ~130 MB) for nothing.
     consumed = app.amqp.queues.consume_from  # the worker's queues (``-Q``), set before worker_init
-    if any(role in consumed and not settings.role(role).is_demo for role in ("thinker", "actor")):
-        from tandem.reasoner.litellm_service import (
-            _import_litellm,
-            async_connection_cap,
-            size_connection_pool,
+    models = [r for r in ("thinker", "actor") if r in consumed and not settings.role(r).is_demo]
+    if not models:
+        return
+    from tandem.reasoner.litellm_service import (
+        _import_litellm,
+        async_connection_cap,
+        size_connection_pool,
+    )
+
+    _import_litellm()
+    from tandem.tasks.model_loop import threads_are_green
+
+    threads = get_runtime().concurrency
+    if not settings.model_loop or threads_are_green():
+        # Calls in the step threads: one connection per thread (and a few for the in-call
+        # retries' overlap).
+        size_connection_pool(threads + 8)
+        return
+    from tandem.reasoner.direct_http import direct_model
+
+    def through_litellm(role: str) -> bool:  # its calls on the loop use LiteLLM's HTTP client
+        conf = settings.role(role)
+        direct = direct_model(conf.model or "", conf.api_base, conf.api_key) is not None
+        return conf.stream or not (settings.direct_http and direct)
+
+    cap = async_connection_cap()
+    if cap is not None and cap < threads and any(through_litellm(r) for r in models):
+        log.warning(
+            "model calls run on the process's event loop, whose HTTP client opens at most %d "
+            "connections to a host: %d threads would wait for one; set AIOHTTP_CONNECTOR_LIMIT and "
+            "AIOHTTP_CONNECTOR_LIMIT_PER_HOST to at least %d (or TANDEM_MODEL_LOOP=0)",
+            cap,
+            threads,
+            threads,
         )
-
-        _import_litellm()
-        from tandem.tasks.model_loop import threads_are_green
-
-        threads = get_runtime().concurrency
-        if not settings.model_loop or threads_are_green():
-            # Calls in the step threads: one connection per thread (and a few for the in-call
-            # retries' overlap).
-            size_connection_pool(threads + 8)
-            return
-        from tandem.reasoner.direct_http import direct_model
-
-        def through_litellm(role: str) -> bool:  # its calls on the loop use LiteLLM's HTTP client
-            conf = settings.role(role)
-            direct = direct_model(conf.model or "", conf.api_base, conf.api_key) is not None
-            return conf.stream or not (settings.direct_http and direct)
-
-        cap = async_connection_cap()
-        models = [r for r in ("thinker", "actor") if r in consumed and not settings.role(r).is_demo]
-        if cap is not None and cap < threads and any(through_litellm(r) for r in models):
-            log.warning(
-                "model calls run on the process's event loop, whose HTTP client opens at most %d "
-                "connections to a host: %d threads would wait for one; set AIOHTTP_CONNECTOR_LIMIT and "
-                "AIOHTTP_CONNECTOR_LIMIT_PER_HOST to at least %d (or TANDEM_MODEL_LOOP=0)",
-                cap,
-                threads,
-                threads,
-            )
 
 
 @worker_ready.connect

@@ -23,29 +23,11 @@ from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.litellm_service import LiteLlmModelService
 from tandem.reasoner.messages import ModelMessage
 from tandem.tasks.model_loop import ModelLoop
-from tandem.toolkit.tool import Tool
 from tests.openai_server import OpenAIServer, Reply
+from tests.reasoner.test_litellm_async import MODEL, TOOL_CALLS, TOOLS, USER, ASleeps
 
 T = TypeVar("T")
-MODEL = "openai/test-model"
 KEY = "sk-direct-test"
-USER = [{"role": "user", "content": "What is 2 + 2?"}]
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-TOOLS = [Tool.from_function(add)]
-TOOL_CALLS: list[dict[str, Any]] = [{"id": "call_add", "name": "add", "arguments": '{"a": 2, "b": 2}'}]
-
-
-class ASleeps(list[float]):
-    """A recording async ``asleep``: tests never wait."""
-
-    async def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 @pytest.fixture

@@ -87,6 +87,16 @@ def test_without_a_listener_the_coroutine_gets_none(loop: ModelLoop) -> None:
     assert given == [None]
 
 
+async def until_cancelled(cancelled: threading.Event) -> str:
+    """A call that never ends by itself; sets ``cancelled`` when it is cancelled."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+    return "never"
+
+
 def test_a_failing_listener_cancels_the_call_and_propagates(loop: ModelLoop) -> None:
     cancelled = threading.Event()
     started = threading.Event()
@@ -95,12 +105,7 @@ def test_a_failing_listener_cancels_the_call_and_propagates(loop: ModelLoop) -> 
         assert listener is not None
         listener("", "first")
         started.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return "never"
+        return await until_cancelled(cancelled)
 
     class Interrupted(BaseException):
         pass
@@ -118,14 +123,6 @@ def test_an_interrupted_wait_cancels_the_call(loop: ModelLoop, monkeypatch: pyte
     """Anything raised while the thread waits for a call without deltas cancels it too."""
     cancelled = threading.Event()
 
-    async def long_call() -> str:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return "never"
-
     import concurrent.futures
 
     def interrupted(self: concurrent.futures.Future[str], timeout: float | None = None) -> str:
@@ -133,7 +130,7 @@ def test_an_interrupted_wait_cancels_the_call(loop: ModelLoop, monkeypatch: pyte
 
     monkeypatch.setattr(concurrent.futures.Future, "result", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        loop.run(lambda listener: long_call())
+        loop.run(lambda listener: until_cancelled(cancelled))
     monkeypatch.undo()
     assert cancelled.wait(5)
 
