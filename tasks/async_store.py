@@ -83,6 +83,11 @@ class AsyncJobStore:
         # The store's key TTL where it has one, so a flag on a job that never runs expires too.
         await self.redis.set(self.keys.key(job_id, "cancel"), "1", ex=getattr(self.keys, "ttl", None))
 
+    async def start_id(self, job_id: str, after: str) -> str:
+        """The stream id to read after ``after``: ``"$"`` (only new events) is the newest entry's
+        id, so that reading on after an outage skips nothing written in between."""
+        return await self.last_event_id(job_id) if after == "$" else after
+
     async def last_event_id(self, job_id: str) -> str:
         """The id of the job's newest event, ``"0"`` when it has none."""
         newest = await self.redis.xrevrange(self.keys.key(job_id, "events"), count=1)

@@ -7,9 +7,10 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from celery import Celery
@@ -18,8 +19,23 @@ from tandem.reasoner.approval import Decision
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
 from tandem.tasks.budgets import message_priority
-from tandem.tasks.errors import DecisionRefused, JobLostError, JobTimeout, ResumeRefused, UnknownJobError
+from tandem.tasks.errors import (
+    DecisionRefused,
+    JobLostError,
+    JobTimeout,
+    RedisUnavailable,
+    ResumeRefused,
+    UnknownJobError,
+)
 from tandem.tasks.job_events import JobEvent, read_event
+from tandem.tasks.outages import (
+    CONNECTION_ERRORS,
+    Reconnect,
+    lost_error,
+    redis_address,
+    restart_note,
+    server_info,
+)
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
 from tandem.toolkit.redaction import redact
@@ -31,7 +47,18 @@ class JobHandle:
     The ``a``-methods are for asyncio code: they wait on redis's asyncio client (a new client of
     the store's server per call, from ``aredis``; by default one like the store's), never in a
     thread, so a service can follow thousands of jobs at once.
+
+    Every call rides out a Redis outage (a restart, a failover) by repeating its reads (see
+    ``tandem.tasks.outages``): a wait with a timeout until its deadline, a wait without one for
+    ``reconnect_wait`` seconds of one outage, any other call for ``reconnect_call`` seconds; then
+    ``RedisUnavailable``. Once the handle has known the job to exist (it submitted it, or saw its
+    record), the job's disappearance is ``JobLostError``, naming a restart that erased it.
     """
+
+    reconnect_call: float = 15.0
+    """Seconds ``status``, ``cancel`` (and their ``a``-twins) keep trying to reach Redis."""
+    reconnect_wait: float = 300.0
+    """Seconds of one outage a wait with no timeout (``result``, ``events``, ...) rides out."""
 
     def __init__(
         self,
@@ -47,19 +74,37 @@ class JobHandle:
         self._app = app
         self._submitted = submitted
         self._submitted_at = time.time()
+        self._known_at: float | None = self._submitted_at if submitted else None
         self._aredis = aredis
 
     def __repr__(self) -> str:
         return f"JobHandle({self.id!r})"
 
+    def _reconnect(self, deadline: float | None = None, *, wait: bool = False) -> Reconnect:
+        """The outage window of one call: until ``deadline``, else ``reconnect_wait`` seconds for a
+        wait and ``reconnect_call`` for any other call."""
+        window = self.reconnect_wait if wait else self.reconnect_call
+        return Reconnect(redis_address(self._store.redis), window=window, deadline=deadline)
+
+    def _saw(self) -> None:
+        """The job exists: from now on its disappearance is a loss (``JobLostError``)."""
+        if self._known_at is None:
+            self._known_at = time.time()
+
     def status(self) -> JobStatus:
         """Where the job stands: ``queued`` until a worker takes it, ``failed`` with the reason for
         a spec the worker refused; ``UnknownJobError`` for an id that no store, result or submit
-        knows, ``JobLostError`` (one of them) for a job this handle submitted that Redis no longer
-        holds (a restart without persistence erased it, or its keys expired)."""
+        knows, ``JobLostError`` (one of them) for a job this handle submitted or saw that Redis no
+        longer holds (a restart without persistence erased it, or its keys expired);
+        ``RedisUnavailable`` when Redis stays unreachable for ``reconnect_call`` seconds."""
+        return self._reconnect().call(self._status)
+
+    def _status(self) -> JobStatus:
         stored = self._store.status(self.id)
-        if stored is not None and stored.state != "queued":
-            return stored
+        if stored is not None:
+            self._saw()
+            if stored.state != "queued":
+                return stored
         # Queued, or unknown to the store: the intake may have refused it (its answer comes
         # before the ``queued`` marker of ``submit`` is removed).
         refused = self._celery_result()
@@ -67,39 +112,27 @@ class JobHandle:
             return JobStatus(job_id=self.id, state=refused.status, error=refused.error, step="intake")
         if stored is not None:
             return stored
-        if self._submitted:  # ``submit`` wrote the job's record before sending it: it was there
+        if self._known_at is not None:  # submitted (``submit`` wrote its record first) or seen
             raise self._lost()
+        note = restart_note(server_info(self._store.redis), self._store.ttl)
         raise UnknownJobError(
             f"no job {self.id!r} is known: it was never submitted, or it ended more than "
-            "TANDEM_RESULT_EXPIRES seconds ago"
+            f"TANDEM_RESULT_EXPIRES seconds ago{note}"
         )
 
     def _lost(self) -> JobLostError:
-        """The error for a submitted job Redis no longer holds, saying why when Redis tells."""
-        try:
-            info: Mapping[str, Any] = self._store.redis.info()
-        except Exception:
-            info = {}
-        age = time.time() - self._submitted_at
-        uptime = float(info.get("uptime_in_seconds", age + 1))
-        if uptime < age:
-            aof = str(info.get("aof_enabled", "0")) == "1"
-            how = "with append-only persistence, yet without the job's keys" if aof else (
-                "without persistence (appendonly no), which erased the job's record, spec and messages"
-            )
-            return JobLostError(
-                f"job {self.id!r} is lost: Redis restarted {uptime:.0f} s ago, after the job was "
-                f"submitted ({age:.0f} s ago), {how}. Submit it again; run Redis with --appendonly yes "
-                "(docker compose does) so jobs survive a restart"
-            )
-        return JobLostError(
-            f"job {self.id!r} is lost: Redis holds nothing of it any more (no record, no result): its "
-            "keys expired (TANDEM_MEMORY_TTL) or were deleted. Submit it again"
-        )
+        """The error for a job this handle knew that Redis no longer holds, saying why when
+        Redis tells (``tandem.tasks.outages.lost_error``)."""
+        known_for = time.time() - (self._known_at or self._submitted_at)
+        return lost_error(self.id, server_info(self._store.redis), known_for)
 
-    def _gone(self) -> bool:
-        """True for a job this handle submitted whose record is no longer in Redis."""
-        return self._submitted and not self._store.redis.exists(self._store.key(self.id, "state"))
+    def _vanished(self) -> bool:
+        """True for a job this handle knew whose record and result are no longer in Redis, and
+        that Celery's backend has no result for either."""
+        if self._known_at is None:
+            return False
+        keys = (self._store.key(self.id, "state"), self._store.key(self.id, "result"))
+        return not self._store.redis.exists(*keys) and self._celery_result() is None
 
     def _celery_result(self) -> JobResult | None:
         """The job's result as Celery's backend holds it (how a refused spec is answered)."""
@@ -111,18 +144,20 @@ class JobHandle:
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> JobResult:
         """Wait for the final result; ``JobTimeout`` after ``timeout`` seconds, ``JobLostError``
-        (checked every second) when Redis no longer holds a job this handle submitted."""
+        (checked every second) when Redis no longer holds a job this handle submitted or saw.
+
+        A Redis outage is ridden out until the timeout (with none, for ``reconnect_wait``
+        seconds): ``RedisUnavailable`` when Redis is still unreachable then."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        reach = self._reconnect(deadline, wait=True)
         next_check = time.monotonic() + 1.0
         while True:
-            found = self._store.result(self.id)
-            if found is None and not self._running():
-                found = self._celery_result()
+            found = reach.call(self._poll_result)
             if found is not None:
                 return found
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
-                if self._gone() and self._celery_result() is None:
+                if reach.call(self._vanished):
                     raise self._lost()
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(
@@ -130,11 +165,20 @@ class JobHandle:
                 )
             time.sleep(poll)
 
+    def _poll_result(self) -> JobResult | None:
+        """The job's result if it has ended, from the store or (a job not running) from Celery."""
+        found = self._store.result(self.id)
+        if found is None and not self._running():
+            found = self._celery_result()
+        return found
+
     def _running(self) -> bool:
         """True while the store has the job running: Celery's result (a refused spec's answer, or
         the end of a run before a resume) does not answer for it then."""
         raw = self._store.redis.hget(self._store.key(self.id, "state"), "state")
         state = None if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))
+        if state is not None:
+            self._saw()
         return state is not None and state != "queued" and state not in FINAL_STATES
 
     def _state(self) -> str:
@@ -144,15 +188,53 @@ class JobHandle:
             return "lost"
         except UnknownJobError:
             return "unknown"
+        except RedisUnavailable:
+            return "unknown: Redis is unreachable"
 
     def events(self, *, after: str = "0", timeout: float | None = None) -> Iterator[JobEvent]:
         """The job's events as typed ``JobEvent`` models, live, until the ``final`` event.
 
         ``after`` is a stream id: ``"0"`` (the default) starts at the job's first event, ``"$"``
         at the next new one, and an event's ``id`` resumes right after that event.
-        Stops after ``timeout`` seconds if given.
+        Stops after ``timeout`` seconds if given. A Redis outage is ridden out as by ``result``,
+        and the stream is read on after the last event given: none is lost or given twice.
+        ``JobLostError`` when the job this handle submitted or saw vanishes from Redis.
         """
-        return self._store.events(self.id, last_id=after, timeout=timeout)
+        return self._follow(after, timeout)
+
+    def _follow(self, after: str, timeout: float | None) -> Iterator[JobEvent]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reach = self._reconnect(deadline, wait=True)
+        last_id = reach.call(lambda: self._start_id(after))
+        last_type = ""
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            try:
+                for event in self._store.events(self.id, last_id=last_id, timeout=left):
+                    self._saw()
+                    last_id, last_type = event.id, event.type
+                    yield event
+            except CONNECTION_ERRORS as exc:
+                reach.recover(exc, self._store.redis.ping)
+                continue
+            break
+        # The stream ended without ``final`` before the timeout: the job may have no record any more.
+        early = deadline is None or time.monotonic() < deadline
+        if last_type != "final" and early and reach.call(self._vanished):
+            raise self._lost()
+
+    def _start_id(self, after: str) -> str:
+        """The stream id to read after: ``"$"`` becomes the newest entry's id, so that reading on
+        after an outage skips nothing written between the start and the outage."""
+        if after != "$":
+            return after
+        newest = self._store.redis.xrevrange(self._store.key(self.id, "events"), count=1)
+        if not newest:
+            return "0"
+        entry_id = newest[0][0]
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     def cancel(self) -> None:
         """Stop the job at its next step.
@@ -161,19 +243,28 @@ class JobHandle:
         calling a model or a tool; the job's result is ``cancelled``. (Queued steps are not
         revoked by id: every step of a job shares the job id, and a revoked chord part would
         turn the job's Celery result into a chord error instead of the cancelled JobResult.)
+        Each write is repeated through a Redis outage of up to ``reconnect_call`` seconds (each is
+        idempotent), then ``RedisUnavailable``.
         """
-        self._store.request_cancel(self.id)
-        if self._state() == "queued":
-            self._cancel_queued()
+        reach = self._reconnect()
+        reach.call(lambda: self._store.request_cancel(self.id))
+        try:
+            state = self.status().state
+        except UnknownJobError:  # lost or unknown: nothing runs it
+            return
+        if state == "queued":
+            self._cancel_queued(reach)
 
-    def _cancel_queued(self) -> None:
+    def _cancel_queued(self, reach: Reconnect) -> None:
         """No worker has started the job: it ends here, and its intake message is revoked."""
-        self._app.control.revoke(self.id)
-        result = self._store.finish(
-            JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
-            ttl=_seconds(self._app.conf.result_expires),
+        reach.call(lambda: self._app.control.revoke(self.id))
+        result = reach.call(
+            lambda: self._store.finish(
+                JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
+                ttl=_seconds(self._app.conf.result_expires),
+            )
         )
-        self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS")
+        reach.call(lambda: self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS"))
 
     # -- approval ----------------------------------------------------------------------------
 
@@ -271,51 +362,87 @@ class JobHandle:
 
     async def astatus(self) -> JobStatus:
         """``status`` for asyncio (a job the store does not know is asked of Celery, in a thread)."""
+        reach = self._reconnect()
         async with self._astore() as store:
-            found = await store.status(self.id)
+            found = await reach.acall(lambda: store.status(self.id))
         if found is not None:
+            self._saw()
             return found
         return await asyncio.to_thread(self.status)
 
     async def aresult(self, timeout: float | None = None) -> JobResult:
         """``result`` for asyncio: waits on the job's event stream (woken by its ``final``
-        event), not by polling; ``JobTimeout`` after ``timeout`` seconds."""
+        event), not by polling; ``JobTimeout`` after ``timeout`` seconds. Rides out a Redis
+        outage as ``result`` does."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        reach = self._reconnect(deadline, wait=True)
         async with self._astore() as store:
-            last_id = await store.last_event_id(self.id)
+            last_id = await reach.acall(lambda: store.last_event_id(self.id))
             while True:
-                found = await store.result(self.id)
-                if found is None and await store.status(self.id) is None:
-                    # Not started, or refused at intake (which ends with a Celery result only):
-                    # asked of Celery at most once a second, in a thread (it has no asyncio API).
-                    found = await asyncio.to_thread(self._celery_result)
-                    if found is None and self._submitted:
-                        raise await asyncio.to_thread(self._lost)
+                found = await reach.acall(lambda: self._apoll_result(store))
                 if found is not None:
                     return found
                 left = 1.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
-                    state = (await store.status(self.id) or JobStatus(job_id=self.id)).state
+                    status = await reach.acall(lambda: store.status(self.id))
+                    state = (status or JobStatus(job_id=self.id)).state
                     raise JobTimeout(f"job {self.id} has not ended after {timeout:g} s (state: {state})")
-                last_id = await store.wait_event(self.id, last_id, min(left, 1.0))
+                last_id = await reach.acall(partial(store.wait_event, self.id, last_id, min(left, 1.0)))
 
-    async def aevents(self, *, timeout: float | None = None) -> AsyncIterator[JobEvent]:
-        """``events`` for asyncio: the same typed events in the same order, until ``final``."""
+    async def _apoll_result(self, store: AsyncJobStore) -> JobResult | None:
+        """The job's result if it has ended; ``JobLostError`` when a job this handle knew is gone."""
+        found = await store.result(self.id)
+        if found is not None:
+            return found
+        if await store.status(self.id) is not None:
+            self._saw()
+            return None
+        # Not started, or refused at intake (which ends with a Celery result only): asked of
+        # Celery at most once a second, in a thread (it has no asyncio API).
+        found = await asyncio.to_thread(self._celery_result)
+        if found is None and self._known_at is not None:
+            raise await asyncio.to_thread(self._lost)
+        return found
+
+    async def aevents(self, *, after: str = "0", timeout: float | None = None) -> AsyncIterator[JobEvent]:
+        """``events`` for asyncio: the same typed events in the same order, until ``final``; a
+        Redis outage is ridden out the same way, reading on after the last event given."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reach = self._reconnect(deadline, wait=True)
         async with self._astore() as store:
-            async for event in store.events(self.id, timeout=timeout):
-                yield read_event(event["id"], event["type"], event["data"], event["at"])
+            last_id = await reach.acall(lambda: store.start_id(self.id, after))
+            last_type = ""
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                try:
+                    async for event in store.events(self.id, last_id=last_id, timeout=left):
+                        self._saw()
+                        last_id, last_type = event["id"], event["type"]
+                        yield read_event(event["id"], event["type"], event["data"], event["at"])
+                except CONNECTION_ERRORS as exc:
+                    await reach.arecover(exc, store.redis.ping)
+                    continue
+                break
+        early = deadline is None or time.monotonic() < deadline
+        if last_type != "final" and early and await asyncio.to_thread(reach.call, self._vanished):
+            raise await asyncio.to_thread(self._lost)
 
     async def acancel(self) -> None:
         """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has
         started yet is ended and revoked through Celery, in a thread)."""
+        reach = self._reconnect()
         async with self._astore() as store:
-            await store.request_cancel(self.id)
-            status = await store.status(self.id)
-        state = status.state if status is not None else await asyncio.to_thread(self._state)
-        if state == "queued":
-            await asyncio.to_thread(self._cancel_queued)
-
-
+            await reach.acall(lambda: store.request_cancel(self.id))
+            status = await reach.acall(lambda: store.status(self.id))
+        if status is None:
+            try:
+                status = await asyncio.to_thread(self.status)
+            except UnknownJobError:  # lost or unknown: nothing runs it
+                return
+        if status.state == "queued":
+            await asyncio.to_thread(self._cancel_queued, reach)
 
 
 def _wire(decision: Any) -> Any:
@@ -411,13 +538,22 @@ async def submit_async(
 
 
 def job(job_id: str) -> JobHandle:
-    """A handle on an existing job by id."""
+    """A handle on an existing job by id; ``UnknownJobError`` when no store or result knows it
+    (noting a recent restart of a Redis without persistence, which erases every job)."""
     from tandem.tasks.runtime import get_runtime
 
     rt = get_runtime()
     handle = JobHandle(job_id, rt.store, _default_app())
-    if rt.store.spec(job_id) is None and rt.store.status(job_id) is None and handle._celery_result() is None:
-        raise UnknownJobError(f"no job {job_id!r} is known to {redact(rt.settings.redis_url)}")
+
+    def stored() -> bool:
+        return rt.store.spec(job_id) is not None or rt.store.status(job_id) is not None
+
+    reach = handle._reconnect()
+    if reach.call(stored):
+        handle._saw()
+    elif reach.call(handle._celery_result) is None:
+        note = restart_note(server_info(rt.store.redis), rt.store.ttl)
+        raise UnknownJobError(f"no job {job_id!r} is known to {redact(rt.settings.redis_url)}{note}")
     return handle
 
 

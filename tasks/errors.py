@@ -8,6 +8,8 @@ The tree::
     ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
     │   └── JobLostError      a job this handle submitted is gone from Redis (its data was lost or expired)
     ├── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
+    ├── RedisUnavailable      Redis stayed unreachable for a client call's whole reconnect window; the
+    │                         job may still be running (also a ``redis.exceptions.ConnectionError``)
     ├── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
     └── ResumeRefused         a resume or fork was refused (unknown, not ended, bad budget or round)
 
@@ -16,6 +18,8 @@ reason in ``error``.
 """
 
 from __future__ import annotations
+
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 
 class JobError(Exception):
@@ -49,6 +53,13 @@ class JobLostError(UnknownJobError):
 
 class JobTimeout(JobError, TimeoutError):
     """``JobHandle.result`` waited ``timeout`` seconds and the job had not ended."""
+
+
+class RedisUnavailable(JobError, RedisConnectionError):
+    """Redis could not be reached for the whole time a ``JobHandle`` call rides out an outage (see
+    ``tandem.tasks.outages``): the message says where, for how long and what to check. The job's
+    fate is unknown, not failed: it may still be running, so this alone is no reason to submit it
+    again. Still a ``redis.exceptions.ConnectionError`` for callers that catch that."""
 
 
 class DecisionRefused(JobError, ValueError):
