@@ -52,6 +52,33 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
     return value
 
 
+def visibility_timeout(task_time_limit: float, lease_seconds: float) -> int:
+    """The Redis broker's visibility timeout: how long an unacknowledged message waits before it is
+    handed out again. Above a step's hard time limit and four leases, so that a step still running
+    is never handed out twice (``Settings.visibility_timeout``)."""
+    return int(task_time_limit + 4 * lease_seconds + 60)
+
+
+def _memory_ttl(env: Mapping[str, str], broker: str, task_time_limit: float, lease_seconds: float) -> int:
+    """``TANDEM_MEMORY_TTL``, at least the Redis broker's visibility timeout (unset: a day, or that
+    timeout when longer). An intake message whose worker died unacknowledged is handed out again after
+    that timeout; it must still find its job's record, or it would create the job anew and run it
+    twice."""
+    visibility = visibility_timeout(task_time_limit, lease_seconds)
+    redis_broker = broker.startswith("redis")  # redis, rediss, redis+socket
+    if not env.get("TANDEM_MEMORY_TTL", "").strip():
+        return max(86400, visibility) if redis_broker else 86400
+    ttl = _integer(env, "TANDEM_MEMORY_TTL", 86400, minimum=60)
+    if redis_broker and ttl < visibility:
+        raise SettingsError(
+            f"TANDEM_MEMORY_TTL={ttl} is below the Redis broker's visibility timeout of {visibility} s "
+            f"(TANDEM_TASK_TIME_LIMIT={task_time_limit:g} + 4 x TANDEM_LEASE_SECONDS={lease_seconds:g} "
+            f"+ 60): an intake message handed out again after that timeout would find its job's keys "
+            f"expired and run the job a second time; set TANDEM_MEMORY_TTL to at least {visibility}"
+        )
+    return ttl
+
+
 def _optional_integer(env: Mapping[str, str], name: str) -> int | None:
     """A positive whole number, or ``None`` when the variable is unset or empty."""
     if not env.get(name, "").strip():
@@ -427,7 +454,7 @@ class Settings:
             stall_seconds=stall,
             job_timeout=job_timeout,
             result_expires=_integer(env, "TANDEM_RESULT_EXPIRES", 86400, minimum=60),
-            memory_ttl=_integer(env, "TANDEM_MEMORY_TTL", 86400, minimum=60),
+            memory_ttl=_memory_ttl(env, broker, limit, lease),
             tool_timeout=_number(env, "TANDEM_TOOL_TIMEOUT", 60.0, minimum=0.1) or 60.0,
             max_output_chars=_integer(env, "TANDEM_MAX_OUTPUT_CHARS", 8000, minimum=100),
             prefix=env.get("TANDEM_PREFIX", "").strip() or "tandem",
@@ -493,6 +520,12 @@ class Settings:
             smallest([r.rpm for r in sharing]),
             smallest([r.tpm for r in sharing]),
         )
+
+    @property
+    def visibility_timeout(self) -> int:
+        """The Redis broker's visibility timeout (see ``visibility_timeout``); ``memory_ttl`` is
+        never below it with a Redis broker."""
+        return visibility_timeout(self.task_time_limit, self.lease_seconds)
 
     def with_urls(self, url: str) -> Settings:
         """The same settings with broker, backend and Redis all at ``url`` (the embedded runtime)."""
