@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from kombu import Queue
@@ -45,17 +46,28 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
     amqp = settings.broker_url.startswith(("amqp", "pyamqp"))
     # Priority (``JobSpec.priority``): RabbitMQ queues are declared with ``x-max-priority``;
-    # Celery's Redis transport keeps one list per priority level and serves level 0 first.
-    queue_args = {"x-max-priority": 9} if amqp else None
+    # Celery's Redis transport keeps one list per priority level and serves level 0 first. The
+    # intake queue is declared without it on RabbitMQ: a plain Celery client (any service sending
+    # ``tandem.infer`` by name) declares that queue itself, with no arguments, and RabbitMQ refuses
+    # a declaration whose arguments differ from the queue's.
+    step_args = {"x-max-priority": 9} if amqp else None
     transport: dict[str, Any] = {"visibility_timeout": visibility}
     broker: dict[str, Any] = {}
     if not amqp:
         transport.update(priority_steps=list(range(10)), queue_order_strategy="priority")
+        if settings.broker_url.startswith(("redis://", "rediss://")):
+            # tandem's channel: it outlives a lost connection and a malformed message, which
+            # kombu's own does not (``tandem.broker_config.transport``). (kombu picks its own for
+            # ``redis+socket://`` whatever is asked.)
+            broker["broker_transport"] = TRANSPORT
+            transport["dead_letter_key"] = f"{settings.prefix}:dead-letters"
+            if settings.broker_url.startswith("rediss://"):
+                # What kombu's scheme would have set: naming the transport skips it.
+                broker["broker_use_ssl"] = {"ssl_cert_reqs": ssl.CERT_NONE}
         if settings.broker_ack_emulation is False:
             transport["ack_emulation"] = False
-        elif settings.broker_ack_emulation is None and settings.broker_url.startswith("redis://"):
+        elif settings.broker_ack_emulation is None and "broker_transport" in broker:
             # Step messages are re-sent by the reconciler: no "unacked" copy of them in Redis.
-            broker["broker_transport"] = TRANSPORT
             transport["resent_queues"] = list(ROLE_QUEUES)
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
@@ -75,7 +87,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         "task_default_queue": settings.intake_queue,
         "task_queues": [
-            Queue(name, queue_arguments=queue_args) for name in (settings.intake_queue, *ROLE_QUEUES)
+            Queue(settings.intake_queue),
+            *(Queue(name, queue_arguments=step_args) for name in ROLE_QUEUES),
         ],
         "task_inherit_parent_priority": True,
         "task_routes": routes,
@@ -104,6 +117,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "redis_socket_keepalive": True,
         "redis_backend_health_check_interval": 30,
         "broker_connection_retry_on_startup": True,
+        # A worker never gives up on its broker: it reconnects after an outage of any length.
+        "broker_connection_max_retries": None,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
         **_signing(settings),

@@ -17,18 +17,85 @@ keeps one Redis client instead of making one per command, and takes the messages
 in batches: after a BRPOP, as many more as the prefetch limit allows (at most the transport
 option ``batch_fetch``) in one ``RPOP`` with a count (paused while such ``RPOP``s find nothing).
 
-Celery uses this transport when ``broker_transport`` names ``Transport`` (see
-``tandem.broker_config.celery_config``).
+The channel also survives what kombu's does not:
+
+- **A lost connection** (Redis restarted, or unreachable). kombu closes the channel after it has
+  released the connection, then tries to put the messages it holds back in their queues through
+  it, and raises ``AttributeError`` from deep inside its connection parameters: the worker exits.
+  Here a channel whose connection is gone raises a connection error instead (which Celery's
+  reconnect loop handles), and the messages it held are dropped from memory: step messages are
+  sent again by the reconciler, and intake messages keep their "unacked" copy in Redis, which
+  kombu restores after the visibility timeout.
+- **A malformed message** (not JSON, not a kombu envelope, a body it cannot decode). kombu's
+  ``loads`` would raise into the worker's event loop and end the worker; here the message is
+  logged, kept in a capped dead-letter list (transport option ``dead_letter_key``, when set) and
+  dropped.
+
+Celery uses this transport for every ``redis://``, ``rediss://`` and ``redis+socket://`` broker
+(``broker_transport`` names ``Transport``; see ``tandem.broker_config.celery_config``).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from queue import Empty
 from typing import Any
 
 from kombu.transport import redis, virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+log = logging.getLogger("tandem.broker")
+
+DEAD_LETTERS_KEPT = 1000
+"""How many malformed messages the dead-letter list keeps (the newest)."""
+DEAD_LETTER_TTL = 7 * 86400
+"""How long the dead-letter list lives after its last entry (seconds)."""
+DEAD_LETTER_EXCERPT = 4096
+"""How much of a malformed message is kept (characters)."""
+
+
+class MalformedMessage(ValueError):
+    """A broker message that is not a kombu envelope tandem's workers can take."""
+
+
+def envelope(raw: Any) -> dict[str, Any]:
+    """The kombu envelope in ``raw`` (a message as it lies in a Redis list), or
+    ``MalformedMessage`` saying what is wrong with it (see ``check_envelope``)."""
+    try:
+        payload = loads(bytes_to_str(raw))
+    except (TypeError, ValueError) as exc:
+        raise MalformedMessage(f"not JSON ({exc})") from None
+    return check_envelope(payload)
+
+
+def check_envelope(payload: Any) -> dict[str, Any]:
+    """``payload`` if it is a kombu envelope, else ``MalformedMessage``.
+
+    Checks what kombu reads before Celery sees the message: an object whose ``properties`` is an
+    object with a ``delivery_tag``, a ``delivery_info`` object if any, a string body in an encoding
+    kombu knows, and ``headers`` an object if any. What Celery reads next (the task name, the
+    arguments) it checks itself: such a message is rejected by Celery and logged, and the worker
+    goes on."""
+    if not isinstance(payload, dict):
+        raise MalformedMessage(f"a JSON {type(payload).__name__}, not an object")
+    props = payload.get("properties")
+    if not isinstance(props, dict):
+        raise MalformedMessage("no 'properties' object")
+    if not isinstance(props.get("delivery_tag"), str | int):
+        raise MalformedMessage("no 'properties.delivery_tag'")
+    if not isinstance(props.get("delivery_info", {}), dict):
+        raise MalformedMessage("'properties.delivery_info' is not an object")
+    if props.get("body_encoding") not in (None, "base64", "utf-8"):
+        raise MalformedMessage(f"body encoding {props.get('body_encoding')!r} is not one kombu knows")
+    if not isinstance(payload.get("body", ""), str | None):
+        raise MalformedMessage("the body is not a string")
+    if not isinstance(payload.get("headers", {}), dict | None):
+        raise MalformedMessage("'headers' is not an object")
+    return payload
 
 
 class QoS(redis.QoS):
@@ -44,35 +111,64 @@ class QoS(redis.QoS):
 
     def append(self, message: Any, delivery_tag: Any) -> None:
         """Track a message a consumer took (in Redis too, unless its queue is re-sent by tandem)."""
-        if message.delivery_info.get("routing_key") in self.channel.resent_queues:
+        if (message.delivery_info or {}).get("routing_key") in self.channel.resent_queues:
             self._in_memory.add(delivery_tag)
             virtual.QoS.append(self, message, delivery_tag)
         else:
             super().append(message, delivery_tag)
 
     def ack(self, delivery_tag: Any) -> None:
-        """Forget an acknowledged message."""
+        """Forget an acknowledged message. A message taken on a connection that was lost since is
+        not acknowledged (a step message is gone already; an intake message's "unacked" copy comes
+        back after the visibility timeout and finds its job started: it does nothing)."""
         if delivery_tag in self._in_memory:
             self._in_memory.discard(delivery_tag)
             virtual.QoS.ack(self, delivery_tag)
+        elif self.channel.closed:
+            log.info("message %s was taken on a broker connection lost since: not acknowledged", delivery_tag)
         else:
             super().ack(delivery_tag)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
-        """Forget a rejected message, putting it back at the head of its queue with ``requeue``."""
-        if delivery_tag in self._in_memory:
+        """Forget a rejected message, putting it back at the head of its queue with ``requeue``
+        (not for a message taken on a connection lost since: see ``ack``)."""
+        if self.channel.closed:
+            self._in_memory.discard(delivery_tag)
+            log.info("message %s was taken on a broker connection lost since: not rejected", delivery_tag)
+        elif delivery_tag in self._in_memory:
             virtual.QoS.reject(self, delivery_tag, requeue)  # requeue: ``Channel._restore``
             self._in_memory.discard(delivery_tag)
         else:
             super().reject(delivery_tag, requeue)
 
     def restore_unacked(self, client: Any = None) -> None:
-        """Put every message still held back in its queue (at shutdown)."""
+        """Put every message still held back in its queue (at shutdown, or when the connection
+        was lost). Never raises: where Redis cannot be reached the step messages are dropped (the
+        reconciler sends their steps again) and the intake messages stay in kombu's "unacked"
+        copy, restored after the visibility timeout."""
         self._flush()  # acknowledged messages are not restored
-        for tag in [t for t in self._delivered if t in self._in_memory]:
-            self.channel._restore(self._delivered.pop(tag))
-        self._in_memory.clear()
-        super().restore_unacked(client)
+        held = [self._delivered.pop(t) for t in list(self._delivered) if t in self._in_memory]
+        # ``_in_memory`` keeps their tags: their steps may still run and acknowledge them (a no-op).
+        for done, message in enumerate(held):
+            try:
+                self.channel._restore(message)
+            except Exception:  # the first failure drops the rest: each would wait for a timeout
+                log.warning(
+                    "the broker connection is gone: %d step message(s) this worker held were "
+                    "dropped; the reconciler sends their steps again",
+                    len(held) - done,
+                )
+                break
+        try:
+            super().restore_unacked(client)
+        except Exception as exc:
+            log.warning(
+                "the broker connection is gone: %d intake message(s) this worker held stay in Redis's "
+                "unacked copy and come back after the visibility timeout (%s)",
+                len(self._delivered),
+                exc,
+            )
+            self._delivered.clear()
 
 
 class Channel(redis.Channel):
@@ -84,10 +180,13 @@ class Channel(redis.Channel):
     batch_fetch: int = 64
     """The most messages of a ``resent_queues`` queue taken in one round trip after a BRPOP
     (transport option; 0: one per BRPOP, as kombu does)."""
+    dead_letter_key: str | None = None
+    """The Redis list that keeps malformed messages (transport option; ``None``: logged only)."""
     from_transport_options = (  # type: ignore[assignment]
         *redis.Channel.from_transport_options,
         "resent_queues",
         "batch_fetch",
+        "dead_letter_key",
     )
 
     _client: Any = None
@@ -108,6 +207,87 @@ class Channel(redis.Channel):
             client = self._client = super()._create_client()
         return client
 
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        # kombu clears the transport's connection when it gives a lost connection up, and may then
+        # still ask this channel for a client (to put the messages it held back in their queues):
+        # a connection error here is what every caller of kombu's and Celery's handles.
+        if self.connection is None or self.connection.client is None:
+            raise RedisConnectionError("the broker connection was closed after it failed")
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)
+        return params
+
+    def _deliver_raw(self, raw: Any, queue: str) -> None:
+        """Hand one message taken from ``queue`` to its consumer, or dead-letter it if malformed."""
+        try:
+            payload = envelope(raw)
+        except MalformedMessage as exc:
+            self._dead_letter(raw, queue, str(exc))
+            return
+        self._deliver_checked(payload, queue, raw)
+
+    def _deliver_checked(self, payload: dict[str, Any], queue: str, raw: Any) -> None:
+        try:
+            self.connection._deliver(payload, queue)
+        except self.connection_errors:
+            raise
+        except Exception as exc:  # kombu could not make a message of it (e.g. a body not base64)
+            tag = payload["properties"]["delivery_tag"]
+            if tag in self.qos._delivered:
+                self.qos.reject(tag, requeue=False)
+            self._dead_letter(raw, queue, f"{type(exc).__name__}: {exc}")
+
+    def _dead_letter(self, raw: Any, queue: str, reason: str) -> None:
+        """Log a malformed message and keep an excerpt in the dead-letter list (capped, with a
+        TTL); the worker goes on."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        log.error(
+            "dropped a malformed message from queue %r (%s; %d characters, starting %r)%s",
+            queue,
+            reason,
+            len(text),
+            text[:80],
+            f"; kept in the Redis list {self.dead_letter_key!r}" if self.dead_letter_key else "",
+        )
+        if not self.dead_letter_key:
+            return
+        entry = {"queue": queue, "reason": reason, "at": time.time(), "message": text[:DEAD_LETTER_EXCERPT]}
+        try:
+            with self.conn_or_acquire() as client:
+                pipe = client.pipeline(transaction=False)
+                pipe.lpush(self.dead_letter_key, json.dumps(entry))
+                pipe.ltrim(self.dead_letter_key, 0, DEAD_LETTERS_KEPT - 1)
+                pipe.expire(self.dead_letter_key, DEAD_LETTER_TTL)
+                pipe.execute()
+        except Exception:
+            log.warning("could not keep the malformed message in %r", self.dead_letter_key, exc_info=True)
+
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
+        # kombu's synchronous path (``basic_get``, draining without the event loop): the same
+        # check of every message as the event loop's.
+        with self.conn_or_acquire() as client:
+            for pri in self.priority_steps:
+                key = self._q_for_pri(queue, pri)
+                while (item := client.rpop(key)) is not None:
+                    try:
+                        payload = envelope(item)
+                    except MalformedMessage as exc:
+                        self._dead_letter(item, queue, str(exc))
+                        continue
+                    self._maybe_update_queues_expire(client, queue)
+                    return payload
+            self._maybe_update_queues_expire(client, queue)
+        raise Empty()
+
+    def _deliver_fanout_message(self, message: Any, exchange: str) -> bool:
+        # Broadcasts (Celery's remote control) arrive decoded already; kombu checks their JSON.
+        try:
+            payload = check_envelope(message)
+        except MalformedMessage as exc:
+            self._dead_letter(json.dumps(message, default=str), exchange, str(exc))
+            return False
+        self._deliver_checked(payload, self._fanout_to_queue[exchange], json.dumps(payload))
+        return True
+
     def _brpop_read(self, **options: Any) -> bool:
         # kombu takes one message per BRPOP. At the end of a wave of model calls hundreds of
         # threads free up at once, and the worker's event loop would fetch their next messages
@@ -124,7 +304,7 @@ class Channel(redis.Channel):
             key, item = bytes_to_str(reply[0]), reply[1]
             queue = key.rsplit(self.sep, 1)[0]
             self._queue_cycle.rotate(queue)
-            self.connection._deliver(loads(bytes_to_str(item)), queue)
+            self._deliver_raw(item, queue)
         finally:
             self._in_poll = None  # type: ignore[assignment]
             flush = getattr(self, "_flush_brpop_reauth", None)  # kombu >= 5.7: a pending re-auth
@@ -158,10 +338,10 @@ class Channel(redis.Channel):
             return
         self._fetch_misses = 0
         for item in items:
-            self.connection._deliver(loads(bytes_to_str(item)), queue)
+            self._deliver_raw(item, queue)
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:
-        if not self.qos.holds_in_memory(message.delivery_tag):
+        if not self.ack_emulation or not self.qos.holds_in_memory(message.delivery_tag):
             super()._restore(message, leftmost)
             return
         info = message.delivery_info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import pytest
@@ -424,7 +425,11 @@ def test_queues_honour_priority_on_redis_and_rabbitmq() -> None:
     assert redis_conf["broker_transport_options"]["priority_steps"] == list(range(10))
     assert redis_conf["broker_transport_options"]["queue_order_strategy"] == "priority"
     amqp_conf = celery_config(Settings.from_env({"TANDEM_BROKER_URL": "amqp://guest@localhost//"}))
-    assert all(q.queue_arguments == {"x-max-priority": 9} for q in amqp_conf["task_queues"])
+    intake, *steps = amqp_conf["task_queues"]
+    assert [q.name for q in steps] == ["thinker", "actor", "tools"]
+    assert all(q.queue_arguments == {"x-max-priority": 9} for q in steps)
+    # A plain Celery client declares the intake queue with no arguments: the workers must too.
+    assert (intake.name, intake.queue_arguments) == ("celery", None)
     assert "priority_steps" not in amqp_conf["broker_transport_options"]
 
 
@@ -433,10 +438,19 @@ def test_step_queues_skip_kombus_ack_emulation_by_default() -> None:
     assert conf["broker_transport"] == TRANSPORT
     assert conf["broker_transport_options"]["resent_queues"] == ["thinker", "actor", "tools"]
     assert "ack_emulation" not in conf["broker_transport_options"]
+    assert conf["broker_transport_options"]["dead_letter_key"] == "tandem:dead-letters"
+    # kombu's ack emulation for every queue, or none: still tandem's channel (it survives outages)
     every = celery_config(Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "1"}))
-    assert "broker_transport" not in every and "resent_queues" not in every["broker_transport_options"]
+    assert every["broker_transport"] == TRANSPORT and "resent_queues" not in every["broker_transport_options"]
     off = celery_config(Settings.from_env({"TANDEM_BROKER_ACK_EMULATION": "0"}))
-    assert off["broker_transport_options"]["ack_emulation"] is False and "broker_transport" not in off
-    # kombu's own transport where ours does not apply: TLS (its scheme sets the defaults) and RabbitMQ
-    for url in ("rediss://localhost:6380/0", "amqp://guest@localhost//"):
-        assert "broker_transport" not in celery_config(Settings.from_env({"TANDEM_BROKER_URL": url}))
+    assert off["broker_transport_options"]["ack_emulation"] is False and off["broker_transport"] == TRANSPORT
+    # TLS: naming the transport skips what kombu's ``rediss`` scheme sets, so it is set here
+    tls = celery_config(Settings.from_env({"TANDEM_BROKER_URL": "rediss://localhost:6380/0"}))
+    assert tls["broker_transport"] == TRANSPORT and tls["broker_use_ssl"] == {"ssl_cert_reqs": ssl.CERT_NONE}
+    # kombu's own transport where ours does not apply: RabbitMQ
+    amqp = celery_config(Settings.from_env({"TANDEM_BROKER_URL": "amqp://guest@localhost//"}))
+    assert "broker_transport" not in amqp
+
+
+def test_workers_retry_the_broker_for_ever() -> None:
+    assert celery_config(Settings())["broker_connection_max_retries"] is None

@@ -1,6 +1,7 @@
 """The chaos run shared by the chaos test and ``python -m bench.chaos``: dual jobs with tools on
 2 workers per role, a random worker SIGKILLed and replaced every few seconds, one Redis restart
-with AOF, and the checks of every job at the end.
+with AOF, and the checks of every job at the end. Only the workers the run kills are replaced: one
+that exits by itself ends the run as a failure.
 
 Redis is a server of our own (``OwnRedis``, on a free port, AOF on), never the shared one.
 """
@@ -83,6 +84,15 @@ class OwnRedis:
     def restart(self, down_for: float = 1.0) -> None:
         """Shut down cleanly (SIGTERM writes the AOF), stay down ``down_for`` s, start again."""
         stop_process(self.process, 20)
+        time.sleep(down_for)
+        self.start()
+
+    def crash(self, down_for: float = 1.0) -> None:
+        """SIGKILL the server (no clean shutdown: AOF keeps what ``appendfsync everysec`` had
+        written), stay down ``down_for`` s, start again on the same port and files."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
         time.sleep(down_for)
         self.start()
 
@@ -173,6 +183,10 @@ def run_chaos(
     last_kill = time.time() - 3600
     while time.monotonic() - started < limit:
         now = time.monotonic()
+        gone = cluster.exited()
+        if gone:  # a worker that exits by itself is a failure, never one to replace
+            stats.failures.extend(gone)
+            break
         try:
             marks = _progress_marks(cluster.redis, cluster.store.key, ids)
             stats.takeovers.poll(cluster.redis, cluster.store)
@@ -208,6 +222,7 @@ def run_chaos(
             if marks is not None:
                 watching.append((time.monotonic(), dict(marks)))
             killed_at, since = time.monotonic(), last_kill
+            cluster.killed.add(proc.pid)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
             last_kill = time.time()

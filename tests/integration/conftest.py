@@ -78,6 +78,8 @@ class Cluster:
         self.redis = Redis.from_url(url)
         self.store = JobStore(self.redis, self.settings.prefix)
         self.groups: list[WorkerGroup] = []
+        self.killed: set[int] = set()
+        """The pids of the workers the test killed on purpose (``kill``)."""
 
     def start(
         self,
@@ -105,16 +107,30 @@ class Cluster:
         return [json.loads(x) for x in self.redis.lrange("test:calls", 0, -1)]
 
     def kill(self, group: WorkerGroup, role: str) -> None:
-        """SIGKILL a worker process."""
+        """SIGKILL a worker process (on purpose: it does not count as a worker that exited)."""
         proc = group.processes[role]
+        self.killed.add(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
+    def exited(self) -> list[str]:
+        """The workers that exited by themselves: neither killed by the test nor stopped."""
+        return [
+            f"{role} worker of group {group.name} (pid {proc.pid}) exited with code {proc.returncode}; "
+            f"its log: {group.log_dir / (role + '.log')}"
+            for group in self.groups
+            for role, proc in group.processes.items()
+            if proc.poll() is not None and proc.pid not in self.killed
+        ]
+
     def stop(self) -> None:
-        """Stop every worker started here."""
+        """Stop every worker started here; fail if any had exited by itself (a worker must
+        outlive every fault a test injects, but the kills it makes on purpose)."""
+        gone = self.exited()
         for group in self.groups:
             group.stop()
         self.app.close()
+        assert not gone, f"workers exited by themselves during the test: {gone}"
 
 
 def _make_cluster(redis_base: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
