@@ -101,6 +101,8 @@ class Api:
                 404, "unknown_job", f"no job {job_id[:80]!r}: job ids are what POST /v1/jobs returned"
             )
         handle = JobHandle(job_id, self.store, self.celery)
+        # No riding out a Redis outage inside a request: it answers 503 with Retry-After at once.
+        handle.reconnect_call = 0.0
         try:
             handle.status()
         except UnknownJobError:
