@@ -245,12 +245,16 @@ def reschedule(
     reason: str,
     error: str,
     *,
-    send_now: bool = True,
+    send_now: bool | Callable[[], bool] = True,
     host: str | None = None,
 ) -> dict[str, Any] | None:
     """Park the claimed step in ``waiting`` and send it again in ``delay`` seconds, holding no
     worker thread meanwhile (publishes a ``waiting`` event). Past the job's deadline the job
-    fails with ``error``. Also the path for a step that cannot get model-host capacity."""
+    fails with ``error``. Also the path for a step that cannot get model-host capacity.
+
+    ``send_now`` may be a callable, asked only once the step is parked (a step waiting for a
+    slot registers for its wake-up then, ``tandem.tasks.waiting``): ``False`` leaves the copy in
+    the outbox."""
     step = Step(claim.round, claim.kind)  # type: ignore[arg-type]
     outbox = [{**m, "countdown": round(delay, 3)} for m in step_messages(claim.job_id, step)]
     until = rt.machine.reschedule(claim, delay, reason, error, outbox)
@@ -276,6 +280,8 @@ def reschedule(
     log.warning(
         "job %s: %s; %s of round %d runs again in %.1f s", claim.job_id, error, claim.kind, claim.round, delay
     )
+    if callable(send_now):
+        send_now = send_now()
     if send_now:  # else a capacity waiter's wake-up (or the reconciler) sends it
         send_outbox(rt, claim.job_id)
     raise Ignore()

@@ -9,6 +9,14 @@ A step waiting for an in-flight slot also registers as a waiter of the host: the
 frees a slot sends the oldest (most urgent) waiter at once, so slots do not idle until a
 countdown runs out. Its countdown copy stays the fallback (a lost wake-up only costs time), and
 only one such copy is pending per step; a copy that arrives after the step ran claims nothing.
+
+**No lost wake-ups.** The step registers only once it is parked. A wake-up is a step message, and
+a step message finds nothing to do while a worker still holds the step's claim; registered before
+the park, a slot freed in between sent a wake-up that was dropped, and the step sat until its
+countdown copy (about a lease) came. Registered after, a wake-up always finds the step parked and
+claimable; and a slot that freed between the park and the registration is seen by the
+registration itself (one script: register, then look for a free slot), which sends the step at
+once. Either way the step goes again as soon as a slot is free.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 from tandem.reasoner.plan import Step
 from tandem.tasks.budgets import message_priority
+from tandem.tasks.capacity import HostCapacity
 from tandem.tasks.host_model import CapacityWait
 from tandem.tasks.jobstate import Claim
 from tandem.tasks.runtime import Runtime
@@ -45,22 +54,54 @@ def wake_options(rt: Runtime, claim: Claim, spec: JobSpec) -> dict[str, Any]:
     }
 
 
+class SlotWaiter:
+    """The registration of a parked step as a waiter for a free slot of ``capacity``.
+
+    Called by ``reschedule`` once the step is parked; answers whether to send the step's
+    countdown copy now (the fallback of its wake-up, one pending per step).
+    """
+
+    def __init__(
+        self, rt: Runtime, claim: Claim, spec: JobSpec, capacity: HostCapacity, fallback: float
+    ) -> None:
+        from tandem.tasks.turns import step_messages
+
+        self.capacity = capacity
+        self.fallback = fallback
+        self.priority = spec.priority
+        self.waiter_id = f"{claim.job_id}:{claim.round}:{claim.kind}"
+        self.message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]  # type: ignore[arg-type]
+        self.options = wake_options(rt, claim, spec)
+
+    def __call__(self) -> bool:
+        from tandem.tasks.turns import send
+
+        dispatch = {"name": self.message["task"], "args": self.message["args"], "options": self.options}
+        try:
+            free, schedule = self.capacity.wait_for_slot(
+                self.waiter_id, dispatch, priority=self.priority, fallback=self.fallback
+            )
+        except Exception:  # not registered, so no wake-up comes: the countdown copy must go
+            log.warning("could not register %s as a waiter of %s", self.waiter_id, self.capacity.host)
+            return True
+        if free:  # a slot freed since the refusal: go again now
+            try:
+                send([self.message], self.options["priority"])
+            except Exception:  # the countdown copy (this one or the one pending) brings it
+                log.warning("could not send %s again at once", self.waiter_id, exc_info=True)
+        return schedule
+
+
 def wait_for_capacity(rt: Runtime, claim: Claim, spec: JobSpec, wait: CapacityWait) -> dict[str, Any] | None:
     """Park the claimed step until capacity is likely (raises ``Ignore`` once parked; returns the
     failed result when the job's deadline comes first)."""
-    from tandem.tasks.turns import reschedule, step_messages
+    from tandem.tasks.turns import reschedule
 
     info = wait.wait
-    message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]  # type: ignore[arg-type]
-    dispatch = {"name": message["task"], "args": message["args"], "options": wake_options(rt, claim, spec)}
     countdown = _jitter(info.seconds)
-    send = True
+    send: bool | SlotWaiter = True
     if info.reason == "in_flight":
         countdown = max(MIN_FALLBACK, countdown)
-        free, send = wait.capacity.wait_for_slot(
-            f"{claim.job_id}:{claim.round}:{claim.kind}", dispatch, priority=spec.priority, fallback=countdown
-        )
-        if free:  # a slot freed between the refusal and the registration: go again now
-            countdown, send = 0.0, True
+        send = SlotWaiter(rt, claim, spec, wait.capacity, countdown)  # registers once parked
     log.debug("job %s: %s waits %.2fs for %s", claim.job_id, claim.kind, countdown, info.reason)
     return reschedule(rt, claim, countdown, info.reason, info.describe(), send_now=send, host=info.host)
