@@ -15,6 +15,9 @@ Contracts:
   ``Retry-After`` header (seconds or an HTTP date; ``retry-after-ms`` too) replaces the jittered
   wait; one longer than ``backoff_max`` is not slept here: the ``TransientModelError`` is raised
   at once with ``retry_after`` set, so a task queue can reschedule instead of holding a worker.
+  With ``retry_hold`` (a worker's ``TANDEM_RETRY_HOLD_SECONDS``) neither is a wait that would
+  take the call's waits past ``retry_hold`` seconds in all: the call holds its thread (or, in
+  ``agenerate``, its caller) only for short pauses, and the error goes to the caller instead.
   Other failures (400, 401, 403, 404, 422, context window exceeded) raise ``ModelCallError``
   at once. Messages name the model, the host, the HTTP status, the provider's words and what to
   do; they never hold the API key.
@@ -184,7 +187,9 @@ class LiteLlmModelService(BaseModelService):
     sets). ``tool_runner`` runs prompt-mode calls (``call_function``); a default one is made on
     first use. ``no_retry_statuses`` (e.g. ``{429, 503}``) are raised at once as
     ``TransientModelError`` instead of retried here: a fleet-wide limiter handles them (it backs
-    the whole fleet off, and the step waits without holding a thread). ``role``
+    the whole fleet off, and the step waits without holding a thread). ``retry_hold`` bounds
+    the seconds one call waits between its attempts, in all (``None``: only ``backoff_max``
+    bounds each wait); a longer wait is left to the caller (see the module docstring). ``role``
     (``"thinker"``/``"actor"``) only makes error advice name the right
     ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``) and
     ``rng`` are injectable for tests.
@@ -209,6 +214,7 @@ class LiteLlmModelService(BaseModelService):
         tool_runner: ToolRunner | None = None,
         *,
         no_retry_statuses: Collection[int] = (),
+        retry_hold: float | None = None,
         role: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -221,7 +227,9 @@ class LiteLlmModelService(BaseModelService):
         if timeout is None or timeout <= 0:
             raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
         super().__init__(tool_runner)
-        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, sleep, rng or random.Random())
+        self.retry = RetryPolicy(
+            max_retries, backoff_base, backoff_max, sleep, rng or random.Random(), max_hold=retry_hold
+        )
         self.asleep = asleep
         self.no_retry_statuses = frozenset(no_retry_statuses)
         self.model = model
@@ -297,16 +305,16 @@ class LiteLlmModelService(BaseModelService):
         Raises ``TransientModelError`` when retries are spent, ``ModelCallError`` otherwise.
         """
         request = self._request(sys_prompt, messages, tools)
-        attempt = 0
+        attempt, held = 0, 0.0
         while True:
             try:
                 if self.stream:
                     return self._streamed(request, on_delta)
                 return self._complete(request, on_delta)
             except Exception as exc:
-                wait = self._retry_wait(exc, attempt)
+                wait = self._retry_wait(exc, attempt, held)
             self.retry.sleep(wait)
-            attempt += 1
+            attempt, held = attempt + 1, held + wait
 
     async def agenerate(
         self,
@@ -319,21 +327,22 @@ class LiteLlmModelService(BaseModelService):
         """``generate`` for asyncio, over ``litellm.acompletion`` (streamed too): the same request,
         reply, retries and errors; waiting for a reply or a back-off never blocks the loop."""
         request = self._request(sys_prompt, messages, tools)
-        attempt = 0
+        attempt, held = 0, 0.0
         while True:
             try:
                 if self.stream:
                     return await self._astreamed(request, on_delta)
                 return await self._acomplete(request, on_delta)
             except Exception as exc:
-                wait = self._retry_wait(exc, attempt)
+                wait = self._retry_wait(exc, attempt, held)
             await self.asleep(wait)
-            attempt += 1
+            attempt, held = attempt + 1, held + wait
 
-    def _retry_wait(self, exc: Exception, attempt: int) -> float:
-        """Seconds to wait before retrying after attempt ``attempt`` failed with ``exc``; raises the
-        error to give up with (not a call failure, not transient, retries spent, Retry-After too
-        long, or a stream that broke after text reached the listener)."""
+    def _retry_wait(self, exc: Exception, attempt: int, held: float) -> float:
+        """Seconds to wait before retrying after attempt ``attempt`` failed with ``exc``, the call
+        having waited ``held`` seconds so far; raises the error to give up with (not a call
+        failure, not transient, retries spent, a wait too long for this call to hold, or a stream
+        that broke after text reached the listener)."""
         if isinstance(exc, PartialStreamError):
             error = self._translate(exc.cause, attempts=attempt + 1)
             raise TransientModelError(
@@ -352,11 +361,10 @@ class LiteLlmModelService(BaseModelService):
             or error.status_code in self.no_retry_statuses
         ):
             raise error from exc
-        wait = self.retry.delay(attempt, error.retry_after)
+        wait = self.retry.delay(attempt, error.retry_after, held)
         if wait is None:
             raise TransientModelError(
-                f"{error} The host asks to retry after {error.retry_after:g}s, longer than "
-                f"backoff_max ({self.retry.backoff_max:g}s): not waited for here.",
+                f"{error} {self.retry.refusal(error.retry_after, held)}",
                 retry_after=error.retry_after,
                 model=self.model,
                 api_base=self.api_base,

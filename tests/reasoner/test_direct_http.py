@@ -227,6 +227,16 @@ def test_429_is_retried_after_its_retry_after(litellm_calls: list[str]) -> None:
     assert asleeps == [3.0] and litellm_calls == []
 
 
+def test_retry_after_past_the_hold_is_handed_to_the_caller(litellm_calls: list[str]) -> None:
+    with OpenAIServer([Reply(status=429, headers={"Retry-After": "10"}), Reply("4")]) as server:
+        service, asleeps = make(server.url, retry_hold=5.0)
+        with pytest.raises(TransientModelError) as caught:
+            direct_call(service)
+        assert server.request_count == 1
+    assert caught.value.status_code == 429 and caught.value.retry_after == 10.0
+    assert asleeps == [] and litellm_calls == []
+
+
 @pytest.mark.parametrize(
     ("server_key", "reply", "status", "words"),
     [

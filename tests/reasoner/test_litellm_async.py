@@ -87,6 +87,16 @@ def test_async_429_is_retried_after_retry_after_without_blocking() -> None:
     assert asleeps == [3.0]
 
 
+def test_async_retry_after_past_the_hold_is_handed_to_the_caller() -> None:
+    """On the model loop the step's thread waits for the call: the hold bounds ``agenerate`` too."""
+    with OpenAIServer([Reply(status=429, headers={"Retry-After": "10"}), Reply("4")]) as server:
+        service, asleeps = make(server, retry_hold=5.0)
+        with pytest.raises(TransientModelError) as caught:
+            asyncio.run(service.agenerate("", USER))
+        assert server.request_count == 1
+    assert asleeps == [] and caught.value.retry_after == 10.0
+
+
 def test_async_client_error_fails_at_once_naming_model_and_host() -> None:
     with OpenAIServer(Reply(status=401, error="Incorrect API key provided")) as server:
         service, asleeps = make(server)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import random
 import socket
 import time
 from collections.abc import Iterator
@@ -149,6 +150,41 @@ def test_retry_after_longer_than_backoff_max_is_handed_to_the_caller() -> None:
     assert sleeps == []
     assert caught.value.retry_after == 120.0
     assert "120s" in str(caught.value) and "backoff_max" in str(caught.value)
+
+
+def test_a_worker_holds_a_call_only_for_short_waits() -> None:
+    """``retry_hold`` (a worker's ``TANDEM_RETRY_HOLD_SECONDS``): a Retry-After within it is slept,
+    one past it (though under ``backoff_max``) is handed to the caller at once, who parks the step."""
+    script = [Reply(status=429, headers={"Retry-After": "3"}), Reply("4")]
+    with OpenAIServer(script) as server:
+        service, sleeps = make(server, retry_hold=5.0)
+        assert service.generate("", USER).content == "4"
+    assert sleeps == [3.0]
+    with OpenAIServer([Reply(status=429, headers={"Retry-After": "10"}), Reply("4")]) as server:
+        service, sleeps = make(server, retry_hold=5.0, backoff_max=30.0)
+        with pytest.raises(TransientModelError) as caught:
+            service.generate("", USER)
+        assert server.request_count == 1
+    assert sleeps == []  # before: slept 10 s in the step's thread
+    assert (caught.value.retry_after, caught.value.status_code) == (10.0, 429)
+    assert "retry_hold (5s in all, 0s waited)" in str(caught.value)
+
+
+def test_the_hold_bounds_a_calls_waits_in_all() -> None:
+    script = [Reply(status=503, headers={"Retry-After": "3"})] * 2 + [Reply("4")]
+    with OpenAIServer(script) as server:
+        service, sleeps = make(server, retry_hold=5.0)
+        with pytest.raises(TransientModelError) as caught:
+            service.generate("", USER)
+        assert server.request_count == 2
+    assert sleeps == [3.0]  # 3 + 3 would pass 5
+    assert caught.value.retry_after == 3.0 and "3s waited" in str(caught.value)
+    with OpenAIServer([Reply(status=500), Reply("4")]) as server:
+        service, sleeps = make(server, retry_hold=0.0, rng=random.Random(1))
+        with pytest.raises(TransientModelError) as caught:  # no wait at all: every retry is the caller's
+            service.generate("", USER)
+        assert server.request_count == 1 and sleeps == []
+    assert caught.value.retry_after is None and caught.value.status_code == 500
 
 
 def test_500_is_retried_with_jittered_backoff() -> None:
