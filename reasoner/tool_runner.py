@@ -18,7 +18,8 @@ from tandem.reasoner.function_calling import ParsedFunctionCall, format_parse_er
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.toolkit.context import InjectionMapping, ToolCallContext
 from tandem.toolkit.errors import ToolArgumentsError
-from tandem.toolkit.redaction import redact, redact_data
+from tandem.toolkit.output import cut_note, render_head
+from tandem.toolkit.redaction import head_margin, redact, redact_data, redact_head
 from tandem.toolkit.tool import InjectedPolicy, Tool
 
 _TIMEOUT_ADVICE = "Try smaller input or another approach."
@@ -28,28 +29,34 @@ def render_output(value: Any) -> str:
     """A tool's return value as text: strings as they are, the rest as JSON when it can be.
 
     Never raises: a value that neither JSON nor ``str`` can render (a huge int, a broken
-    ``__str__``) is described by its type instead.
+    ``__str__``) is described by its type instead. (``ToolRunner`` renders only the head of a long
+    value: ``tandem.toolkit.output.render_head``.)
     """
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return "(no output)"
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except Exception:
-        pass
-    try:
-        return str(value)
-    except Exception as exc:
-        kind = type(value).__name__
-        return f"(a {kind} value that cannot be shown as text: {type(exc).__name__})"
+    return render_head(value, 0)[0]
 
 
 def cut_output(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, saying so, so the model knows it saw a part."""
     if limit <= 0 or len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[output cut: showing the first {limit} of {len(text)} characters]"
+    return text[:limit] + cut_note(limit, len(text), len(text))
+
+
+def shown_output(text: str, limit: int, extra: Sequence[str] = (), size: int | None = -1) -> str:
+    """What the model and every record see of an output: at most ``limit`` characters, redacted
+    (``extra``: the call's secrets), with a note when it was cut (``limit <= 0``: no cut).
+
+    The cut comes first and the redaction reads only ``limit`` characters and a margin past them
+    (``tandem.toolkit.redaction.redact_head``), so the cost does not grow with the output: a
+    50 MB output costs what ``limit`` characters cost. ``text`` may be only the start of the
+    output, as ``render_head`` gives it: ``size`` is then the output's full length, or ``None``
+    when it is unknown; by default ``text`` is the whole output.
+    """
+    size = len(text) if size == -1 else size
+    shown = redact_head(text, limit, extra)
+    if limit <= 0 or (size is not None and size <= limit):
+        return shown
+    return shown + cut_note(limit, size, len(text))
 
 
 class HungTools:
@@ -123,8 +130,9 @@ class ToolRunner:
     calls of one reply run at once; ``max_calls`` is how many calls of one reply run at all (the
     rest get a FAILED result naming the cap); ``max_args_bytes`` bounds one call's arguments as
     JSON; ``max_hung`` is how many timed-out tool threads may still run before no more are started.
-    Every output and error is passed through ``tandem.toolkit.redaction.redact`` (with the call
-    context's secrets) before the model or any record sees it.
+    Every output and error is cut to ``max_output_chars`` and then redacted (with the call
+    context's secrets) before the model or any record sees it (``shown_output``): cut first, so a
+    huge output or error costs no more than ``max_output_chars`` characters to redact.
     """
 
     timeout: float = 60.0
@@ -288,6 +296,7 @@ class ToolRunner:
         status: FunctionCallStatus,
         output: str,
         *,
+        size: int | None = -1,
         name: str | None = None,
         return_direct: bool = False,
     ) -> FunctionCallResult:
@@ -301,7 +310,7 @@ class ToolRunner:
             args = {"(arguments)": f"over {self.max_args_bytes} bytes, not kept"}
         objective = call.call_objective
         try:
-            shown = cut_output(redact(output, secrets), self.max_output_chars)
+            shown = shown_output(output, self.max_output_chars, secrets, size)
         except Exception:
             shown = "(the output could not be shown)"
         return FunctionCallResult(
@@ -363,13 +372,17 @@ class ToolRunner:
         secrets: tuple[str, ...],
         value: Any,
     ) -> FunctionCallResult:
+        limit = self.max_output_chars
+        # Rendered only as far as shown (plus the margin the redaction reads past the cut).
+        text, size = render_head(value, limit + head_margin(secrets) if limit > 0 else 0)
         return self._result(
             call,
             index,
             call_id,
             secrets,
             FunctionCallStatus.SUCCEEDED,
-            render_output(value),
+            text,
+            size=size,
             name=tool.name,
             return_direct=tool.return_direct,
         )

@@ -15,7 +15,6 @@ The listing (``tools()``) also opens a session, once, and is cached until ``refr
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -33,13 +32,17 @@ if TYPE_CHECKING:  # the SDK takes ~0.7 s to import: loaded on first use, not by
 
 from tandem.toolkit.errors import McpCallError, McpToolError
 from tandem.toolkit.group import ToolGroup
-from tandem.toolkit.redaction import redact, register_secret, register_url
+from tandem.toolkit.output import cut_note, render_head
+from tandem.toolkit.redaction import redact_head, register_secret, register_url
 from tandem.toolkit.tool import Tool
 
 McpTransport = Literal["stdio", "streamable-http"]
 
 CLOSE_GRACE = 6.0
 """Seconds a closing stdio session may take (the SDK waits 2 s for exit, 2 s after SIGTERM, then kills)."""
+
+_MAX_ERROR_CHARS = 2000
+"""The most characters of a failed session's error kept in ``McpCallError``."""
 
 _T = TypeVar("_T")
 
@@ -81,30 +84,49 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def result_text(result: mcp_types.CallToolResult) -> str:
+MAX_RESULT_CHARS = 1_000_000
+"""The most characters of one MCP result (or error) kept as text; the tool runner cuts it further,
+to ``TANDEM_MAX_OUTPUT_CHARS``, for the model. A longer result is cut here, before any redaction or
+parsing, and says so."""
+
+
+def _block_text(block: Any) -> str:
+    import mcp_types
+
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, mcp_types.EmbeddedResource):
+        inner = block.resource
+        text = getattr(inner, "text", None)
+        return text if isinstance(text, str) else f"[binary resource {inner.uri}]"
+    if isinstance(block, mcp_types.ResourceLink):
+        return f"[resource {block.uri}]"
+    mime = getattr(block, "mime_type", "") or ""
+    return f"[{block.type} content{' ' + mime if mime else ''} omitted]"
+
+
+def result_text(result: mcp_types.CallToolResult, limit: int = MAX_RESULT_CHARS) -> str:
     """A call result as text: text blocks joined by newlines; structured content as JSON if no text.
 
     Embedded text resources count as text; images, audio and binary resources are named in a
-    placeholder, since the model reading the result gets text only.
+    placeholder, since the model reading the result gets text only. Only the first ``limit``
+    characters are joined or rendered (``limit <= 0``: all); a note then says how long it was.
     """
-    import mcp_types
-
     parts: list[str] = []
+    size = -1  # the joined text's length: a newline between blocks
     for block in result.content:
-        if isinstance(block, mcp_types.TextContent):
-            parts.append(block.text)
-        elif isinstance(block, mcp_types.EmbeddedResource):
-            inner = block.resource
-            text = getattr(inner, "text", None)
-            parts.append(text if isinstance(text, str) else f"[binary resource {inner.uri}]")
-        elif isinstance(block, mcp_types.ResourceLink):
-            parts.append(f"[resource {block.uri}]")
-        else:
-            mime = getattr(block, "mime_type", "") or ""
-            parts.append(f"[{block.type} content{' ' + mime if mime else ''} omitted]")
+        text = _block_text(block)
+        if limit <= 0 or size < limit:
+            parts.append(text if limit <= 0 else text[: limit + 1])
+        size += 1 + len(text)
     if not any(p.strip() for p in parts) and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False, default=str)
-    return "\n".join(parts)
+        shown, total = render_head(result.structured_content, limit)
+        whole = total is not None and total <= len(shown)
+        return shown if whole else shown + cut_note(limit, total, len(shown))
+    joined = "\n".join(parts)
+    if 0 < limit < size:
+        return joined[:limit] + cut_note(limit, size, size)
+    return joined
 
 
 class McpToolGroup(ToolGroup):
@@ -224,7 +246,8 @@ class McpToolGroup(ToolGroup):
                 ) from None
             if isinstance(leaf, McpCallError):
                 raise leaf from None
-            detail = redact(str(leaf) or type(leaf).__name__, self.args)
+            # cut before it is redacted: a server's error may hold a page of any size
+            detail = redact_head(str(leaf) or type(leaf).__name__, _MAX_ERROR_CHARS, self.args)
             raise McpCallError(
                 f"{what} on MCP server {self.name!r} ({self.transport}: {self.where()}) failed: "
                 f"{type(leaf).__name__}: {detail}"

@@ -9,9 +9,25 @@ Two layers, applied by ``redact(text)``:
   (``?api_key=…``, ``token``, ``secret``, ``password``, ``sig``…), ``Authorization``/``Bearer`` values,
   and ``key=value`` pairs whose key names a secret (``api_key=…``, ``"password": "…"``).
 
-The registry is process-wide and bounded (``MAX_SECRETS``, oldest forgotten first). Values shorter
-than ``MIN_SECRET_CHARS`` are not registered: replacing every ``"ab"`` in a text would hide more than
-it protects. Nothing here raises: a redactor that fails would lose the very error it was cleaning.
+The registry is process-wide and bounded (``MAX_SECRETS``, oldest forgotten first); a
+``SecretRegistry`` of one's own can be passed as ``registry=`` instead. Values shorter than
+``MIN_SECRET_CHARS`` are not registered: replacing every ``"ab"`` in a text would hide more than it
+protects. Nothing here raises: a redactor that fails would lose the very error it was cleaning.
+
+**Cost is linear in the text**, whatever the text holds, and no single step holds the GIL for long,
+so the other threads of a worker (its lease keeper above all) keep running while a large text is
+redacted:
+
+- Known secrets are found by reading the text in aligned pieces of ``q`` characters (``q`` is 8, 4 or
+  2: the most that fits twice into the shortest secret of its class) and looking each piece up in an
+  index of the secrets' first ``q`` pieces; a piece that is found is checked against the secrets it
+  may start. Ten thousand secrets cost about what a few do. A class of a few secrets is searched
+  with ``str.find`` instead.
+- The shape rules are patterns without nested repetition (every name part bounded), searched in the
+  lower-cased text one ``WINDOW`` at a time; a value that runs past a window is followed window by
+  window.
+- Each layer only marks spans of the original text; the masks are written in one pass at the end
+  (overlapping spans become one ``***``).
 """
 
 from __future__ import annotations
@@ -21,11 +37,22 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 MASK = "***"
 MIN_SECRET_CHARS = 4
 MAX_SECRETS = 10_000
+WINDOW = 1 << 18
+"""Characters one pattern search reads at most: a few milliseconds, after which another thread of
+the process may take the GIL."""
+
+_REACH = 4096
+"""The longest match a shape rule can make before its value starts (its names and separators are
+bounded): a window is searched this far past its end, so a match starting inside it is seen whole."""
+_GRAM_SIZES = (8, 4, 2)
+_GRAM_WINDOW = 1 << 16  # a multiple of every gram size: the pieces stay aligned across windows
+_PIECES = {q: re.compile(f"(?s).{{{q}}}") for q in _GRAM_SIZES}
 
 _SECRET_WORDS = (
     r"(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|refresh[_-]?token|id[_-]?token|token|secret"
@@ -34,29 +61,139 @@ _SECRET_WORDS = (
 # A name "is" a secret's name when its last word is one of the above: ``api_key``, ``X-Auth-Token``,
 # ``TANDEM_ACTOR_API_KEY``; never ``max_tokens`` or ``prompt_tokens``.
 _SECRET_NAME = rf"(?:[A-Za-z0-9]+[_\-])*{_SECRET_WORDS}"
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/\s@'\"<>]+)@")
-_QUERY_SECRET = re.compile(rf"(?i)(?P<head>[?&;]{_SECRET_NAME}=)(?P<value>[^&#\s'\"<>]+)")
-_BEARER = re.compile(r"(?i)\b(?P<head>bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
-_PAIR = re.compile(
-    rf"(?i)(?P<head>[\"']?\b{_SECRET_NAME}[\"']?\s*[:=]\s*[\"']?)(?P<value>[^\s\"',;&}})\]]{{4,}})"
-)
 _KEY_NAME = re.compile(rf"(?i){_SECRET_NAME}")
-# Cheap pre-checks: the full patterns run only on texts that can match them.
-_PAIR_HINT = re.compile(rf"(?i){_SECRET_WORDS}[\"']?\s*[:=]")
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/\s@'\"<>]+)@")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A shape of secret, searched in the lower-cased text; group ``value`` is what is masked."""
+
+    pattern: re.Pattern[str]
+    tail: re.Pattern[str] | None = None
+    """The characters of an open-ended value, to follow one past the end of a window."""
+    not_after: re.Pattern[str] | None = None
+    """A match right after a character matching this is none (the name is part of a longer word)."""
+    needs: tuple[str, ...] = ()
+    """Texts that must all occur (lower-cased) for the rule to be searched at all."""
+
+
+_PAIR_VALUE = r"[^\s\"',;&})\]]"
+_QUERY_VALUE = r"[^&#\s'\"<>]"
+_BEARER_VALUE = r"[a-z0-9._~+/=\-]"
+_RULES = (
+    # user:password@ of a URL (a scheme character right before "://")
+    _Rule(re.compile(r"://(?<=[a-z0-9+.\-]://)(?P<value>[^/\s@'\"<>]{1,2048})@"), needs=("://", "@")),
+    # ?api_key=… &token=… ;sig=…
+    _Rule(
+        re.compile(rf"[?&;](?:[a-z0-9]{{1,64}}[_\-]){{0,16}}{_SECRET_WORDS}=(?P<value>{_QUERY_VALUE}+)"),
+        tail=re.compile(f"{_QUERY_VALUE}*"),
+        needs=("=",),
+    ),
+    # Authorization: Bearer … / Basic …
+    _Rule(
+        re.compile(rf"(?:bearer|basic)\s{{1,16}}(?P<value>{_BEARER_VALUE}{{8,}})"),
+        tail=re.compile(f"{_BEARER_VALUE}*"),
+        not_after=re.compile(r"\w"),
+    ),
+    # api_key=…, "password": "…", X-Auth-Token: …
+    _Rule(
+        re.compile(rf"{_SECRET_WORDS}[\"']?\s{{0,64}}[:=]\s{{0,64}}[\"']?(?P<value>{_PAIR_VALUE}{{4,}})"),
+        tail=re.compile(f"{_PAIR_VALUE}*"),
+        not_after=re.compile(r"[^\W_]"),
+    ),
+)
+
+Spans = list[tuple[int, int]]
+
+
+def _add(spans: Spans, begin: int, end: int) -> None:
+    """Add ``[begin, end)``, joined to the last span when they touch (a secret repeated end to end
+    stays one span, not millions)."""
+    if spans and spans[-1][0] <= begin <= spans[-1][1]:
+        if end > spans[-1][1]:
+            spans[-1] = (spans[-1][0], end)
+        return
+    spans.append((begin, end))
+
+
+def _gram_size(length: int) -> int:
+    """The largest piece size ``q`` with ``2q - 1 <= length``: every occurrence of a secret of that
+    length holds a whole piece that starts at a multiple of ``q``, within its first ``q`` characters."""
+    return next(q for q in _GRAM_SIZES if 2 * q - 1 <= length)
+
+
+@dataclass(frozen=True)
+class _Index:
+    """Secrets laid out for ``spans`` (see the module docstring)."""
+
+    values: frozenset[str]
+    ordered: tuple[str, ...]
+    """Longest first."""
+    direct: tuple[str, ...]
+    """Searched with ``str.find``."""
+    tables: tuple[tuple[int, dict[str, tuple[tuple[int, int], ...]]], ...]
+    """``(q, piece -> ((offset in a secret, the secret's length), ...))``."""
+
+    @classmethod
+    def of(cls, values: Iterable[str]) -> _Index:
+        kept = {v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}
+        classes: dict[int, list[str]] = {}
+        for value in kept:
+            classes.setdefault(_gram_size(len(value)), []).append(value)
+        direct: list[str] = []
+        tables = []
+        for q, group in sorted(classes.items(), reverse=True):
+            if len(group) <= 4 * q:  # cheaper as a few C searches than as a pass in Python
+                direct.extend(group)
+                continue
+            table: dict[str, set[tuple[int, int]]] = {}
+            for value in group:
+                for offset in range(q):
+                    table.setdefault(value[offset : offset + q], set()).add((offset, len(value)))
+            tables.append((q, {piece: tuple(places) for piece, places in table.items()}))
+        ordered = tuple(sorted(kept, key=len, reverse=True))
+        return cls(frozenset(kept), ordered, tuple(sorted(direct, key=len, reverse=True)), tuple(tables))
+
+    def spans(self, text: str, out: Spans) -> None:
+        """Add to ``out`` where each secret occurs in ``text``."""
+        for value in self.direct:
+            at = text.find(value)
+            while at >= 0:
+                _add(out, at, at + len(value))
+                at = text.find(value, at + len(value))
+        n = len(text)
+        for q, table in self.tables:
+            pieces = _PIECES[q]
+            for start in range(0, n, _GRAM_WINDOW):
+                found = pieces.findall(text, start, min(start + _GRAM_WINDOW, n))
+                hits = table.keys() & found
+                if not hits:
+                    continue
+                for k in [k for k, piece in enumerate(found) if piece in hits]:
+                    at = start + k * q
+                    for offset, length in table[found[k]]:
+                        begin = at - offset
+                        if begin >= 0 and text[begin : begin + length] in self.values:
+                            _add(out, begin, begin + length)
+
+
+_NO_SECRETS = _Index.of(())
 
 
 class SecretRegistry:
-    """The known secret values of this process (thread-safe, bounded, longest match first)."""
+    """Known secret values (thread-safe, bounded, oldest forgotten first), indexed for ``redact``."""
 
     def __init__(self, capacity: int = MAX_SECRETS) -> None:
         self._values: OrderedDict[str, None] = OrderedDict()
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._ordered: tuple[str, ...] = ()
-        self._by_prefix: dict[str, tuple[str, ...]] = {}
+        self._index: _Index | None = _NO_SECRETS
 
     def add(self, value: object) -> None:
-        """Remember ``value`` (ignored when not a string or shorter than ``MIN_SECRET_CHARS``)."""
+        """Remember ``value`` (ignored when not a string or shorter than ``MIN_SECRET_CHARS``).
+
+        Cheap: the index is rebuilt once, by the next text redacted, however many values came."""
         if not isinstance(value, str) or len(value.strip()) < MIN_SECRET_CHARS:
             return
         with self._lock:
@@ -64,29 +201,31 @@ class SecretRegistry:
             self._values.move_to_end(value)
             while len(self._values) > self._capacity:
                 self._values.popitem(last=False)
-            self._ordered = tuple(sorted(self._values, key=len, reverse=True))
-            by_prefix: dict[str, list[str]] = {}
-            for known in self._ordered:
-                by_prefix.setdefault(known[:MIN_SECRET_CHARS], []).append(known)
-            self._by_prefix = {k: tuple(v) for k, v in by_prefix.items()}
+            self._index = None
+
+    def _current(self) -> _Index:
+        index = self._index
+        if index is None:
+            with self._lock:
+                if self._index is None:
+                    self._index = _Index.of(self._values)
+                index = self._index
+        return index
 
     def values(self) -> tuple[str, ...]:
         """The registered values, longest first."""
-        return self._ordered
+        return self._current().ordered
 
-    def found_in(self, text: str) -> list[str]:
-        """The registered values that occur in ``text``, longest first.
+    def longest(self) -> int:
+        """The length of the longest registered value (0 for none)."""
+        ordered = self._current().ordered
+        return len(ordered[0]) if ordered else 0
 
-        With many values and a long text, only the values whose first characters occur in the
-        text are searched (one pass over the text instead of one per value).
-        """
-        ordered, by_prefix = self._ordered, self._by_prefix
-        if len(ordered) * len(text) < 200_000:
-            return [v for v in ordered if v in text]
-        n = MIN_SECRET_CHARS
-        grams = {text[i : i + n] for i in range(len(text) - n + 1)}
-        candidates = [v for gram in grams.intersection(by_prefix) for v in by_prefix[gram]]
-        return sorted((v for v in candidates if v in text), key=len, reverse=True)
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where registered values occur in ``text``: ``(start, end)`` pairs, joined where they touch."""
+        out: Spans = []
+        self._current().spans(text, out)
+        return out
 
 
 secrets = SecretRegistry()
@@ -109,60 +248,128 @@ def register_url(url: str | None) -> None:
         register_secret(password or user)  # ``https://TOKEN@host`` carries its secret as the user
 
 
-def _replace_known(text: str, extra: Iterable[str]) -> str:
-    given = sorted(
-        (v for v in extra if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS), key=len, reverse=True
-    )
-    for value in (*given, *secrets.found_in(text)):
-        if value in text:
-            text = text.replace(value, MASK)
-    return text
+def _known(text: str, extra: Iterable[str], registry: SecretRegistry | None) -> Spans:
+    spans: Spans = []
+    (registry or secrets)._current().spans(text, spans)
+    given = [v for v in extra if isinstance(v, str)]
+    if given:
+        _Index.of(given).spans(text, spans)
+    return spans
 
 
-def redact(text: Any, extra: Iterable[str] = ()) -> str:
-    """``text`` with every known secret (and ``extra`` values) and every credential-shaped part masked."""
+def _lowered(text: str) -> str:
+    """``text`` in lower case with every character at its place (``"İ".lower()`` is two)."""
+    return (text.replace("\u0130", "i") if "\u0130" in text else text).lower()
+
+
+def _shape_spans(rule: _Rule, text: str, low: str, out: Spans) -> None:
+    """Add to ``out`` the values ``rule`` finds, one ``WINDOW`` of ``low`` at a time."""
+    n, pos = len(low), 0
+    while pos < n:
+        stop = min(pos + WINDOW, n)
+        bound = min(stop + _REACH, n)
+        match = rule.pattern.search(low, pos, bound)
+        if match is None or match.start() >= stop:
+            pos = stop  # a match starting past ``stop`` is found again from there, whole
+            continue
+        start = match.start()
+        if rule.not_after is not None and start and rule.not_after.match(text, start - 1):
+            pos = start + 1
+            continue
+        begin, end = match.span("value")
+        while rule.tail is not None and end == bound < n:  # the value may go on past the window
+            bound = min(end + WINDOW, n)
+            more = rule.tail.match(low, end, bound)
+            end = more.end() if more else end
+        _add(out, begin, end)
+        pos = max(match.end(), end)
+
+
+def _masked(text: str, spans: Spans) -> str:
+    """``text`` with every span (overlapping ones joined) replaced by one ``MASK``."""
+    if not spans:
+        return text
+    spans.sort()
+    parts: list[str] = []
+    written = 0
+    begin, end = spans[0]
+    for b, e in spans[1:]:
+        if b <= end:
+            end = max(end, e)
+            continue
+        parts += (text[written:begin], MASK)
+        written, begin, end = end, b, e
+    parts += (text[written:begin], MASK, text[end:])
+    return "".join(parts)
+
+
+def redact(text: Any, extra: Iterable[str] = (), *, registry: SecretRegistry | None = None) -> str:
+    """``text`` with every known secret (and ``extra`` values) and every credential-shaped part masked.
+
+    ``registry``: the known secrets (the process-wide ``secrets`` by default)."""
     try:
         out = text if isinstance(text, str) else str(text)
-        out = _replace_known(out, extra)
-        if "://" in out and "@" in out:
-            out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
-        if "=" in out:
-            out = _QUERY_SECRET.sub(lambda m: f"{m.group('head')}{MASK}", out)
-        lowered = out.lower()
-        if "bearer" in lowered or "basic" in lowered:
-            out = _BEARER.sub(lambda m: f"{m.group('head')} {MASK}", out)
-        if _PAIR_HINT.search(out):
-            out = _PAIR.sub(lambda m: f"{m.group('head')}{MASK}", out)
-        return out
+        spans = _known(out, extra, registry)
+        low = _lowered(out)
+        for rule in _RULES:
+            if all(needed in low for needed in rule.needs):
+                _shape_spans(rule, out, low, spans)
+        return _masked(out, spans)
     except Exception:  # never lose the caller's text to a redaction bug; hide it all instead
         return MASK
 
 
-def redact_known(text: str, extra: Iterable[str] = ()) -> str:
+def redact_known(text: str, extra: Iterable[str] = (), *, registry: SecretRegistry | None = None) -> str:
     """``text`` with only the registered secrets (and ``extra``) masked: for model output such as a
     deliverable, where credential-shaped text (``password = input()``) is the user's content."""
     try:
-        return _replace_known(text, extra)
+        return _masked(text, _known(text, extra, registry))
     except Exception:
         return MASK
 
 
-def redact_data(value: Any, extra: Iterable[str] = (), _depth: int = 0) -> Any:
+def head_margin(extra: Iterable[str] = (), *, registry: SecretRegistry | None = None) -> int:
+    """How far past a cut ``redact_head`` reads: the longest known secret, plus the reach of the
+    shape rules. A renderer that stops early renders this much past the cut."""
+    longest = max((len(v) for v in extra if isinstance(v, str)), default=0)
+    return max(longest, (registry or secrets).longest()) + _REACH
+
+
+def redact_head(
+    text: str, limit: int, extra: Iterable[str] = (), *, registry: SecretRegistry | None = None
+) -> str:
+    """The first ``limit`` characters of ``redact(text)``, at a cost bounded by ``limit`` (not by
+    ``len(text)``): only ``limit + head_margin()`` characters are read, so a secret that the cut at
+    ``limit`` would split is still masked whole. ``limit <= 0``: all of ``redact(text)``."""
+    if limit <= 0:
+        return redact(text, extra, registry=registry)
+    extra = tuple(extra)
+    if len(text) <= limit:
+        return redact(text, extra, registry=registry)
+    margin = head_margin(extra, registry=registry)
+    return redact(text[: limit + margin], extra, registry=registry)[:limit]
+
+
+def redact_data(
+    value: Any, extra: Iterable[str] = (), _depth: int = 0, *, registry: SecretRegistry | None = None
+) -> Any:
     """A JSON-like value with every string in it redacted (keys naming secrets get ``***`` values)."""
     if _depth > 64:
         return MASK
     if isinstance(value, str):
-        return redact(value, extra)
+        return redact(value, extra, registry=registry)
     if isinstance(value, Mapping):
+        extra = tuple(extra)
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            if isinstance(k, str) and isinstance(v, str) and _KEY_NAME.fullmatch(k):
+            if isinstance(k, str) and isinstance(v, str) and len(k) <= 256 and _KEY_NAME.fullmatch(k):
                 out[k] = MASK if v else v
             else:
-                out[k] = redact_data(v, extra, _depth + 1)
+                out[k] = redact_data(v, extra, _depth + 1, registry=registry)
         return out
     if isinstance(value, list | tuple):
-        return [redact_data(v, extra, _depth + 1) for v in value]
+        extra = tuple(extra)
+        return [redact_data(v, extra, _depth + 1, registry=registry) for v in value]
     return value
 
 
