@@ -85,12 +85,13 @@ class Reconnect:
     def call(self, fn: Callable[[], T]) -> T:
         """``fn()``, repeated while it fails for want of Redis (see the class)."""
         while True:
+            started = self._clock()
             try:
                 value = fn()
             except RedisUnavailable:  # an inner call's window is over: not repeated again here
                 raise
             except CONNECTION_ERRORS as exc:
-                self._sleep(self.failed(exc))
+                self._sleep(self.failed(exc, started))
                 continue
             self._since = None
             return value
@@ -98,12 +99,13 @@ class Reconnect:
     async def acall(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``call`` for a coroutine function: the pauses are ``asyncio.sleep``."""
         while True:
+            started = self._clock()
             try:
                 value = await fn()
             except RedisUnavailable:
                 raise
             except CONNECTION_ERRORS as exc:
-                await asyncio.sleep(self.failed(exc))
+                await asyncio.sleep(self.failed(exc, started))
                 continue
             self._since = None
             return value
@@ -119,12 +121,13 @@ class Reconnect:
         await asyncio.sleep(self.failed(exc))
         await self.acall(probe)
 
-    def failed(self, exc: Exception) -> float:
-        """Count a failure: the seconds to pause before the next try, or ``RedisUnavailable``
-        when the window is over."""
+    def failed(self, exc: Exception, started: float | None = None) -> float:
+        """Count a failure of a try begun at ``started`` (redis-py may have spent seconds on its
+        own retries before it raised): the seconds to pause before the next try, or
+        ``RedisUnavailable`` when the window is over."""
         now = self._clock()
         if self._since is None:
-            self._since, self._pause = now, FIRST_PAUSE
+            self._since, self._pause = now if started is None else started, FIRST_PAUSE
         limit = self.deadline if self.deadline is not None else self._since + self.window
         if now >= limit:
             raise self.error(exc, now - self._since)
@@ -133,11 +136,13 @@ class Reconnect:
 
     def error(self, exc: Exception, seconds: float) -> RedisUnavailable:
         """The error at the end of the window."""
-        until = "until the wait's timeout" if self.deadline is not None else f"(window: {self.window:g} s)"
+        ended = f"the {self.window:g} s reconnect window"
+        if self.deadline is not None:
+            ended = "the wait's timeout"
         last = redact(str(exc)).rstrip(".")
         return RedisUnavailable(
-            f"Redis at {self.address} could not be reached for {seconds:.0f} s {until}; last error: "
-            f"{last}. The job may still be running: do not submit it again on this error "
+            f"Redis at {self.address} could not be reached for {seconds:.0f} s ({ended} is over); "
+            f"last error: {last}. The job may still be running: do not submit it again on this error "
             "alone. Check that redis-server is running and reachable at that address (TANDEM_REDIS_URL; "
             "TANDEM_RESULT_BACKEND for Celery's results), then ask again (status() or result())"
         )

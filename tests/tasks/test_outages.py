@@ -62,7 +62,10 @@ def test_the_window_ends_with_an_error_that_says_where_how_long_and_what_to_chec
     with pytest.raises(RedisUnavailable) as caught:
         reconnect(clock, window=5.0).call(failing(1000))
     message = str(caught.value)
-    assert message.startswith("Redis at 127.0.0.1:6390/0 could not be reached for 5 s (window: 5 s)")
+    assert message.startswith(
+        "Redis at 127.0.0.1:6390/0 could not be reached for 5 s (the 5 s reconnect window is over); "
+        "last error: Error 111 connecting to 127.0.0.1:6390. Connection refused. "
+    )
     assert "Connection refused" in message and "may still be running" in message
     assert "TANDEM_REDIS_URL" in message
     assert sum(clock.pauses) == pytest.approx(5.0)  # the last pause ends at the window, not past it
@@ -70,9 +73,21 @@ def test_the_window_ends_with_an_error_that_says_where_how_long_and_what_to_chec
     assert isinstance(caught.value, RedisConnectionError) and isinstance(caught.value, JobError)
 
 
+def test_the_outage_counts_from_the_start_of_the_try_that_failed() -> None:
+    clock = Clock()
+
+    def slow_refusal() -> str:  # redis-py's own retries take seconds before it raises
+        clock.now += 4.0
+        raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+
+    with pytest.raises(RedisUnavailable, match=r"for 8 s \(the 5 s reconnect window is over\)"):
+        reconnect(clock, window=5.0).call(slow_refusal)
+    assert clock.pauses == [0.1]  # 4 s of the window were gone at the first failure
+
+
 def test_a_deadline_bounds_the_outage_however_long_the_window() -> None:
     clock = Clock()
-    with pytest.raises(RedisUnavailable, match=r"for 3 s until the wait's timeout"):
+    with pytest.raises(RedisUnavailable, match=r"for 3 s \(the wait's timeout is over\)"):
         reconnect(clock, window=300.0, deadline=clock.now + 3).call(failing(1000))
     assert sum(clock.pauses) == pytest.approx(3.0)
 
