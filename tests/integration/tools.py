@@ -101,3 +101,28 @@ def _build(durable: bool = False) -> ToolkitService:
 toolkit = _build().get_toolkit()
 durable_toolkit = _build(durable=True).get_toolkit()
 """The same tools plus ``charge_card`` (``at_most_once``), for the durability and chaos tests."""
+
+
+def big_output(megabytes: int, ctx: ToolCallContext) -> str:
+    """Return ``megabytes`` million characters of log lines (a tool that dumps a whole log).
+
+    Args:
+        megabytes: how many million characters to return.
+    """
+    started = time.time()
+    size = megabytes * 1_000_000
+    line = "{:08d} GET /v1/items/item-{}-a-b-c?page=2 200 agent=curl/8 trace=4bf92f3577b34da6 ok\n"
+    text = "".join(line.format(i, i) for i in range(size // 60 + 1))
+    text = text[: size - 14] + "auth token: x\n"
+    _record(ctx, "big_output", started, chars=len(text))
+    return text
+
+
+def _with_big_output() -> ToolkitService:
+    service = _build()
+    service.add_tool(Tool.from_function(big_output), [(service.get_action("work"), 1.0)])
+    return service
+
+
+large_output_toolkit = _with_big_output().get_toolkit()
+"""The same tools plus ``big_output``, for the large-output tests."""
