@@ -121,6 +121,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_max_retries": None,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
+        # Celery's consumer, but a malformed task message drops that message, not the worker.
+        "worker_consumer": "tandem.broker_config.consumer:Consumer",
         **_signing(settings),
     }
 

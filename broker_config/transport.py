@@ -76,7 +76,8 @@ def check_envelope(payload: Any) -> dict[str, Any]:
     """``payload`` if it is a kombu envelope, else ``MalformedMessage``.
 
     Checks what kombu reads before Celery sees the message: an object whose ``properties`` is an
-    object with a ``delivery_tag``, a ``delivery_info`` object if any, a string body in an encoding
+    object with a ``delivery_tag`` and a ``delivery_info`` naming the exchange and routing key, a
+    string body in an encoding
     kombu knows, and ``headers`` an object if any. What Celery reads next (the task name, the
     arguments) it checks itself: such a message is rejected by Celery and logged, and the worker
     goes on."""
@@ -87,8 +88,15 @@ def check_envelope(payload: Any) -> dict[str, Any]:
         raise MalformedMessage("no 'properties' object")
     if not isinstance(props.get("delivery_tag"), str | int):
         raise MalformedMessage("no 'properties.delivery_tag'")
-    if not isinstance(props.get("delivery_info", {}), dict):
-        raise MalformedMessage("'properties.delivery_info' is not an object")
+    info = props.get("delivery_info")
+    if not (
+        isinstance(info, dict)
+        and isinstance(info.get("exchange"), str)
+        and isinstance(info.get("routing_key"), str)
+    ):
+        # kombu writes both when it publishes, and reads both when it keeps or restores a message
+        # (a ``KeyError`` there reads as a lost connection to Celery).
+        raise MalformedMessage("no 'properties.delivery_info' with 'exchange' and 'routing_key'")
     if props.get("body_encoding") not in (None, "base64", "utf-8"):
         raise MalformedMessage(f"body encoding {props.get('body_encoding')!r} is not one kombu knows")
     if not isinstance(payload.get("body", ""), str | None):
@@ -221,22 +229,22 @@ class Channel(redis.Channel):
         try:
             payload = envelope(raw)
         except MalformedMessage as exc:
-            self._dead_letter(raw, queue, str(exc))
+            self.dead_letter(raw, queue, str(exc))
             return
         self._deliver_checked(payload, queue, raw)
 
     def _deliver_checked(self, payload: dict[str, Any], queue: str, raw: Any) -> None:
         try:
             self.connection._deliver(payload, queue)
-        except self.connection_errors:
-            raise
+        except tuple(e for e in self.connection_errors if not issubclass(e, LookupError)):
+            raise  # a ``KeyError`` is the message's fault (see ``consumer.lost_connection_errors``)
         except Exception as exc:  # kombu could not make a message of it (e.g. a body not base64)
             tag = payload["properties"]["delivery_tag"]
             if tag in self.qos._delivered:
                 self.qos.reject(tag, requeue=False)
-            self._dead_letter(raw, queue, f"{type(exc).__name__}: {exc}")
+            self.dead_letter(raw, queue, f"{type(exc).__name__}: {exc}")
 
-    def _dead_letter(self, raw: Any, queue: str, reason: str) -> None:
+    def dead_letter(self, raw: Any, queue: str, reason: str) -> None:
         """Log a malformed message and keep an excerpt in the dead-letter list (capped, with a
         TTL); the worker goes on."""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
@@ -271,7 +279,7 @@ class Channel(redis.Channel):
                     try:
                         payload = envelope(item)
                     except MalformedMessage as exc:
-                        self._dead_letter(item, queue, str(exc))
+                        self.dead_letter(item, queue, str(exc))
                         continue
                     self._maybe_update_queues_expire(client, queue)
                     return payload
@@ -283,7 +291,7 @@ class Channel(redis.Channel):
         try:
             payload = check_envelope(message)
         except MalformedMessage as exc:
-            self._dead_letter(json.dumps(message, default=str), exchange, str(exc))
+            self.dead_letter(json.dumps(message, default=str), exchange, str(exc))
             return False
         self._deliver_checked(payload, self._fanout_to_queue[exchange], json.dumps(payload))
         return True

@@ -1,0 +1,71 @@
+"""The worker's consumer: Celery's, with a guard around the handler of task messages.
+
+Celery checks most of what a task message may get wrong (a body it cannot decode, an unknown task
+name, arguments its protocol refuses) and drops such a message with a log line. But some shapes
+raise from inside its handler into the worker's event loop, which ends the worker: a message
+whose body is an object with a ``task`` key and no ``id``, for example, makes its "unknown task"
+report fail with ``KeyError``. Here any error of the handler that is not a lost connection drops
+the one message instead: it is logged, dead-lettered where the channel keeps dead letters
+(``tandem.broker_config.transport``), rejected without requeue, and the worker goes on.
+
+Celery uses this consumer through ``worker_consumer`` (see ``tandem.broker_config.celery_config``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery.worker.consumer import Consumer as CeleryConsumer
+from vine import promise
+
+log = logging.getLogger("tandem.broker")
+
+
+class Consumer(CeleryConsumer):
+    """Celery's consumer whose task-message handler never raises into the event loop but for a
+    lost connection (which Celery's reconnect handles)."""
+
+    def create_task_handler(self, promise: Any = promise) -> Callable[[Any], Any]:
+        """Celery's handler of task messages, guarded (see the module docstring)."""
+        handle = super().create_task_handler(promise)
+        connection_errors = lost_connection_errors(self.connection_errors)
+
+        def on_task_received(message: Any) -> Any:
+            try:
+                return handle(message)
+            except connection_errors:
+                raise
+            except Exception as exc:
+                drop(message, exc, connection_errors)
+                return None
+
+        return on_task_received
+
+
+def lost_connection_errors(errors: Any) -> tuple[type[BaseException], ...]:
+    """The errors of ``errors`` (a transport's ``connection_errors``) that mean a lost connection.
+
+    kombu's Redis transport counts ``KeyError`` among them (an internal one may escape its
+    polling); raised by the handler of a message, it is the message's fault, and treating it as a
+    lost connection would restore the message and take it again, for ever."""
+    return tuple(e for e in errors if not issubclass(e, LookupError))
+
+
+def drop(message: Any, exc: Exception, connection_errors: tuple[type[BaseException], ...] = ()) -> None:
+    """Log ``message`` as malformed (``exc`` says why), dead-letter it where its channel keeps
+    dead letters, and reject it without requeue unless it was acknowledged already."""
+    info = message.delivery_info or {}
+    queue = str(info.get("routing_key") or "?")
+    reason = f"{type(exc).__name__}: {exc}"
+    dead_letter = getattr(message.channel, "dead_letter", None)
+    if callable(dead_letter):
+        raw = getattr(message, "_raw", None)
+        dead_letter(json.dumps(raw, default=str) if raw is not None else message.body, queue, reason)
+    else:
+        body = message.body if isinstance(message.body, bytes | str) else repr(message.body)
+        log.error("dropped a malformed message from queue %r (%s), starting %r", queue, reason, body[:80])
+    if not message.acknowledged:
+        message.reject_log_error(log, connection_errors)
