@@ -12,7 +12,9 @@ session outlives its loop. Streamed calls always go through LiteLLM.
 
 Failures are raised as exceptions ``tandem.reasoner.litellm_errors`` reads like LiteLLM's: an
 error answer is ``HostReplyError`` (status, headers, the provider's error object), a refused or
-dropped connection ``HostConnectionError`` (a ``ConnectionError``), a time-out ``TimeoutError``.
+dropped connection ``HostConnectionError`` (a ``ConnectionError``), a time-out ``TimeoutError``,
+and a success answer that holds no chat completion (an HTML page from a proxy, JSON cut short, an
+empty body, JSON of another shape) ``UnreadableReply``.
 """
 
 from __future__ import annotations
@@ -28,15 +30,19 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from tandem.reasoner.litellm_replies import message_text
+
 __all__ = [
     "DIRECT_PROVIDERS",
     "HostConnectionError",
     "HostReplyError",
+    "UnreadableReply",
     "allow",
     "close",
     "direct_model",
     "post_chat",
     "proxy_for",
+    "read_completion",
     "session",
 ]
 
@@ -66,6 +72,65 @@ class HostReplyError(Exception):
 
 class HostConnectionError(ConnectionError):
     """The connection to the host was refused, dropped or broken before a full answer came."""
+
+
+EXCERPT_READ = 2000
+"""Characters of an unreadable answer kept for its error message (which shows fewer)."""
+
+UNREADABLE = {
+    "empty": "an empty body",
+    "not-json": "{type} that is not JSON",
+    "broken-json": "JSON that breaks off or is broken",
+    "not-completion": "JSON that is not a chat completion (no choices[0].message with text)",
+    "not-stream": "{type} instead of an event stream",
+    "no-chunks": "an event stream without any chat completion chunk",
+    "cut-stream": "an event stream that ended before the reply was complete",
+    "unreadable": "an answer LiteLLM could not read",
+}
+"""The kinds of ``UnreadableReply``, and how messages say what the host sent."""
+
+
+class UnreadableReply(Exception):
+    """The host answered with success, but with no chat completion: ``kind`` (a key of
+    ``UNREADABLE``), the start of the ``body``, its ``content_type`` and HTTP ``status``. A proxy's
+    error page, an answer cut short, an empty body: transient (``tandem.reasoner.litellm_errors``)."""
+
+    def __init__(self, kind: str, body: str = "", content_type: str = "", status: int = 200) -> None:
+        self.kind = kind if kind in UNREADABLE else "unreadable"
+        self.body = body[:EXCERPT_READ]
+        self.content_type = content_type.split(";", 1)[0].strip()
+        self.status = status
+        super().__init__(f"the host answered HTTP {status} with {self.what}")
+
+    @property
+    def what(self) -> str:
+        """What the host sent, in words: ``"text/html that is not JSON"``."""
+        return UNREADABLE[self.kind].format(type=self.content_type or "a body")
+
+
+def read_completion(text: str, content_type: str = "", status: int = 200) -> dict[str, Any]:
+    """The chat completion in a success answer's body ``text``: a JSON object whose
+    ``choices[0].message`` has text content (or none) and reasoning; ``UnreadableReply`` otherwise."""
+    if not text.strip():
+        raise UnreadableReply("empty", text, content_type, status)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise UnreadableReply(json_failure(text), text, content_type, status) from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if message_text(message) is None:
+        raise UnreadableReply("not-completion", text, content_type, status)
+    assert isinstance(data, dict)
+    return data
+
+
+def json_failure(text: str) -> str:
+    """The ``UnreadableReply`` kind of a body that does not parse as JSON."""
+    if not text.strip():
+        return "empty"
+    return "broken-json" if text.lstrip()[:1] in ("{", "[") else "not-json"
 
 
 def _error_object(text: str) -> dict[str, Any] | None:
@@ -149,7 +214,8 @@ async def post_chat(
     body: Mapping[str, Any],
     timeout: float,
 ) -> dict[str, Any]:
-    """POST ``body`` to ``{api_base}/chat/completions`` and return the answer's JSON object."""
+    """POST ``body`` to ``{api_base}/chat/completions`` and return the answer's chat completion
+    (a JSON object, its shape checked by ``read_completion``)."""
     import aiohttp
 
     headers = {"Content-Type": "application/json"}
@@ -167,14 +233,9 @@ async def post_chat(
             text = await response.text(errors="replace")
             if response.status >= 400:
                 raise HostReplyError(response.status, text, response.headers)
+            content_type = response.headers.get("Content-Type", "")
     except TimeoutError:  # aiohttp's time-outs are ``TimeoutError``s too: kept as time-outs
         raise
     except aiohttp.ClientError as exc:
         raise HostConnectionError(f"{type(exc).__name__}: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise HostReplyError(response.status, f"the answer is not a JSON object: {text[:200]!r}", {})
-    return data
+    return read_completion(text, content_type, response.status)

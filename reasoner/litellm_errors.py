@@ -4,6 +4,13 @@ message, and the ``Retry-After`` a host asked for.
 LiteLLM maps status codes to exception classes loosely (403 arrives as a generic ``APIError``, a
 refused connection as ``InternalServerError`` with a made-up 500), so tandem classifies by the
 status code and by the ``httpx`` error found down the exception chain, not by class.
+
+A success answer that holds no chat completion (an HTML page a proxy answered with, JSON cut
+short, an empty body, JSON of another shape, an event stream without chunks) is transient too, but
+bounded: ``translate`` makes it a ``MalformedReplyError``, which the model service retries itself,
+with back-off, ``max_retries`` times, and then fails with ``final``'s error saying what the host
+sent (an excerpt, redacted), how many tries, and what to check. It is never handed to a caller
+that would reschedule it: a host that always answers so would then hold the job until its deadline.
 """
 
 from __future__ import annotations
@@ -11,19 +18,27 @@ from __future__ import annotations
 import ast
 import email.utils
 import json
+import logging
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tandem.reasoner.direct_http import HostReplyError
+from tandem.reasoner.direct_http import HostReplyError, UnreadableReply, json_failure
 from tandem.reasoner.errors import ModelCallError, TransientModelError
+
+if TYPE_CHECKING:
+    from tandem.reasoner.retry_policy import RetryPolicy
+
+logger = logging.getLogger(__name__)
 
 _PROVIDER_PREFIX = re.compile(
     r"^\s*(?:litellm\.\w+:\s*|\w+(?: Error)?:\s*|\w+Error\s+-\s*|[\w.\-]+Exception\s*-\s*)"
 )
 _ERROR_CODE = re.compile(r"Error code: \d+ - (.*)$", re.DOTALL)
 TRANSIENT_STATUSES = frozenset({408, 429})
+_CALL_FAILURES = (ModelCallError, HostReplyError, UnreadableReply, ConnectionError, TimeoutError)
 
 
 def cause_chain(exc: BaseException) -> Iterable[BaseException]:
@@ -137,7 +152,7 @@ def is_call_failure(exc: BaseException) -> bool:
     """Errors of the call itself (LiteLLM/OpenAI/HTTP), as opposed to bugs or a listener's error."""
     import httpx
 
-    if isinstance(exc, ModelCallError | HostReplyError | httpx.HTTPError | ConnectionError | TimeoutError):
+    if isinstance(exc, (*_CALL_FAILURES, httpx.HTTPError)):
         return True
     module = type(exc).__module__
     return module.startswith(("litellm", "openai")) or any(
@@ -207,6 +222,9 @@ def translate(
     host = api_base or "provider default"
     if isinstance(exc, ModelCallError):
         return exc
+    bad = unreadable(exc)
+    if bad is not None:
+        return MalformedReplyError(bad, model=model, api_base=api_base, api_key=api_key, role=role)
     kind = failure_kind(exc)
     raw_status = getattr(exc, "status_code", None)
     status = raw_status if kind == "http" and isinstance(raw_status, int) else None
@@ -242,3 +260,140 @@ def translate(
             status_code=status,
         )
     return ModelCallError(message, model=model, api_base=api_base, status_code=status)
+
+
+# -- success answers that hold no chat completion -------------------------------------------
+
+_LITELLM_UNREADABLE = (
+    # (LiteLLM's or the OpenAI SDK's words, what follows them, the kind when no body is found)
+    ("Empty or invalid response from LLM endpoint", "Received: ", "not-json"),
+    ("Unable to get json response", "Original Response: ", "not-json"),
+    ("provider returned a response with no 'choices'", "Raw keys: ", "not-completion"),
+    ("Stream ended before a finish_reason was received", "", "cut-stream"),
+)
+EXCERPT_CHARS = 160
+"""Characters of an unreadable answer an error message quotes."""
+
+
+def unreadable(exc: BaseException) -> UnreadableReply | None:
+    """What the host sent when ``exc`` says a success answer held no chat completion (tandem's own
+    ``UnreadableReply``, or LiteLLM's and the OpenAI SDK's ways of saying it); ``None`` for any
+    other failure. An answer with an error status, a connection failure or a time-out is never one.
+    """
+    import httpx
+
+    chain = list(cause_chain(exc))
+    for link in chain:
+        if isinstance(link, UnreadableReply):
+            return link
+    if failure_kind(exc) != "http" or any(isinstance(link, httpx.HTTPStatusError) for link in chain):
+        return None
+    content_type = response_headers(exc).get("content-type", "")
+    for link in chain:
+        if isinstance(link, json.JSONDecodeError) and isinstance(link.doc, str):
+            return UnreadableReply(json_failure(link.doc), link.doc, content_type)
+    text = str(getattr(exc, "message", "") or exc)
+    for words, before, kind in _LITELLM_UNREADABLE:
+        if words in text:
+            body = text.split(before, 1)[1] if before and before in text else ""
+            if body.startswith("'") and "'. Check the reverse proxy" in body:  # LiteLLM's quoting
+                body = body[1:].rsplit("'. Check the reverse proxy", 1)[0]
+            if kind == "not-json" and body:
+                kind = json_failure(body)
+            return UnreadableReply(kind, body, content_type)
+    if getattr(exc, "status_code", None) == 200:  # LiteLLM failed on an answer the host sent with 200
+        return UnreadableReply("unreadable", provider_message(exc), content_type)
+    return None
+
+
+def excerpt(body: str, api_key: str | None = None) -> str:
+    """The start of ``body`` for an error message: whitespace runs as one space, at most
+    ``EXCERPT_CHARS`` characters, secrets (and ``api_key``) masked, quoted."""
+    from tandem.toolkit.redaction import redact  # the toolkit's import costs: only when it fails
+
+    flat = " ".join(body[: EXCERPT_CHARS * 4].split())
+    cut = flat[:EXCERPT_CHARS] + ("…" if len(flat) > EXCERPT_CHARS or len(body) > EXCERPT_CHARS * 4 else "")
+    return repr(redact(cut, [api_key] if api_key else []))
+
+
+def unreadable_advice(reply: UnreadableReply, role: str | None) -> str:
+    """What to check when a host's success answers hold no chat completion."""
+    setting = f"TANDEM_{role.upper()}" if role else "TANDEM_<ROLE>"
+    if reply.kind in ("not-json", "not-stream", "unreadable"):
+        return (
+            "a proxy, gateway or login page may be answering instead of the model server: check that "
+            f"{setting}_API_BASE (api_base=) is the server's OpenAI-compatible /v1 address, and the "
+            "proxy's and the host's logs"
+        )
+    if reply.kind == "not-completion":
+        return (
+            f"check that {setting}_API_BASE (api_base=) is the host's OpenAI-compatible /v1 address "
+            "(not another API of the host), and the host's logs"
+        )
+    return (
+        "the answer was cut short or lost on the way: check the host's logs and those of any proxy "
+        "in between (a crash, a restart, a limit on the answer's size or time)"
+    )
+
+
+class MalformedReplyError(TransientModelError):
+    """A success answer held no chat completion (``reply``): transient, retried by the model
+    service itself a bounded number of times (``next_wait``), then ``final``."""
+
+    def __init__(
+        self,
+        reply: UnreadableReply,
+        *,
+        model: str,
+        api_base: str | None,
+        api_key: str | None = None,
+        role: str | None = None,
+    ) -> None:
+        self.reply = reply
+        self.head = f"model {model!r} at {api_base or 'provider default'}"
+        self.sent = f"HTTP {reply.status} with {reply.what}"
+        if reply.body.strip():
+            self.sent += f": {excerpt(reply.body, api_key)}"
+        todo = unreadable_advice(reply, role)
+        self.todo = f"{todo[0].upper()}{todo[1:]}."
+        super().__init__(
+            f"{self.head}: the host answered {self.sent}. {self.todo}",
+            model=model,
+            api_base=api_base,
+            status_code=reply.status,
+        )
+
+    def final(self, tries: int) -> ModelCallError:
+        """The error a call fails with after ``tries`` answers without a chat completion."""
+        return ModelCallError(
+            f"{self.head}: no chat completion in {tries} tr{'y' if tries == 1 else 'ies'} in a row; "
+            f"the last answer was {self.sent}. {self.todo}",
+            model=self.model,
+            api_base=self.api_base,
+            status_code=self.status_code,
+        )
+
+    def next_wait(self, policy: RetryPolicy, attempt: int, held: float) -> float:
+        """Seconds to wait before the next try, after try ``attempt`` (from 0) got this answer and
+        the call waited ``held`` seconds in all; raises ``final`` once ``policy.max_retries``
+        retries are spent.
+
+        The wait is ``policy``'s back-off, shortened to what its ``max_hold`` leaves, never
+        refused: a refused wait would hand the error to a caller that reschedules the step, the
+        count would start again there, and a host that always answers so would hold the job until
+        its deadline.
+        """
+        if not policy.can_retry(attempt):
+            raise self.final(attempt + 1)
+        wait = policy.delay(attempt, None)  # the jittered back-off (None: longer than the hold)
+        left = math.inf if policy.max_hold is None else max(policy.max_hold - held, 0.0)
+        wait = min(left if wait is None else wait, left)
+        logger.warning(
+            "%s: try %d of %d got no chat completion (%s); trying again in %.2fs",
+            self.head,
+            attempt + 1,
+            policy.max_retries + 1,
+            self.reply.what,
+            wait,
+        )
+        return wait

@@ -18,9 +18,12 @@ Contracts:
   With ``retry_hold`` (a worker's ``TANDEM_RETRY_HOLD_SECONDS``) neither is a wait that would
   take the call's waits past ``retry_hold`` seconds in all: the call holds its thread (or, in
   ``agenerate``, its caller) only for short pauses, and the error goes to the caller instead.
-  Other failures (400, 401, 403, 404, 422, context window exceeded) raise ``ModelCallError``
-  at once. Messages name the model, the host, the HTTP status, the provider's words and what to
-  do; they never hold the API key.
+  A success answer that holds no chat completion (an HTML page, JSON cut short, an empty body)
+  is retried the same way, ``max_retries`` times at most, its waits shortened to fit
+  ``retry_hold`` (never handed on), then raises ``ModelCallError`` saying what came
+  (``tandem.reasoner.litellm_errors.MalformedReplyError``). Other failures (400, 401, 403, 404,
+  422, context window exceeded) raise ``ModelCallError`` at once. Messages name the model, the
+  host, the HTTP status, the provider's words and what to do; they never hold the API key.
 * **Reasoning.** A reasoning field returned by the host (``reasoning_content``, or vLLM's newer
   ``reasoning``) is the reasoning and the content is kept as sent. Otherwise the configured
   parser (default ``"think"``) splits the content. ``thinking`` is passed to the host as
@@ -49,7 +52,6 @@ LiteLLM is imported on first use, not with this module: workers and the CLI impo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
@@ -61,7 +63,13 @@ from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner import direct_http
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from tandem.reasoner.litellm_errors import failure_kind, is_call_failure, parse_retry_after, translate
+from tandem.reasoner.litellm_errors import (
+    MalformedReplyError,
+    failure_kind,
+    is_call_failure,
+    parse_retry_after,
+    translate,
+)
 from tandem.reasoner.litellm_replies import (
     message_text,
     new_call_id,
@@ -355,6 +363,8 @@ class LiteLlmModelService(BaseModelService):
         if not is_call_failure(exc):
             raise exc
         error = self._translate(exc, attempts=attempt + 1)
+        if isinstance(error, MalformedReplyError):  # retried here only, a bounded number of times
+            return error.next_wait(self.retry, attempt, held)
         if (
             not isinstance(error, TransientModelError)
             or not self.retry.can_retry(attempt)
@@ -430,12 +440,8 @@ class LiteLlmModelService(BaseModelService):
     ) -> ModelMessage:
         """The reply of a non-streamed call (``raw_bodies``: the host's JSON, when LiteLLM gave it)."""
         choices = getattr(response, "choices", None) or []
-        if not choices:
-            raise ModelCallError(
-                f"model {self.model!r} at {self.host} answered without any choice; check the host's logs",
-                model=self.model,
-                api_base=self.api_base,
-            )
+        if not choices:  # a success answer that is no chat completion: retried, bounded
+            raise direct_http.UnreadableReply("not-completion", raw_bodies[0] if raw_bodies else "")
         message = choices[0].message
         raw = raw_message(raw_bodies[0]) if raw_bodies else None
         if raw is not None:
@@ -487,19 +493,8 @@ class LiteLlmModelService(BaseModelService):
         body.update(request.get("extra_body") or {})
         assert self.api_base is not None
         data = await direct_http.post_chat(client, self.api_base, self._api_key, body, self.timeout)
-        choices = data.get("choices")
-        first = choices[0] if isinstance(choices, list) and choices else None
-        message = first.get("message") if isinstance(first, dict) else None
-        text = message_text(message)
-        if not isinstance(message, dict) or text is None:
-            raise ModelCallError(
-                f"model {self.model!r} at {self.host} answered without a chat completion message "
-                f"({json.dumps(data)[:200]}); check that api_base is the host's OpenAI-compatible "
-                "/v1 address, and the host's logs",
-                model=self.model,
-                api_base=self.api_base,
-            )
-        content, provider_reasoning = text
+        message = data["choices"][0]["message"]  # a chat completion: post_chat checked its shape
+        content, provider_reasoning = message_text(message) or ("", "")
         tool_calls = [
             NativeToolCall(
                 id=call.get("id") or new_call_id(),

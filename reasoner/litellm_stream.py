@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tandem.reasoner.direct_http import UnreadableReply
 from tandem.reasoner.litellm_errors import is_call_failure
 from tandem.reasoner.litellm_replies import (
     ToolCallAccumulator,
@@ -120,7 +121,20 @@ class StreamReader:
         self.emit(out_reasoning, out_content)
 
     def finish(self, stream: Any) -> tuple[str, str, list[NativeToolCall], Usage]:
-        """Flush the parser; the reply's ``(content, reasoning, tool_calls, usage)``."""
+        """Flush the parser; the reply's ``(content, reasoning, tool_calls, usage)``.
+
+        ``UnreadableReply`` when the host sent no chunk at all: LiteLLM skips the lines of an
+        event stream that are not ``data:`` chunks and ends the stream with one of its own, so
+        an HTML page or a JSON object answered to a streamed request would otherwise read as an
+        empty reply.
+        """
+        received = getattr(stream, "chunks", None)  # what LiteLLM received from the host
+        if isinstance(received, list) and not received and not self.delivered:
+            headers = getattr(stream, "_response_headers", None)
+            found = [v for k, v in dict(headers or {}).items() if str(k).lower() == "content-type"]
+            content_type = str(found[0]) if found else ""
+            stream_type = not content_type or "event-stream" in content_type
+            raise UnreadableReply("no-chunks" if stream_type else "not-stream", "", content_type)
         if self.parser_stream is not None:
             tail = self.parser_stream.finish()
             self.parsed_calls.extend(getattr(tail, "tool_calls", ()) or ())

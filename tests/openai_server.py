@@ -103,6 +103,11 @@ class Reply:
     ``disconnect=True`` closes the connection without answering (a connection error for the
     client); ``break_after=N`` (streams only) closes it after ``N`` chunks, mid-stream.
     ``delay`` waits that many seconds before answering.
+
+    ``body`` (a string) is sent as the whole answer instead, exactly as given, with ``status`` and
+    the ``content_type`` (to a streamed request too): an HTML page from a proxy, a JSON answer
+    cut short, an empty body, JSON that is not a chat completion, a broken event stream.
+    ``Reply.malformed(kind)`` makes the usual ones.
     """
 
     content: str | None = ""
@@ -121,6 +126,16 @@ class Reply:
     chunk_delay: float = 0.0
     disconnect: bool = False
     break_after: int | None = None
+    body: str | None = None
+    content_type: str = "application/json"
+
+    @classmethod
+    def malformed(cls, kind: str) -> Reply:
+        """A 200 answer that is no chat completion; ``kind`` is one of ``MALFORMED``."""
+        if kind not in MALFORMED:
+            raise ValueError(f"unknown malformed reply {kind!r}; known: {sorted(MALFORMED)!r}")
+        body, content_type = MALFORMED[kind]
+        return cls(body=body, content_type=content_type)
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any]) -> Reply:
@@ -133,6 +148,26 @@ class Reply:
                 f"unknown reply field(s) {sorted(unknown)!r}; known: {sorted(cls.__dataclass_fields__)!r}"
             )
         return cls(**dict(data))
+
+
+MALFORMED: dict[str, tuple[str, str]] = {
+    "html": (
+        "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1>"
+        "</center><hr><center>nginx</center></body></html>",
+        "text/html",
+    ),
+    "truncated": (
+        '{"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "mess',
+        "application/json",
+    ),
+    "empty": ("", "application/json"),
+    "not-completion": ('{"status": "ok", "detail": "queued"}', "application/json"),
+    "broken-stream": (
+        'data: {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choi\n\n',
+        "text/event-stream",
+    ),
+}
+"""``Reply.malformed`` kinds: ``(body, content type)`` of 200 answers a proxy or a broken host sends."""
 
 
 class RecordedRequest(dict[str, Any]):
@@ -536,6 +571,17 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
             self.wfile.flush()
 
+        def _send_raw(self, reply: Reply) -> None:
+            data = (reply.body or "").encode()
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+
         def _send_chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
@@ -592,6 +638,9 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             if reply.disconnect:
                 self.close_connection = True
                 self.connection.close()
+                return
+            if reply.body is not None:
+                self._send_raw(reply)
                 return
             if reply.status != 200:
                 self._send_json(reply.status, _error_body(reply.status, reply.error), reply.headers)

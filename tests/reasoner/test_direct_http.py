@@ -288,18 +288,21 @@ def test_an_aiohttp_time_out_stays_a_time_out() -> None:
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        pytest.param({"object": "list", "data": []}, "without a chat completion message", id="not-chat"),
-        pytest.param({"choices": [{"message": {"content": 4}}]}, "without a chat completion", id="bad-msg"),
-        pytest.param([1, 2], "not a JSON object", id="json-list"),
+        pytest.param({"object": "list", "data": []}, "JSON that is not a chat completion", id="not-chat"),
+        pytest.param({"choices": [{"message": {"content": 4}}]}, "not a chat completion", id="bad-msg"),
+        pytest.param([1, 2], "not a chat completion", id="json-list"),
     ],
 )
-def test_a_200_that_is_not_a_chat_completion_fails_at_once(body: Any, words: str) -> None:
+def test_a_200_that_is_not_a_chat_completion_is_retried_then_fails(body: Any, words: str) -> None:
+    """Transient, but bounded (issue 22): retried with back-off, then a clear error, not parked."""
     with OpenAIServer("4") as server:
         server.completion_body = lambda reply, request: body  # type: ignore[method-assign]
-        service, asleeps = make(server.url)
+        service, asleeps = make(server.url, max_retries=2)
         with pytest.raises(ModelCallError, match=words) as caught:
             direct_call(service)
-    assert not isinstance(caught.value, TransientModelError) and asleeps == []
+        assert server.request_count == 3
+    assert not isinstance(caught.value, TransientModelError) and len(asleeps) == 2
+    assert "3 tries" in str(caught.value)
 
 
 # -- sessions and loops ---------------------------------------------------------------------
