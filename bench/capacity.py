@@ -20,6 +20,14 @@ Figures (one ``name: value`` line each):
   ``capacity_storm_done_s`` (from the jobs' submission, the storm starting with the first Actor
   request, to the last job's end).
 
+``--pace`` measures the request budget instead: ``TANDEM_ACTOR_RPM=60`` (``--rpm``), the burst
+of ``TANDEM_RATE_BURST_SECONDS`` (``--burst``, default the setting's default), one Actor worker of
+32 threads, and 75 dual jobs (``--quick``: 65) submitted at once. Figures: ``pace_first_second``
+(Actor requests in the first second after the first one), ``pace_most_in_any_1s`` and
+``pace_most_in_any_60s`` (the most in any window ``[t, t + w)``; goals: the burst plus a second's
+worth, and ``RPM``), ``pace_per_minute`` (the rate over the whole run), ``pace_waits_per_request``
+(``waiting`` events: how often a step was sent back before its call went).
+
 It runs on its own Redis database (10-15, taken by the integration tests' file lock), and stops
 every process it started by pid.
 """
@@ -208,6 +216,89 @@ def run(quick: bool, baseline: bool = False) -> dict[str, float]:
     return figures
 
 
+def most_in_window(times: list[float], window: float) -> int:
+    """The most of ``times`` (sorted) in any half-open window ``[t, t + window)``."""
+    most, first = 0, 0
+    for last, t in enumerate(times):
+        while times[first] <= t - window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def run_pace(quick: bool, rpm: int = 60, burst: float | None = None) -> dict[str, float]:
+    """What a host with ``TANDEM_ACTOR_RPM=rpm`` sees when many jobs arrive at once."""
+    jobs = 65 if quick else 75
+    figures: dict[str, float] = {}
+    with (
+        _exclusive_db() as db,
+        OpenAIServer(models.thinker, latency=0.05) as thinker,
+        OpenAIServer(models.actor, latency=0.05) as actor,
+    ):
+        url = f"redis://127.0.0.1:6379/{db}"
+        redis = Redis.from_url(url)
+        redis.flushdb()
+        env = {
+            "TANDEM_BROKER_URL": url,
+            "TANDEM_RESULT_BACKEND": url,
+            "TANDEM_REDIS_URL": url,
+            "TANDEM_PREFIX": "bench",
+            "TANDEM_TOOLKIT": "bench.tools:toolkit",
+            "TANDEM_THINKER_MODEL": "openai/thinker-model",
+            "TANDEM_THINKER_API_BASE": thinker.url,
+            "TANDEM_THINKER_API_KEY": "bench-key",
+            "TANDEM_ACTOR_MODEL": "openai/actor-model",
+            "TANDEM_ACTOR_API_BASE": actor.url,
+            "TANDEM_ACTOR_API_KEY": "bench-key",
+            "TANDEM_ACTOR_RPM": str(rpm),
+        }
+        if burst is not None:
+            env["TANDEM_RATE_BURST_SECONDS"] = str(burst)
+        settings = Settings.from_env(env)
+        app = create_app(settings)
+        store = JobStore(redis, settings.prefix)
+        groups = [
+            WorkerGroup(["thinker"], env=env, concurrency={"thinker": 16}, name="pacet"),
+            WorkerGroup(["actor"], env=env, concurrency={"actor": THREADS}, name="pacea"),
+        ]
+        try:
+            for group in groups:
+                group.start()
+            for group in groups:
+                group.wait_ready(app, timeout=120)
+            ids = _submit(app, jobs, "pace")
+            results = _wait_all(store, ids, timeout=90 + jobs * 60 / rpm)
+            times = sorted(r.received_at for r in actor.requests)
+            waits = sum(1 for i in ids for e in store.events(i, timeout=2) if e["type"] == "waiting")
+            figures = {
+                "pace_rpm": rpm,
+                "pace_burst_seconds": settings.rate_burst_seconds,
+                "pace_jobs": jobs,
+                "pace_failed_jobs": jobs - sum(1 for r in results.values() if r.status == "completed"),
+                "pace_requests": len(times),
+                "pace_first_second": sum(1 for t in times if t < times[0] + 1.0),
+                "pace_most_in_any_1s": most_in_window(times, 1.0),
+                "pace_most_in_any_60s": most_in_window(times, 60.0),
+                "pace_per_minute": round((len(times) - 1) / max(1e-9, times[-1] - times[0]) * 60, 1),
+                "pace_waits_per_request": round(waits / max(1, len(times)), 2),
+            }
+            for name, value in figures.items():
+                print(f"{name}: {value}", flush=True)
+        finally:
+            for group in groups:
+                group.stop()
+            redis.flushdb()
+    size = max(1, math.floor(rpm * settings.rate_burst_seconds / 60))
+    goals = {
+        "pace_most_in_any_60s": figures.get("pace_most_in_any_60s", rpm + 1) <= rpm,
+        "pace_most_in_any_1s": figures.get("pace_most_in_any_1s", rpm) <= size + math.ceil(rpm / 60),
+        "pace_failed_jobs": figures.get("pace_failed_jobs", 1) == 0,
+    }
+    for name, met in goals.items():
+        print(f"{name}_goal_met: {str(met).lower()}", flush=True)
+    return figures
+
+
 def _last_end(store: JobStore, job_ids: list[str], default: float) -> float:
     """When the last of ``job_ids`` ended (its final status's ``updated_at``)."""
     ends = [s.updated_at for s in (store.status(i) for i in job_ids) if s is not None]
@@ -221,8 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", action="store_true", help="one Actor worker of 16 threads, no limit, no storm"
     )
+    parser.add_argument("--pace", action="store_true", help="the request budget: what a host sees")
+    parser.add_argument("--rpm", type=int, default=60, help="--pace: TANDEM_ACTOR_RPM")
+    parser.add_argument("--burst", type=float, default=None, help="--pace: TANDEM_RATE_BURST_SECONDS")
     args = parser.parse_args(argv)
-    run(args.quick, args.baseline)
+    if args.pace:
+        run_pace(args.quick, args.rpm, args.burst)
+    else:
+        run(args.quick, args.baseline)
     return 0
 
 

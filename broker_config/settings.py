@@ -166,6 +166,14 @@ def _metrics_port(env: Mapping[str, str]) -> int | None:
     return port
 
 
+def _burst_seconds(env: Mapping[str, str]) -> float:
+    burst = _number(env, "TANDEM_RATE_BURST_SECONDS", 1.0, minimum=0.0) or 0.0
+    if burst > 30:  # the pace is the limit less the burst: past half a minute it starves
+        raw = env["TANDEM_RATE_BURST_SECONDS"].strip()
+        raise SettingsError(f"TANDEM_RATE_BURST_SECONDS={raw!r} must be at most 30 (seconds of the limit)")
+    return burst
+
+
 def _tokens(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     tokens = tuple(t.strip() for t in env.get(name, "").split(",") if t.strip())
     short = [t for t in tokens if len(t) < 16]
@@ -411,6 +419,14 @@ class Settings:
     (model ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``API_BASE``) is posted to it
     directly, not through LiteLLM (the same request and reply for about a sixth of the CPU; see
     ``tandem.reasoner.direct_http``). Off: every call goes through LiteLLM."""
+    retry_hold_seconds: float = 5.0
+    """``TANDEM_RETRY_HOLD_SECONDS``: the most seconds a worker's model call waits between its own
+    retries, in all (``Retry-After`` or back-off). A longer wait parks the step (state ``waiting``,
+    no thread held) and sends it again with a countdown."""
+    rate_burst_seconds: float = 1.0
+    """``TANDEM_RATE_BURST_SECONDS``: how many seconds' worth of ``TANDEM_<ROLE>_RPM``/``_TPM`` may
+    go to a host at once (a request budget: at least one request); the rest is paced, and no 60 s
+    window gets more than the limit (``tandem.tasks.rate_buckets``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -477,6 +493,8 @@ class Settings:
             broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION"),
             model_loop=_flag(env, "TANDEM_MODEL_LOOP") is not False,
             direct_http=_flag(env, "TANDEM_DIRECT_HTTP") is not False,
+            retry_hold_seconds=_number(env, "TANDEM_RETRY_HOLD_SECONDS", 5.0, minimum=0.0) or 0.0,
+            rate_burst_seconds=_burst_seconds(env),
         )
 
     def register_secrets(self) -> None:

@@ -6,10 +6,13 @@ set per role by ``TANDEM_<ROLE>_MAX_IN_FLIGHT``, ``_RPM`` and ``_TPM``:
 * **in-flight slots**: a sorted set of the calls under way, scored by when their lease runs out.
   A worker renews the leases of its calls (``SlotKeeper``); a dead worker's slots run out and
   free themselves.
-* **request and token budgets per minute**: two token buckets that refill continuously
-  (``RPM / 60`` requests and ``TPM / 60`` tokens a second, holding at most a minute's worth).
-  A call is debited its *estimated* tokens when it starts and corrected by its real usage when
-  it ends; a reply larger than estimated drives the bucket below zero and later calls wait.
+* **request and token budgets per minute**: two paced token buckets
+  (``tandem.tasks.rate_buckets``: what a host sees over any 1 s and any 60 s): a *burst* of
+  ``burst_seconds`` worth of the limit (``TANDEM_RATE_BURST_SECONDS``) at most, then a
+  continuous refill; a refused call is told its own *turn*. A call is debited its *estimated*
+  tokens when it starts and corrected by its real usage when it ends; a call larger than the
+  burst goes when the bucket holds the burst, and a reply larger than estimated, like such a
+  call, drives the bucket below zero: later calls wait for the debt.
 * **a shared back-off window**: any worker that gets a 429 or 503 sets ``until`` (from the
   host's ``Retry-After``); no call starts before it passes. Then exactly one call, the probe,
   may go; the others wait for its outcome. A successful probe closes the window; a failed one
@@ -24,7 +27,7 @@ Keys (all of one host share the hash tag ``{host}``, so each script touches one 
 every key has a TTL)::
 
     {prefix}:cap:{host}:slots     ZSET  call token -> lease expiry
-    {prefix}:cap:{host}:budget    HASH  req, tok, at (bucket levels at time ``at``)
+    {prefix}:cap:{host}:budget    HASH  req, tok, at (levels at time ``at``), rturn, tturn (next turns)
     {prefix}:cap:{host}:backoff   HASH  until, probe, probe_until
     {prefix}:cap:{host}:waiters   ZSET  waiter id -> order
     {prefix}:cap:{host}:waiting   HASH  waiter id -> dispatch JSON
@@ -46,6 +49,7 @@ from typing import Any, Literal
 from redis import Redis
 
 from tandem.broker_config import Settings
+from tandem.tasks.rate_buckets import CHECK_LUA, REFILL_LUA, bucket
 
 log = logging.getLogger("tandem.capacity")
 
@@ -61,29 +65,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# Refill both buckets to ``now``; leaves ``req``/``tok`` (nil when that budget is off) and ``at``.
-_REFILL = """
-local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])
-local b = redis.call('HMGET', KEYS[2], 'req', 'tok', 'at')
-local elapsed = math.max(0, now - tonumber(b[3] or now))
-local req, tok = nil, nil
-if rpm > 0 then req = math.min(rpm, tonumber(b[1] or rpm) + elapsed * rpm / 60) end
-if tpm > 0 then tok = math.min(tpm, tonumber(b[2] or tpm) + elapsed * tpm / 60) end
-local function store_buckets()
-  if req == nil and tok == nil then return end
-  redis.call('HSET', KEYS[2], 'at', string.format('%.6f', now))
-  if req ~= nil then redis.call('HSET', KEYS[2], 'req', string.format('%.6f', req)) end
-  if tok ~= nil then redis.call('HSET', KEYS[2], 'tok', string.format('%.6f', tok)) end
-  redis.call('EXPIRE', KEYS[2], ttl)
-end
-"""
-
 # KEYS: slots, budget, backoff, stats
-# ARGV: token, max_in_flight (0: none), rpm, tpm, estimated tokens, lease seconds, ttl, probe poll
+# ARGV: token, max_in_flight (0: none), rpm, tpm, estimated tokens, lease seconds, ttl, probe poll,
+#       burst seconds
 _ACQUIRE = (
     _NOW
     + """
 local ttl = tonumber(ARGV[7])
+local burst = tonumber(ARGV[9])
 local function deny(reason, at)
   return {0, reason, string.format('%.6f', at), string.format('%.6f', now)}
 end
@@ -104,14 +93,12 @@ if max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
   return deny('in_flight', tonumber(first[2]))
 end
 """
-    + _REFILL
+    + REFILL_LUA
     + """
 local est = tonumber(ARGV[5])
-if req ~= nil and req < 1 then return deny('rpm', now + (1 - req) * 60 / rpm) end
-if tok ~= nil then
-  local need = math.min(est, tpm)
-  if tok < need then return deny('tpm', now + (need - tok) * 60 / tpm) end
-end
+"""
+    + CHECK_LUA
+    + """
 if req ~= nil then req = req - 1 end
 if tok ~= nil then tok = tok - est end
 store_buckets()
@@ -130,15 +117,16 @@ return {1, probe, string.format('%.6f', now)}
 
 # KEYS: slots, budget, backoff, stats, waiters, waiting
 # ARGV: token, max_in_flight, rpm, tpm, tokens used minus estimated, lease seconds (unused), ttl,
-#       back-off seconds (0: the call was not rate limited), success (1/0), used tokens.
+#       back-off seconds (0: the call was not rate limited), success (1/0), used tokens, burst seconds.
 # Returns the dispatches of the waiters woken by the freed slot(s).
 _RELEASE = (
     _NOW
     + """
 local ttl = tonumber(ARGV[7])
+local burst = tonumber(ARGV[11])
 redis.call('ZREM', KEYS[1], ARGV[1])
 """
-    + _REFILL
+    + REFILL_LUA
     + """
 local correction = tonumber(ARGV[5])
 if tok ~= nil and correction ~= 0 then tok = tok - correction; store_buckets() end
@@ -225,17 +213,29 @@ return renewed
 
 @dataclass(frozen=True)
 class HostLimits:
-    """The fleet-wide limits of one model host (``None``: that limit is off)."""
+    """The fleet-wide limits of one model host (``None``: that limit is off); ``burst_seconds``
+    is how many seconds' worth of ``rpm``/``tpm`` may go at once (see ``bucket``)."""
 
     host: str
     max_in_flight: int | None = None
     rpm: int | None = None
     tpm: int | None = None
+    burst_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.burst_seconds <= 30:
+            raise ValueError(f"burst_seconds must be between 0 and 30, not {self.burst_seconds!r}")
 
     def to_json(self) -> str:
         """The limits as stored in the hosts registry."""
         return json.dumps(
-            {"max_in_flight": self.max_in_flight, "rpm": self.rpm, "tpm": self.tpm}, sort_keys=True
+            {
+                "max_in_flight": self.max_in_flight,
+                "rpm": self.rpm,
+                "tpm": self.tpm,
+                "burst_seconds": self.burst_seconds,
+            },
+            sort_keys=True,
         )
 
 
@@ -284,11 +284,17 @@ class HostSnapshot:
     in_flight: int
     waiting: int
     requests_available: float | None
+    """Requests in the bucket now (at most ``requests_burst``)."""
     tokens_available: float | None
+    """Tokens in the bucket now (at most ``tokens_burst``; below 0: a debt later calls wait for)."""
     backoff_until: float | None
     probe: bool
     stats: dict[str, float] = field(default_factory=dict)
     now: float = 0.0
+    requests_burst: float | None = None
+    """The request bucket's size (``bucket``); ``None``: no request budget."""
+    tokens_burst: float | None = None
+    """The token bucket's size; ``None``: no token budget."""
 
 
 def _keys(prefix: str, host: str) -> dict[str, str]:
@@ -330,6 +336,10 @@ class HostCapacity:
         lim = self.limits
         return [lim.max_in_flight or 0, lim.rpm or 0, lim.tpm or 0]
 
+    @property
+    def _burst(self) -> str:
+        return f"{self.limits.burst_seconds:.6f}"
+
     def _register(self) -> None:
         """List the host for ``tandem hosts`` (once an hour per process: it costs a round trip)."""
         if time.monotonic() - self._registered_at < 3600 and self._registered_at:
@@ -348,7 +358,7 @@ class HostCapacity:
         estimate = max(0, int(estimated_tokens))
         reply = self._acquire(
             keys=[k["slots"], k["budget"], k["backoff"], k["stats"]],
-            args=[token, *self._args(), estimate, self.lease_seconds, KEY_TTL, PROBE_POLL],
+            args=[token, *self._args(), estimate, self.lease_seconds, KEY_TTL, PROBE_POLL, self._burst],
         )
         if int(reply[0]) == 1:
             return Grant(token=token, estimated_tokens=estimate, probe=int(reply[1]) == 1)
@@ -381,6 +391,7 @@ class HostCapacity:
                 max(0.0, back_off or 0.0) if back_off is not None else 0,
                 1 if success else 0,
                 used if used_tokens is not None else 0,
+                self._burst,
             ],
         )
         return [json.loads(_text(d)) for d in reply or []]
@@ -445,7 +456,13 @@ def snapshot(redis: Redis, prefix: str, limits: HostLimits) -> HostSnapshot:
     def level(name: str, per_minute: int | None) -> float | None:
         if not per_minute:
             return None
-        return min(float(per_minute), budget.get(name, float(per_minute)) + elapsed * per_minute / 60)
+        shape = bucket(per_minute, limits.burst_seconds, whole=name == "req")
+        turns = budget.get("rturn" if name == "req" else "tturn", 0.0) > now  # outstanding
+        cap = shape.cap if turns else shape.burst
+        return min(cap, budget.get(name, shape.burst) + elapsed * shape.rate)
+
+    def size(per_minute: int | None, whole: bool) -> float | None:
+        return bucket(per_minute, limits.burst_seconds, whole=whole).burst if per_minute else None
 
     until = float(backoff["until"]) if "until" in backoff else None
     return HostSnapshot(
@@ -459,6 +476,8 @@ def snapshot(redis: Redis, prefix: str, limits: HostLimits) -> HostSnapshot:
         probe=float(backoff.get("probe_until", 0) or 0) > now,
         stats={_text(a): float(_text(b)) for a, b in stats.items()},
         now=now,
+        requests_burst=size(limits.rpm, True),
+        tokens_burst=size(limits.tpm, False),
     )
 
 
@@ -468,7 +487,7 @@ def host_snapshots(redis: Redis, settings: Settings) -> list[HostSnapshot]:
     for role in ("thinker", "actor"):
         host, max_in_flight, rpm, tpm = settings.host_limits(role)
         if host not in hosts and any(v is not None for v in (max_in_flight, rpm, tpm)):
-            hosts[host] = HostLimits(host, max_in_flight, rpm, tpm)
+            hosts[host] = HostLimits(host, max_in_flight, rpm, tpm, settings.rate_burst_seconds)
     return [snapshot(redis, settings.prefix, limits) for _, limits in sorted(hosts.items())]
 
 
@@ -478,7 +497,15 @@ def known_hosts(redis: Redis, prefix: str) -> list[HostLimits]:
     hosts = []
     for name, data in sorted((_text(a), _text(b)) for a, b in raw.items()):
         values = json.loads(data)
-        hosts.append(HostLimits(name, values.get("max_in_flight"), values.get("rpm"), values.get("tpm")))
+        hosts.append(
+            HostLimits(
+                name,
+                values.get("max_in_flight"),
+                values.get("rpm"),
+                values.get("tpm"),
+                float(values.get("burst_seconds", 1.0)),  # registered before bursts: the default
+            )
+        )
     return hosts
 
 

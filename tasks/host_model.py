@@ -11,6 +11,10 @@ It wraps the role's ``ModelService``. Every call is timed and its tokens and cos
 * otherwise the slot is released with the reply's real token usage (the estimate is corrected),
   and the steps waiting for that slot are woken through ``wake``.
 
+Without limits, the role's model retries transient failures within the call, but waits there
+only ``TANDEM_RETRY_HOLD_SECONDS`` in all (``LiteLlmModelService``'s ``retry_hold``): a longer
+``Retry-After`` or back-off reaches the step as a ``TransientModelError``, and the step parks.
+
 ``CapacityWait`` is a ``TransientModelError`` with ``retry_after`` set: a driver that reschedules
 transient failures by their ``retry_after`` handles it without knowing about capacity.
 

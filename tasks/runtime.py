@@ -229,7 +229,7 @@ class Runtime:
         host, max_in_flight, rpm, tpm = self.settings.host_limits(role)
         if max_in_flight is None and rpm is None and tpm is None:
             return None
-        limits = HostLimits(host, max_in_flight, rpm, tpm)
+        limits = HostLimits(host, max_in_flight, rpm, tpm, self.settings.rate_burst_seconds)
         return HostCapacity(self.redis, self.settings.prefix, limits, self.settings.lease_seconds)
 
     def model(self, role: str, mode: str = "dual") -> ModelService:
@@ -281,6 +281,8 @@ class Runtime:
             # Under fleet-wide limits a 429/503 backs the fleet off and re-queues the step,
             # instead of sleeping in this thread while the rest of the fleet keeps calling.
             no_retry_statuses=BACKOFF_STATUSES if limited else (),
+            # Longer waits park the step (no thread held) instead of sleeping in this thread.
+            retry_hold=self.settings.retry_hold_seconds,
             stream=conf.stream,
         )
 

@@ -98,7 +98,9 @@ def wait_for_capacity(rt: Runtime, claim: Claim, spec: JobSpec, wait: CapacityWa
     from tandem.tasks.turns import reschedule
 
     info = wait.wait
-    countdown = _jitter(info.seconds)
+    # A budget's refusal is a turn of this call's own (``HostCapacity.acquire``): on time, not
+    # spread, or the steps behind it would pass it and take the refill it waited for.
+    countdown = info.seconds if info.reason in ("rpm", "tpm") else _jitter(info.seconds)
     send: bool | SlotWaiter = True
     if info.reason == "in_flight":
         countdown = max(MIN_FALLBACK, countdown)

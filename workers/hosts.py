@@ -10,11 +10,11 @@ from tandem.tasks.capacity import HostSnapshot, host_snapshots
 __all__ = ["format_hosts", "host_snapshots", "hosts_json"]
 
 
-def _budget(available: float | None, per_minute: int | None) -> str:
-    if per_minute is None or available is None:
+def _budget(available: float | None, burst: float | None, per_minute: int | None) -> str:
+    """The limit and what its bucket holds now of its burst (below 0: a debt later calls wait for)."""
+    if per_minute is None or available is None or burst is None:
         return "-"
-    used = max(0.0, per_minute - available)
-    return f"{used:.0f}/{per_minute} ({100 * used / per_minute:.0f}%)"
+    return f"{per_minute}/min, {min(available, burst):.0f}/{burst:.0f} free"
 
 
 def _backoff(snap: HostSnapshot) -> str:
@@ -27,7 +27,8 @@ def _backoff(snap: HostSnapshot) -> str:
 
 
 def format_hosts(snapshots: Sequence[HostSnapshot]) -> str:
-    """A table: in-flight calls of the cap, steps waiting, budget used in the last minute, back-off."""
+    """A table: in-flight calls of the cap, steps waiting, each budget's limit and what its bucket
+    holds now (``tandem.tasks.capacity``), back-off."""
     if not snapshots:
         return (
             "no model host has capacity limits: set TANDEM_<ROLE>_MAX_IN_FLIGHT, _RPM or _TPM "
@@ -41,8 +42,8 @@ def format_hosts(snapshots: Sequence[HostSnapshot]) -> str:
                 s.host,
                 f"{s.in_flight}/{cap}" if cap else str(s.in_flight),
                 str(s.waiting),
-                _budget(s.requests_available, s.limits.get("rpm")),
-                _budget(s.tokens_available, s.limits.get("tpm")),
+                _budget(s.requests_available, s.requests_burst, s.limits.get("rpm")),
+                _budget(s.tokens_available, s.tokens_burst, s.limits.get("tpm")),
                 _backoff(s),
                 str(int(s.stats.get("rate_limited", 0))),
             )
@@ -62,6 +63,8 @@ def hosts_json(snapshots: Sequence[HostSnapshot]) -> str:
                 "waiting": s.waiting,
                 "requests_available": s.requests_available,
                 "tokens_available": s.tokens_available,
+                "requests_burst": s.requests_burst,
+                "tokens_burst": s.tokens_burst,
                 "backoff_seconds_left": max(0.0, s.backoff_until - s.now) if s.backoff_until else 0.0,
                 "probe_under_way": s.probe,
                 "totals": s.stats,

@@ -38,8 +38,9 @@ def prefix(redis: Redis) -> Iterator[str]:
         redis.delete(key)
 
 
-def limiter(redis: Redis, prefix: str, lease: float = 30.0, **limits: int) -> HostCapacity:
-    return HostCapacity(redis, prefix, HostLimits("http://gpu-1:8000/v1", **limits), lease_seconds=lease)
+def limiter(redis: Redis, prefix: str, lease: float = 30.0, **limits: float) -> HostCapacity:
+    host = HostLimits("http://gpu-1:8000/v1", **limits)  # type: ignore[arg-type]
+    return HostCapacity(redis, prefix, host, lease_seconds=lease)
 
 
 def test_in_flight_slots_are_capped_and_freed(redis: Redis, prefix: str) -> None:
@@ -79,21 +80,21 @@ def test_renewed_slots_outlive_their_lease(redis: Redis, prefix: str) -> None:
 
 
 def test_requests_per_minute(redis: Redis, prefix: str) -> None:
-    cap = limiter(redis, prefix, rpm=2)
-    assert isinstance(cap.acquire(1), Grant) and isinstance(cap.acquire(1), Grant)
+    cap = limiter(redis, prefix, rpm=2)  # a burst of one request: paced, one every 30 s
+    assert isinstance(cap.acquire(1), Grant)
     refused = cap.acquire(1)
     assert isinstance(refused, Wait) and refused.reason == "rpm"
-    assert 29 < refused.seconds <= 30.01  # one request comes back every 60/2 s
+    assert 29 < refused.seconds <= 30.26  # one request comes back every 60.5/2 s (rate_buckets.GRACE)
 
 
 def test_tokens_are_estimated_then_corrected(redis: Redis, prefix: str) -> None:
-    cap = limiter(redis, prefix, tpm=1000)
+    cap = limiter(redis, prefix, tpm=2000, burst_seconds=30)  # 1000 at once, then 1000 a minute
     first = cap.acquire(400)
     second = cap.acquire(400)
     assert isinstance(first, Grant) and isinstance(second, Grant)
     refused = cap.acquire(400)  # 200 left
     assert isinstance(refused, Wait) and refused.reason == "tpm"
-    assert 11 < refused.seconds <= 12.01  # 200 tokens at 1000/60 a second
+    assert 11 < refused.seconds <= 12.11  # 200 tokens at (2000 - 1000)/60.5 a second
     cap.release(first, used_tokens=100)  # used 300 fewer than estimated: refunded
     assert isinstance(cap.acquire(400), Grant)
     cap.release(second, used_tokens=1400)  # used 1000 more: the budget goes negative
@@ -167,14 +168,15 @@ def test_a_slot_freed_before_registration_is_reported(redis: Redis, prefix: str)
 
 
 def test_hosts_are_listed_with_their_limits(redis: Redis, prefix: str) -> None:
-    cap = limiter(redis, prefix, max_in_flight=3, rpm=60, tpm=6000)
+    cap = limiter(redis, prefix, max_in_flight=3, rpm=60, tpm=6000, burst_seconds=6)
     grant = cap.acquire(100)
     assert isinstance(grant, Grant)
     assert known_hosts(redis, prefix) == [cap.limits]
     snap = snapshot(redis, prefix, cap.limits)
     assert snap.in_flight == 1
-    assert snap.requests_available == pytest.approx(59, abs=0.1)
-    assert snap.tokens_available == pytest.approx(5900, abs=5)
+    assert (snap.requests_burst, snap.tokens_burst) == (6, 600)
+    assert snap.requests_available == pytest.approx(5, abs=0.1)
+    assert snap.tokens_available == pytest.approx(500, abs=5)
     assert snap.backoff_until is None
 
 

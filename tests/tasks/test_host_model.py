@@ -42,7 +42,9 @@ def test_a_call_takes_and_returns_a_slot_debiting_real_usage() -> None:
     snap = snapshot(capacity.redis, "t", capacity.limits)
     assert snap.in_flight == 0
     assert snap.stats["tokens"] == reply.usage.total_tokens
-    assert snap.tokens_available == pytest.approx(1200 - reply.usage.total_tokens, abs=5)
+    # debited its estimate at the start, corrected to the real usage: of a 20-token burst (1 s of 1200/min)
+    assert snap.tokens_burst == 20
+    assert snap.tokens_available == pytest.approx(20 - reply.usage.total_tokens, abs=1)
     assert metric("tandem_model_call_seconds_count", role="actor", host=HOST, outcome="ok") == before + 1
 
 
