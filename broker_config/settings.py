@@ -112,9 +112,7 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     raw = env.get(name, "").strip() or default
     if not raw.startswith(tuple(f"{s}://" for s in schemes)):
         allowed = ", ".join(f"{s}://" for s in schemes)
-        raise SettingsError(
-            f"{name}={raw!r} is not a supported URL: it must start with one of {allowed}"
-        )
+        raise SettingsError(f"{name}={raw!r} is not a supported URL: it must start with one of {allowed}")
     return raw
 
 
@@ -450,9 +448,7 @@ class Settings:
         backend = _url(env, "TANDEM_RESULT_BACKEND", backend_default, ("redis", "rediss", "redis+socket"))
         queue = env.get("TANDEM_INTAKE_QUEUE", "").strip() or "celery"
         if queue in ("thinker", "actor", "tools"):
-            raise SettingsError(
-                f"TANDEM_INTAKE_QUEUE={queue!r} clashes with a role queue: pick another name"
-            )
+            raise SettingsError(f"TANDEM_INTAKE_QUEUE={queue!r} clashes with a role queue: pick another name")
         lease = _number(env, "TANDEM_LEASE_SECONDS", 30.0, minimum=1.0) or 30.0
         limit = _number(env, "TANDEM_TASK_TIME_LIMIT", 900.0, minimum=10.0) or 900.0
         stall = _number(env, "TANDEM_STALL_SECONDS", max(60.0, 2 * lease), minimum=1.0) or 60.0

@@ -36,6 +36,7 @@ from tandem.tasks.outages import (
     restart_note,
     server_info,
 )
+from tandem.tasks.results import ResultDelivery
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
 from tandem.toolkit.redaction import redact
@@ -258,13 +259,13 @@ class JobHandle:
     def _cancel_queued(self, reach: Reconnect) -> None:
         """No worker has started the job: it ends here, and its intake message is revoked."""
         reach.call(lambda: self._app.control.revoke(self.id))
-        result = reach.call(
+        reach.call(
             lambda: self._store.finish(
                 JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
                 ttl=_seconds(self._app.conf.result_expires),
+                delivery=ResultDelivery.for_store(self._app, self._store),
             )
         )
-        reach.call(lambda: self._app.backend.store_result(self.id, result.model_dump(mode="json"), "SUCCESS"))
 
     # -- approval ----------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ Every change is one Lua script over the job's keys, which all share the hash tag
   decider read) and, once every call is decided, stores the rejected calls' results, counts them
   down and sends the approved ones (``tandem.tasks.approvals``);
 - ``reschedule`` parks the step (state ``waiting``) until a transient failure may have passed;
-- ``finish`` stores the final result (the first one wins) and expires the job's keys;
+- ``finish`` stores the final result (the first one wins), appends the ``final`` event, writes the
+  job's Celery result (or marks it for delivery: ``tandem.tasks.results``) and expires the job's keys;
 - ``reconcile`` (the reconciler's look at one job) says which messages to send again.
 
 A message (a Celery task) only wakes a step up: a duplicated, stale, forged or wrong-round one
@@ -38,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -63,6 +65,7 @@ def token_pid(token: str) -> int | None:
     """The worker pid a claim token names (``None`` for an empty or foreign token)."""
     parts = token.split(":")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
+
 
 LUA_PRELUDE = """
 local FINAL = {completed=true, truncated=true, failed=true, cancelled=true}
@@ -302,7 +305,10 @@ return {verdict}
 """
 )
 
-# ARGV: result, status, error, ttl, force ('1': no step check), round, kind, epoch, token.
+# ARGV: result, status, error, ttl, force ('1': no step check), round, kind, epoch, token, the
+# ``final`` event's data and time, the stream's MAXLEN, how the Celery result goes out ('script':
+# written here to KEYS[11]; 'mark': the record keeps ARGV[14] as a ``deliver`` mark; '': not at all),
+# then for 'script' its value and expiry (s), for 'mark' the mark.
 _FINISH = (
     LUA_PRELUDE
     + """
@@ -317,11 +323,28 @@ local t = now()
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'error', ARGV[3], 'kind', 'finalize', 'holder', '',
   'lease_until', 0,
   'outbox', '[]', 'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
+if first then
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[12], '*', 'type', 'final', 'data', ARGV[10], 'at', ARGV[11])
+  if ARGV[13] == 'mark' then redis.call('HSET', KEYS[1], 'deliver', ARGV[14]) end
+end
 expire_all(tonumber(ARGV[4]))
+if first and ARGV[13] == 'script' then
+  redis.call('SET', KEYS[11], ARGV[14], 'EX', math.max(tonumber(ARGV[15]), 1))
+  redis.call('PUBLISH', KEYS[11], ARGV[14])
+end
 if first then return 1 end
 return 0
 """
 )
+
+# ARGV: the mark the Celery result was delivered for.
+_DELIVERED = """
+if redis.call('HGET', KEYS[1], 'deliver') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'deliver', '')
+  return 1
+end
+return 0
+"""
 
 # ARGV: stall seconds, max expiries, outbox grace seconds. A 'wait' verdict carries the time the job
 # next needs a look: when a lease runs out, a stall or an outbox grace ends, a back-off is over, or
@@ -331,7 +354,8 @@ _RECONCILE = (
     LUA_PRELUDE
     + """
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
-  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at')
+  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at', 'deliver')
+if s[1] and FINAL[s[1]] and s[14] and s[14] ~= '' then return {'deliver', s[14]} end
 if not s[1] or FINAL[s[1]] then return {'gone'} end
 local t = now()
 local stall = tonumber(ARGV[1])
@@ -429,7 +453,8 @@ class Reconciled:
     """The reconciler's verdict on one job: ``wait``, ``gone``, ``resend`` (the step ``kind`` of
     ``round``, and for a tool step the call ``indices``), ``parked`` (awaiting approval
     ``until`` then, Unix time), ``intake`` (send the intake message of a job still queued
-    again), ``deadline``, ``cancel`` or ``give-up``. A ``wait`` says when (Redis time) the job
+    again), ``deliver`` (an ended job whose Celery result is not stored yet), ``deadline``,
+    ``cancel`` or ``give-up``. A ``wait`` says when (Redis time) the job
     next needs a look: ``next_look``."""
 
     action: str
@@ -438,6 +463,8 @@ class Reconciled:
     indices: tuple[int, ...] = ()
     until: float = 0.0
     next_look: float = field(default=0.0, compare=False)
+    mark: str = ""
+    """For ``deliver``: the mark of the Celery result still to store."""
 
 
 @dataclass(frozen=True)
@@ -454,6 +481,26 @@ class Park:
 
 Message = dict[str, Any]
 """An outbox entry: ``{"task": name, "args": [...], "countdown": seconds}``."""
+
+
+@dataclass(frozen=True)
+class FinalEntry:
+    """The ``final`` event as the finish script appends it to the job's stream (redacted data)."""
+
+    data: str
+    at: str
+
+
+@dataclass(frozen=True)
+class CeleryWrite:
+    """How the finish script handles the job's Celery result: writes ``value`` under ``key`` for
+    ``expires`` seconds and publishes it (the backend is the store's Redis), or, with ``mark``
+    only, leaves the mark for a later delivery."""
+
+    key: str = ""
+    value: str = ""
+    expires: int = 0
+    mark: str = ""
 
 
 class JobMachine:
@@ -475,6 +522,7 @@ class JobMachine:
                 "call_done": _CALL_DONE,
                 "settle": _SETTLE,
                 "finish": _FINISH,
+                "delivered": _DELIVERED,
                 "reconcile": _RECONCILE,
             }.items()
         }
@@ -577,8 +625,12 @@ class JobMachine:
         parking = (
             ["", "", 0, 0]
             if park is None
-            else [park.record_json, "," + ",".join(map(str, park.held)) + ",", f"{park.bound:.3f}",
-                  f"{park.until:.6f}"]
+            else [
+                park.record_json,
+                "," + ",".join(map(str, park.held)) + ",",
+                f"{park.bound:.3f}",
+                f"{park.until:.6f}",
+            ]
         )
         return bool(
             self._run(
@@ -683,15 +735,47 @@ class JobMachine:
         return tuple(_text(x) for x in reply)
 
     def finish(
-        self, job_id: str, result_json: str, status: str, error: str, ttl: int, claim: Claim | None = None
+        self,
+        job_id: str,
+        result_json: str,
+        status: str,
+        error: str,
+        ttl: int,
+        claim: Claim | None = None,
+        *,
+        final: FinalEntry | None = None,
+        celery: CeleryWrite | None = None,
     ) -> bool:
         """Store the final result and end the job: for ``claim``'s step only, or whatever the job
-        does (``claim=None``: cancel, deadline, give-up). ``True`` for the first result stored."""
+        does (``claim=None``: cancel, deadline, give-up). ``True`` for the first result stored.
+
+        With the first result the same script appends the ``final`` event (``final``: its stream
+        entry) and, with ``celery``, writes the job's Celery result (``CeleryWrite.key``) or leaves
+        the ``deliver`` mark (``CeleryWrite.mark``) for ``deliver``/the reconciler."""
         if claim is None:
             args: list[Any] = ["1", "", "", "", ""]
         else:
             args = ["0", claim.round, claim.kind, claim.epoch, claim.token]
-        return bool(self._run("finish", job_id, result_json, status, error, ttl, *args))
+        entry = final or FinalEntry(json.dumps({"job_id": job_id, "status": status}), f"{time.time():.3f}")
+        keys = self.store.keys(job_id)
+        if celery is None:
+            tail: list[Any] = ["", "", 0]
+        elif celery.key:
+            keys.append(celery.key)
+            tail = ["script", celery.value, celery.expires]
+        else:
+            tail = ["mark", celery.mark, 0]
+        head = [result_json, status, error, ttl, *args]
+        reply = self._scripts["finish"](
+            keys=keys,
+            args=[*head, entry.data, entry.at, self.store.stream.maxlen, *tail],
+        )
+        return bool(reply)
+
+    def delivered(self, job_id: str, mark: str) -> bool:
+        """Clear the job's ``deliver`` mark once its Celery result is stored (``False``: the mark
+        is another, or gone)."""
+        return bool(self._run("delivered", job_id, mark))
 
     def reconcile(self, job_id: str, stall: float, max_expiries: int, outbox_grace: float) -> Reconciled:
         """Look at one job for the reconciler (see ``tandem.tasks.reconciler``)."""
@@ -701,6 +785,8 @@ class JobMachine:
         ]
         if reply[0] == "parked":
             return Reconciled("parked", until=float(reply[1] or 0))
+        if reply[0] == "deliver":
+            return Reconciled("deliver", mark=reply[1])
         if reply[0] == "wait":
             return Reconciled("wait", next_look=float(reply[1]))
         if reply[0] != "resend":
@@ -722,8 +808,10 @@ __all__ = [
     "JOB_PARTS",
     "LIVE_SHARDS",
     "LUA_PRELUDE",
+    "CeleryWrite",
     "Claim",
     "ClaimRefused",
+    "FinalEntry",
     "JobMachine",
     "Message",
     "Park",

@@ -17,6 +17,11 @@ shards with due jobs (one worker per shard at a time, under a short lock) and as
   timeout passed, ``expire(job_id)`` rejects its undecided calls and the job goes on.
 - a job still ``queued`` after ``stall_seconds`` (its intake message was lost before any worker
   created its record) has its intake message sent again, from the spec ``submit`` stored.
+- an ended job whose Celery result is not in the result backend yet (a backend apart from the job
+  store, down or unreachable when the job ended, or a worker killed in between) stays indexed:
+  ``deliver(job_id, mark)`` stores it, and the job leaves the index once it is out. A failed
+  delivery is tried again ``DELIVERY_RETRY`` seconds later, and ends this sweep's deliveries (the
+  backend is likely down: each would wait for its time-out).
 
 A job is looked at again when its verdict says it next needs one (its lease ends, its stall time
 is up, ...), but never sooner than one interval and never later than two (cancels and deadlines
@@ -37,13 +42,17 @@ from tandem.tasks.jobstate import LIVE_SHARDS, JobMachine, Reconciled
 
 log = logging.getLogger("tandem.reconciler")
 
+DELIVERY_RETRY = 15.0
+"""Seconds between two attempts to store an ended job's Celery result."""
+
 
 class Reconciler:
     """Sweeps the due jobs of the live-job index every ``interval`` seconds.
 
     ``resend(job_id, verdict)`` sends a job's step (or its intake message) again; ``end(job_id,
     verdict)`` ends a job (``deadline``, ``cancel``, ``give-up``); ``expire(job_id)`` rejects the
-    undecided calls of a job whose approval timed out.
+    undecided calls of a job whose approval timed out; ``deliver(job_id, mark)`` stores an ended
+    job's Celery result (``False`` when the backend refused it).
     """
 
     def __init__(
@@ -56,6 +65,7 @@ class Reconciler:
         resend: Callable[[str, Reconciled], None],
         end: Callable[[str, Reconciled], None],
         expire: Callable[[str], None] | None = None,
+        deliver: Callable[[str, str], bool] | None = None,
         batch: int = 200,
     ) -> None:
         self.machine = machine
@@ -65,7 +75,9 @@ class Reconciler:
         self.resend = resend
         self.end = end
         self.expire = expire
+        self.deliver = deliver
         self.batch = batch
+        self._backend_down = False
         self.interval = max(min(lease_seconds, stall_seconds) / 8, 0.1)
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
@@ -81,6 +93,7 @@ class Reconciler:
             pipe.zrangebyscore(self.machine.shard_key(shard), "-inf", now, start=0, num=1)
         due = [shard for shard, first in enumerate(pipe.execute()) if first]
         acted = 0
+        self._backend_down = False
         for shard in due:
             key = self.machine.shard_key(shard)
             lock = f"{key}:lock"
@@ -108,6 +121,8 @@ class Reconciler:
         if verdict.action == "gone":
             self.machine.redis.zrem(key, job_id)
             return 0
+        if verdict.action == "deliver":
+            return self._deliver(key, job_id, verdict.mark, now)
         self.machine.redis.zadd(key, {job_id: self.next_look(verdict, now)})
         if verdict.action == "wait":
             return 0
@@ -131,6 +146,23 @@ class Reconciler:
             self.resend(job_id, verdict)
         else:
             self.end(job_id, verdict)
+        return 1
+
+    def _deliver(self, key: str, job_id: str, mark: str, now: float) -> int:
+        redis = self.machine.redis
+        if self.deliver is None or self._backend_down:
+            redis.zadd(key, {job_id: now + DELIVERY_RETRY})
+            return 0
+        try:
+            done = self.deliver(job_id, mark)
+        except Exception:
+            log.warning("job %s: storing its Celery result failed", job_id, exc_info=True)
+            done = False
+        if done:
+            redis.zrem(key, job_id)
+        else:
+            self._backend_down = True
+            redis.zadd(key, {job_id: now + DELIVERY_RETRY})
         return 1
 
     def start(self) -> None:

@@ -21,6 +21,7 @@ from tandem.tasks.host_model import BACKOFF_STATUSES, HostModel
 from tandem.tasks.jobstate import JobMachine
 from tandem.tasks.metrics import MeteredToolRunner
 from tandem.tasks.model_loop import MODEL_LOOP
+from tandem.tasks.results import ResultDelivery
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.store import JobStore
@@ -90,6 +91,13 @@ class Runtime:
     def store(self) -> JobStore:
         """The job store."""
         return JobStore.from_settings(self.redis, self.settings)
+
+    @cached_property
+    def delivery(self) -> ResultDelivery:
+        """How a job's Celery result reaches the result backend (``tandem.tasks.results``)."""
+        from tandem.tasks.app import app
+
+        return ResultDelivery.for_store(app, self.store)
 
     @cached_property
     def machine(self) -> JobMachine:

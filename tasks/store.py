@@ -25,12 +25,13 @@ from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.tasks.job_events import Final, JobEvent, StreamSettings, decode_entry, make_event
+from tandem.tasks.job_events import JobEvent, StreamSettings, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
 if TYPE_CHECKING:
     from tandem.tasks.jobstate import JobMachine
+    from tandem.tasks.results import ResultDelivery
 
 JOB_PARTS = (
     "state",
@@ -251,7 +252,7 @@ class JobStore:
         key = self.key(job_id, "events")
         pipe = self.redis.pipeline(transaction=False)
         self._remember_on(pipe, job_id)
-        pipe.xadd(key, self._entry(event), maxlen=self.stream.maxlen, approximate=True)
+        pipe.xadd(key, self.entry(event), maxlen=self.stream.maxlen, approximate=True)
         pipe.expire(key, ttl)
         return _text(pipe.execute()[-2])
 
@@ -345,9 +346,14 @@ class JobStore:
         raw = self.redis.get(self.key(job_id, "result"))
         return None if raw is None else JobResult.model_validate_json(raw)
 
-    def finish(self, result: JobResult, ttl: int | None = None) -> JobResult:
+    def finish(
+        self, result: JobResult, ttl: int | None = None, delivery: ResultDelivery | None = None
+    ) -> JobResult:
         """End the job with ``result`` whatever step it is at (the first result stored wins),
-        expire its keys ``ttl`` seconds from now, and return the stored result (secrets redacted)."""
+        expire its keys ``ttl`` seconds from now, and return the stored result (secrets redacted).
+        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.results``)."""
+        from tandem.tasks.results import end_job
+
         ttl = self.ttl if ttl is None else ttl
         result = result.model_copy(
             update={
@@ -355,14 +361,8 @@ class JobStore:
                 "deliverable": redact_known(result.deliverable),
             }
         )
-        first = self.machine.finish(
-            result.job_id, result.model_dump_json(), result.status, result.error or "", ttl
-        )
-        stored = self.result(result.job_id) or result
-        if first:
-            self.publish(result.job_id, Final.of(stored))
-        self.machine.unindex(result.job_id)
-        return stored
+        _, stored = end_job(self, result, ttl, delivery=delivery)
+        return stored or result
 
     # -- cancellation ----------------------------------------------------------------------
 
@@ -411,7 +411,7 @@ class JobStore:
         typed = make_event(event, data or {}) if isinstance(event, str) else event
         key = self.key(job_id, "events")
         pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(key, self._entry(typed), maxlen=self.stream.maxlen, approximate=True)
+        pipe.xadd(key, self.entry(typed), maxlen=self.stream.maxlen, approximate=True)
         pipe.ttl(key)
         entry_id, left = pipe.execute()
         if left is not None and left < 0:
@@ -424,7 +424,7 @@ class JobStore:
         before its first event) is made by ``publish`` instead."""
         entry_id = self.redis.xadd(
             self.key(job_id, "events"),
-            self._entry(event),
+            self.entry(event),
             maxlen=self.stream.maxlen,
             approximate=True,
             nomkstream=True,
@@ -436,7 +436,7 @@ class JobStore:
         key = self.key(job_id, "events")
         pipe = self.redis.pipeline(transaction=False)
         for event in events:
-            pipe.xadd(key, self._entry(event), maxlen=self.stream.maxlen, approximate=True, nomkstream=True)
+            pipe.xadd(key, self.entry(event), maxlen=self.stream.maxlen, approximate=True, nomkstream=True)
         ids = pipe.execute()  # ``None`` where there was no stream: ``publish`` makes it
         return [
             self.publish(job_id, event) if entry_id is None else _text(entry_id)
@@ -444,7 +444,7 @@ class JobStore:
         ]
 
     @staticmethod
-    def _entry(typed: JobEvent) -> dict[str, str]:
+    def entry(typed: JobEvent) -> dict[str, str]:
         """The stream entry of ``typed`` (see ``job_events.encode_event``), secrets redacted."""
         return {
             "type": typed.type,

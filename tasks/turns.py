@@ -45,6 +45,7 @@ from tandem.tasks.jobstate import Claim, ClaimRefused, Message, Park
 from tandem.tasks.leases import Heartbeat
 from tandem.tasks.parking import announce, approved_call, park_for
 from tandem.tasks.pending import DeferredHooks, PendingMemory
+from tandem.tasks.results import end_job as end_job_durably
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
 from tandem.tasks.store import StepView
@@ -179,23 +180,12 @@ def finish(
         **({"usage": usage} if usage is not None else {}),
     )
     ttl = rt.settings.memory_ttl
-    first = rt.machine.finish(job_id, result.model_dump_json(), status, result.error or "", ttl, claim)
-    stored = result if first else rt.store.result(job_id)  # the first result stored is this one
+    first, stored = end_job_durably(rt.store, result, ttl, claim=claim, delivery=rt.delivery)
     if stored is None:  # a lost claim, and nobody ended the job: nothing to report
         raise Ignore()
-    payload = stored.model_dump(mode="json")
-    if first:
-        rt.store.publish(job_id, "final", payload)
-        try:
-            app.backend.store_result(job_id, payload, "SUCCESS")
-        except Exception:
-            log.warning(
-                "job %s: storing the Celery result failed (JobResult is in Redis)", job_id, exc_info=True
-            )
-        if outcome is not None:
-            EventHooks(rt.store, job_id).finished(outcome)
-    rt.machine.unindex(job_id)
-    return payload
+    if first and outcome is not None:
+        EventHooks(rt.store, job_id).finished(outcome)
+    return stored.model_dump(mode="json")
 
 
 def end_job(job_id: str, reason: str, detail: str = "") -> dict[str, Any] | None:
@@ -407,8 +397,13 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else _failure(exc)
         refused = JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
         # Answer first, then undo the ``queued`` marker ``submit`` wrote for followers: the job is
-        # never unknown in between.
-        self.backend.store_result(job_id, refused, "SUCCESS")
+        # never unknown in between. A backend that cannot take the answer gets it again later (the
+        # same message, sent again with a countdown): a bare client waits for nothing else.
+        try:
+            self.backend.store_result(job_id, refused, "SUCCESS")
+        except Exception as store_failed:
+            log.warning("job %s: storing its refusal failed; trying again in 5 s", job_id)
+            raise self.retry(countdown=5, max_retries=None, exc=store_failed) from None
         rt.store.discard_queued(job_id)
         return refused
     first = plan.opening(0)

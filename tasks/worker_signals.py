@@ -66,6 +66,13 @@ def _end(job_id: str, verdict: Reconciled) -> None:
         end_job(job_id, verdict.action)
 
 
+def _deliver(job_id: str, mark: str) -> bool:
+    from tandem.tasks.results import deliver
+
+    rt = get_runtime()
+    return deliver(rt.store, rt.delivery, job_id, mark)
+
+
 def _expire(job_id: str) -> None:
     from tandem.tasks.approvals import ApprovalStore
     from tandem.tasks.turns import send_outbox
@@ -238,6 +245,7 @@ def _start_reconciler(**_: Any) -> None:
         resend=_resend,
         end=_end,
         expire=_expire,
+        deliver=_deliver,
     )
     _reconciler.start()
     log.info("reconciler started (lease %.1f s, stall %.1f s)", s.lease_seconds, s.stall_seconds)

@@ -126,6 +126,8 @@ class ChaosStats:
     duplicate_tool_runs: int = 0
     duplicate_messages: int = 0
     stuck: int = 0
+    lost_celery_results: int = 0
+    """Jobs that ended but whose Celery result (what a bare client reads) is not in the backend."""
     keys_without_ttl: list[str] = field(default_factory=list)
     recoveries: list[float] = field(default_factory=list)
     """For every kill and every job live then, the time to that job's next progress."""
@@ -245,7 +247,7 @@ def run_chaos(
 
 def check(cluster: Cluster, handles: list[JobHandle], stats: ChaosStats) -> None:
     """Count completed jobs, wrong deliverables, duplicate tool runs and messages, stuck jobs,
-    and keys without a TTL."""
+    Celery results missing from the backend, and keys without a TTL."""
     calls = cluster.tool_calls()
     for h in handles:
         result = cluster.store.result(h.id)
@@ -253,6 +255,10 @@ def check(cluster: Cluster, handles: list[JobHandle], stats: ChaosStats) -> None
             stats.stuck += 1
             stats.failures.append(f"{h.id}: not ended ({cluster.store.machine.record(h.id)})")
             continue
+        meta = cluster.app.backend.get_task_meta(h.id)
+        if (meta["status"], meta.get("result")) != ("SUCCESS", result.model_dump(mode="json")):
+            stats.lost_celery_results += 1
+            stats.failures.append(f"{h.id}: Celery result {meta}")
         if result.status == "completed":
             stats.completed += 1
         else:
