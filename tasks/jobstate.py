@@ -370,7 +370,17 @@ local idle = t - tonumber(s[5])
 local deadline = tonumber(s[6])
 if t > deadline then return {'deadline'} end
 local live = s[3] ~= '' and tonumber(s[4]) > t
-if redis.call('EXISTS', KEYS[8]) == 1 and not live then return {'cancel'} end
+if redis.call('EXISTS', KEYS[8]) == 1 and not live then
+  -- A cancelled tool step ends once no call runs: a call under way stores its result first.
+  local running = false
+  if s[2] == 'tools' then
+    for i = 1, tonumber(s[10]) do
+      local h = redis.call('HMGET', KEYS[5], i .. ':holder', i .. ':until')
+      if h[1] and h[1] ~= '' and tonumber(h[2]) > t then running = true break end
+    end
+  end
+  if not running then return {'cancel'} end
+end
 local quiet = stall
 if s[8] ~= '[]' then quiet = math.min(stall, tonumber(ARGV[3])) end
 local function wait(at) return {'wait', fmt(math.min(at, deadline))} end

@@ -12,7 +12,8 @@ shards with due jobs (one worker per shard at a time, under a short lock) and as
 - a step nobody holds that made no progress for ``stall_seconds`` (a lost, revoked or never-sent
   message, or one prefetched by a worker that died) is sent again; a step whose outbox was never
   sent is sent after ``lease_seconds``; time spent waiting in a queue is never a lease expiry;
-- a job past its deadline fails with its last error; a cancelled job nobody holds ends;
+- a job past its deadline fails with its last error; a cancelled job ends once no worker holds its
+  step or one of its tool calls (a call under way stores its result first: it is not lost);
 - a job awaiting approval is not stalled (its held calls are never sent again); once its approval
   timeout passed, ``expire(job_id)`` rejects its undecided calls and the job goes on.
 - a job still ``queued`` after ``stall_seconds`` (its intake message was lost before any worker

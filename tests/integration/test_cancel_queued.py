@@ -37,3 +37,27 @@ def test_cancel_before_any_worker_takes_the_job(
     assert _intake_queued(cluster) == 0
     assert handle.result(timeout=1).status == "cancelled"
     assert thinker.requests == [] and actor.requests == []
+
+
+def test_a_cancel_during_a_tool_call_keeps_the_result_of_the_call_that_ran(
+    fresh_cluster: tuple[Cluster, OpenAIServer, OpenAIServer],
+) -> None:
+    from tests.integration.plan_model import goal_with_plan
+
+    cluster, _, _ = fresh_cluster
+    cluster.start("thinker", "actor", "tools", TANDEM_TOOL_TIMEOUT="30")
+    plan = [[{"name": "sleep_tool", "args": {"seconds": 4}}], [{"name": "add", "args": {"a": 1, "b": 1}}]]
+    handle = cluster.submit(goal=goal_with_plan("cancel mid-call", plan), max_rounds=6)
+    calls = cluster.store.key(handle.id, "calls")
+    deadline = time.monotonic() + 60
+    while not cluster.redis.hget(calls, "1:holder"):  # the call is under way
+        assert time.monotonic() < deadline, "the tool never started"
+        time.sleep(0.05)
+    handle.cancel()  # the reconciler sees it within a second (lease 2 s): the call runs 4 s
+    result = handle.result(timeout=60)
+    assert result.status == "cancelled"
+    ran = cluster.store.tool_result(handle.id, 0, 1)  # the side effect that happened is recorded
+    assert ran is not None and ran.status.value == "succeeded" and ran.name == "sleep_tool", ran
+    events = [e for e in cluster.store.read_events(handle.id, count=1000) if e.type == "tool_result"]
+    assert [(e.data["index"], e.data["status"]) for e in events] == [(1, "succeeded")]
+    assert [c["name"] for c in cluster.tool_calls() if c["job"] == handle.id] == ["sleep_tool"]

@@ -299,6 +299,18 @@ def test_deadline_and_cancel_verdicts(machine: JobMachine) -> None:
     assert reconcile(machine) == Reconciled("deadline")
 
 
+def test_a_cancelled_tool_step_ends_only_once_no_call_runs(machine: JobMachine) -> None:
+    to_tools(machine, 2)
+    running = call(machine, 1)
+    machine.redis.set(machine.store.key(JOB, "cancel"), "1")
+    assert reconcile(machine).action == "wait"  # call 1 is under way: its result must not be lost
+    assert machine.call_done(running, '{"index": 1}', []) == 1
+    assert reconcile(machine) == Reconciled("cancel")  # call 2 never started: nothing runs now
+    call(machine, 2)
+    expire_lease(machine, "2:until", "calls")  # its worker died: nothing runs either
+    assert reconcile(machine) == Reconciled("cancel")
+
+
 def test_the_live_index_is_sharded_and_expires(machine: JobMachine) -> None:
     jobs = [f"job-{i}" for i in range(64)]
     for job in jobs:
