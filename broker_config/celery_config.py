@@ -35,7 +35,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
       step that is still running; a step whose worker died is taken over sooner, through its
       lease (``tandem.tasks.leases``), after ``lease_seconds``.
     """
-    visibility = int(settings.task_time_limit + 4 * settings.lease_seconds + 60)
+    visibility = settings.visibility_timeout
     # Every Redis connection (broker, result backend) times out and keeps itself alive, so a
     # half-open connection raises (and the step is retried) instead of blocking for ever.
     sockets = {

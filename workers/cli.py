@@ -10,7 +10,7 @@ from typing import Any
 
 from tandem.broker_config.errors import SettingsError
 from tandem.reasoner.errors import ReasonerError
-from tandem.tasks.errors import JobError
+from tandem.tasks.errors import JobError, RedisUnavailable
 from tandem.toolkit.errors import ToolkitError
 from tandem.workers.errors import WorkerError
 
@@ -461,6 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve(args.host, args.port, log_level=args.log_level)
         if args.command == "flower":
             return _flower(args)
+    except RedisUnavailable as exc:  # Redis did not answer for the whole of its bounded wait
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 3
     except (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError) as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2
