@@ -6,6 +6,13 @@ use, so importing one piece does not import the rest (LiteLLM in particular is s
 
 from __future__ import annotations
 
+if __name__ != "tandem.reasoner":  # this folder imported under its bare name, from the repository root
+    raise ImportError(
+        f"{__name__!r} is tandem's folder reasoner/, installed as the package 'tandem.reasoner': "
+        "import tandem.reasoner instead (a bare import would load a second copy, whose classes and "
+        "errors are not tandem's)"
+    )
+
 from tandem._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {

@@ -1,5 +1,12 @@
 """Tools, actions, tool groups and the toolkit graph that recommends tools per step."""
 
+if __name__ != "tandem.toolkit":  # this folder imported under its bare name, from the repository root
+    raise ImportError(
+        f"{__name__!r} is tandem's folder toolkit/, installed as the package 'tandem.toolkit': "
+        "import tandem.toolkit instead (a bare import would load a second copy, whose classes and "
+        "errors are not tandem's)"
+    )
+
 from tandem.toolkit.action import Action
 from tandem.toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
 from tandem.toolkit.describe import describe_actions, describe_tools
