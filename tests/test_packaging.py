@@ -114,3 +114,16 @@ def test_installed_wheel_runs_the_quickstart_beside_a_users_own_tasks_module(
     assert "usage: tandem" in helped.stdout
     for command in ("worker", "demo", "run", "status", "cancel", "flower"):
         assert command in helped.stdout
+
+
+def test_the_wheel_and_the_sdist_carry_the_license(dist: Path) -> None:
+    license_text = (ROOT / "LICENSE").read_text()
+    wheel = zipfile.ZipFile(_wheel(dist))
+    licenses = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert len(licenses) == 1 and wheel.read(licenses[0]).decode() == license_text
+    metadata = wheel.read(licenses[0].replace("licenses/LICENSE", "METADATA")).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    with tarfile.open(next(dist.glob("tandem-*.tar.gz"))) as sdist:
+        member = next(m for m in sdist.getmembers() if m.name.count("/") == 1 and m.name.endswith("/LICENSE"))
+        extracted = sdist.extractfile(member)
+        assert extracted is not None and extracted.read().decode() == license_text
