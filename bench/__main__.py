@@ -4,7 +4,8 @@ Starts one tandem worker per role and two bare Celery workers on the local Redis
 flushed before and after), two OpenAI-compatible test servers in this process as the model
 hosts, and prints one ``name: value`` line per figure as it is measured, then a
 ``<figure>_goal_met: true|false`` line per goal. The figures are written as JSON to ``--out``
-(``bench/results.json``); a full run also writes the Markdown table ``bench/RESULTS.md``.
+(``bench/results.json``); a full run also writes the Markdown table ``bench/results-latest.md``
+(``bench/RESULTS.md`` is the kept history, edited by hand: a run never overwrites it).
 ``--quick`` runs fewer repetitions and jobs and finishes in under a minute.
 """
 
@@ -253,7 +254,7 @@ See the docstrings of the docstrings of `bench/overhead.py` and `bench/throughpu
 - `worker_ready_s_*`: from starting the three workers together to each one answering a ping.
   `worker_rss_mb_*`: peak resident memory (VmHWM) of each worker process after all the runs.
 - `scale_*` (hundreds of concurrent jobs, CPU and Redis commands per round) and `capacity_*` have
-  their own commands: `python -m bench.scale`, `python -m bench.capacity` (README, Benchmarks).
+  their own commands: `python -m bench.scale`, `python -m bench.capacity` (docs/performance.md).
 """
 
 
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--markdown",
         default=None,
-        help="where to write the Markdown table (default: bench/RESULTS.md for a full run, none for --quick)",
+        help="where to write the Markdown table (default: bench/results-latest.md; none for --quick)",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -337,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"# figures written to {out} ({seconds:.0f} s)", flush=True)
-    target = args.markdown if args.markdown is not None else (None if args.quick else "bench/RESULTS.md")
+    latest = None if args.quick else "bench/results-latest.md"  # never the hand-kept bench/RESULTS.md
+    target = args.markdown if args.markdown is not None else latest
     if target:
         Path(target).write_text(markdown(report, info, command, seconds))
         print(f"# table written to {target}", flush=True)
