@@ -39,6 +39,7 @@ from tandem.reasoner.errors import ApprovalError
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.events import EventHooks
+from tandem.tasks.job_events import ApprovalDecided
 from tandem.tasks.jobstate import Message
 from tandem.tasks.store import JobStore
 from tandem.toolkit.tool import Tool
@@ -223,14 +224,7 @@ class ApprovalStore:
     def _published(self, job_id: str, record: ApprovalRecord, added: list[Decision], by: str) -> None:
         """Publish ``approval_decided`` and, once the round goes on, the rejected calls' results."""
         self.store.publish(
-            job_id,
-            "approval_decided",
-            {
-                "round": record.round,
-                "by": by,
-                "decisions": [d.model_dump(mode="json", exclude_none=True) for d in added],
-                "complete": record.decided,
-            },
+            job_id, ApprovalDecided(round=record.round, by=by, decisions=added, complete=record.decided)
         )
         if record.decided:
             hooks = EventHooks(self.store, job_id)

@@ -8,7 +8,9 @@ the HTTP API read them back as the same models.
 
 Readers are lenient: an event of a kind this version does not know becomes an ``OtherEvent``
 (its fields kept), and fields a newer writer added are kept as extra fields, so an old reader
-follows a newer writer's stream. Writers are strict: publishing an unknown kind is an error.
+follows a newer writer's stream. Writers are strict: every writer builds the event's model, and
+publishing an unknown kind, a field the kind does not have, or a value of the wrong type is an
+``EventError`` (``checked``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from tandem.reasoner.approval import Decision, PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobError
 from tandem.tasks.spec import JobResult
@@ -61,6 +64,8 @@ class JobStarted(_Event):
     forked_round: int | None = None
     round: int = 0
     step: str = ""
+    epoch: int | None = None
+    """For a resumed run: the record's epoch it started at (its claims before are fenced off)."""
 
 
 class RoundStarted(_Event):
@@ -125,30 +130,47 @@ class ToolResult(_Event):
 
 
 class Waiting(_Event):
-    """The job waits: model-host capacity, a back-off, a transient failure's retry."""
+    """The job's step ``step`` of round ``round`` waits until ``until`` (Unix time) for ``reason``:
+    model-host capacity (``in_flight``, ``rpm``, ``tpm``, ``backoff``, ``probe``, on ``host``), or a
+    transient failure's retry (``error`` says which; ``detail`` is shown)."""
 
     type: Literal["waiting"] = "waiting"
     reason: str
     round: int | None = None
-    role: str | None = None
-    retry_in: float | None = None
+    step: str = ""
+    until: float | None = None
+    error: str = ""
     detail: str = ""
+    host: str | None = None
+
+    @property
+    def retry_in(self) -> float | None:
+        """Seconds from the event to ``until`` (``None`` when either is unknown)."""
+        if self.until is None or not self.at:
+            return None
+        return max(self.until - self.at, 0.0)
 
 
 class ApprovalRequested(_Event):
-    """Tool calls wait for a human decision (the approval issue fills in the fields)."""
+    """Tool calls of round ``round`` wait for a person's decision (``pending``) until ``until``
+    (Unix time; ``timeout_s`` after they were asked)."""
 
     type: Literal["approval_requested"] = "approval_requested"
-    round: int | None = None
-    calls: list[dict[str, Any]] = Field(default_factory=list)
+    round: int
+    pending: list[PendingCall] = Field(default_factory=list)
+    timeout_s: float | None = None
+    until: float | None = None
 
 
 class ApprovalDecided(_Event):
-    """A human decided on waiting tool calls."""
+    """Decisions on calls of round ``round`` were stored, made ``by`` a ``person`` or the
+    ``timeout``; ``complete`` once every call of the round is decided (the job goes on)."""
 
     type: Literal["approval_decided"] = "approval_decided"
-    round: int | None = None
-    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    round: int
+    by: str = "person"
+    decisions: list[Decision] = Field(default_factory=list)
+    complete: bool = False
 
 
 class Final(_Event):
@@ -214,7 +236,8 @@ class EventError(JobError, ValueError):
 
 
 def make_event(kind: str, data: dict[str, Any]) -> JobEvent:
-    """A typed event of ``kind`` from its fields, for writing; ``EventError`` if they do not fit."""
+    """A typed event of ``kind`` from its fields, for writing; ``EventError`` if they do not fit
+    (an unknown kind or field, a missing or wrong value)."""
     if kind not in EVENT_TYPES:
         raise EventError(f"unknown event type {kind!r}: use one of {', '.join(EVENT_TYPES)}")
     try:
@@ -223,6 +246,18 @@ def make_event(kind: str, data: dict[str, Any]) -> JobEvent:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "(event)"
         raise EventError(f"event {kind!r}: field {where!r}: {first['msg']}") from None
+    return checked(event)
+
+
+def checked(event: JobEvent) -> JobEvent:
+    """``event`` if a writer may publish it: a known kind, with only the fields its model has
+    (readers keep unknown fields; writers never make them). ``EventError`` otherwise."""
+    if isinstance(event, OtherEvent) or event.type not in EVENT_TYPES:
+        raise EventError(f"unknown event type {event.type!r}: use one of {', '.join(EVENT_TYPES)}")
+    extra = sorted(event.model_extra or {})
+    if extra:
+        fields = ", ".join(sorted(set(type(event).model_fields) - {"id", "at", "type"}))
+        raise EventError(f"event {event.type!r}: unknown field(s) {extra}: its fields are {fields}")
     return event
 
 
@@ -305,6 +340,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Waiting",
+    "checked",
     "decode_entry",
     "encode_event",
     "event_json",

@@ -22,6 +22,7 @@ from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.plan import LoopPlan, Step
 from tandem.reasoner.task import Task
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
+from tandem.tasks.job_events import ApprovalRequested
 from tandem.tasks.jobstate import Park
 from tandem.tasks.store import JobStore
 from tandem.toolkit.tool import Tool
@@ -63,16 +64,10 @@ def park_for(
 def announce(store: JobStore, job_id: str, park: Park) -> None:
     """Publish ``approval_requested`` for a job just parked."""
     record = ApprovalRecord.model_validate_json(park.record_json)
-    store.publish(
-        job_id,
-        "approval_requested",
-        {
-            "round": record.round,
-            "pending": [p.model_dump(mode="json") for p in record.pending],
-            "timeout_s": record.timeout_s,
-            "until": record.deadline,
-        },
+    asked = ApprovalRequested(
+        round=record.round, pending=list(record.pending), timeout_s=record.timeout_s, until=record.deadline
     )
+    store.publish(job_id, asked)
 
 
 def approved_call(

@@ -45,6 +45,7 @@ from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, Mod
 from tandem.reasoner.replay import ResumePoint, resume_point, rounds_used
 from tandem.tasks.app import app
 from tandem.tasks.errors import JobError, ResumeRefused
+from tandem.tasks.job_events import JobStarted
 from tandem.tasks.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
@@ -134,9 +135,8 @@ def _refusal(job_id: str, got: Reopened, doing: str) -> ResumeRefused:
 
 
 def _started(rt: Runtime, job_id: str, spec: JobSpec, at: Placement, **extra: Any) -> str:
-    return rt.store.publish(
-        job_id, "job_started", {"spec": spec.public_dump(), "round": at.round, "step": at.kind, **extra}
-    )
+    started = JobStarted(spec=spec.public_dump(), round=at.round, step=at.kind, **extra)
+    return rt.store.publish(job_id, started)
 
 
 def _budget(job_id: str, max_rounds: Any, used: int, spec: JobSpec) -> int | None:

@@ -25,7 +25,7 @@ from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.tasks.job_events import JobEvent, StreamSettings, decode_entry, make_event
+from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
@@ -408,7 +408,7 @@ class JobStore:
         stream gets ``ttl`` seconds (the store's TTL by default; the intake gives it the job's
         lifetime), and the job's end sets it again.
         """
-        typed = make_event(event, data or {}) if isinstance(event, str) else event
+        typed = make_event(event, data or {}) if isinstance(event, str) else checked(event)
         key = self.key(job_id, "events")
         pipe = self.redis.pipeline(transaction=False)
         pipe.xadd(key, self.entry(typed), maxlen=self.stream.maxlen, approximate=True)

@@ -40,7 +40,7 @@ from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks, streams
 from tandem.tasks.host_model import CapacityWait
-from tandem.tasks.job_events import make_event
+from tandem.tasks.job_events import JobStarted, Waiting
 from tandem.tasks.jobstate import Claim, ClaimRefused, Message, Park
 from tandem.tasks.leases import Heartbeat
 from tandem.tasks.parking import announce, approved_call, park_for
@@ -254,19 +254,10 @@ def reschedule(
         )
     if isinstance(until, str):
         raise Ignore()
-    rt.store.publish(
-        claim.job_id,
-        "waiting",
-        {
-            "round": claim.round,
-            "step": claim.kind,
-            "reason": reason,
-            "until": until,
-            "error": error,
-            "detail": error,
-            **({"host": host} if host else {}),
-        },
+    waiting = Waiting(
+        round=claim.round, step=claim.kind, reason=reason, until=until, error=error, detail=error, host=host
     )
+    rt.store.publish(claim.job_id, waiting)
     log.warning(
         "job %s: %s; %s of round %d runs again in %.1f s", claim.job_id, error, claim.kind, claim.round, delay
     )
@@ -423,7 +414,7 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         outbox_id=outbox_id,
     )
     if created:
-        rt.store.started(job_id, make_event("job_started", {"spec": job_spec.public_dump()}), live_ttl)
+        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl)
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
     # the record's outbox still holds (nothing once sent).
     send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)

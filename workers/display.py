@@ -13,7 +13,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 from tandem.reasoner.function_calling import extract_tag, strip_thinking
-from tandem.tasks.job_events import Final, JobEvent, ModelDelta, read_event
+from tandem.tasks.job_events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Final,
+    JobEvent,
+    JobStarted,
+    ModelDelta,
+    ModelReply,
+    OtherEvent,
+    RoundStarted,
+    ToolCall,
+    ToolResult,
+    Waiting,
+    read_event,
+)
 
 
 def _short(text: str, limit: int = 400) -> str:
@@ -38,94 +52,88 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
     ``model_reply`` shows only what follows from it (tool calls in the action, a deliverable).
     """
     typed = _typed(event)
-    kind, data = typed.type, typed.data
-    if kind == "model_delta":
+    if isinstance(typed, ModelDelta | OtherEvent):
         return ""
-    if kind == "model_reply" and streamed:
-        return _after_stream(data)
-    if kind == "waiting":
-        retry = f", retrying in {data['retry_in']:g} s" if data.get("retry_in") else ""
-        return f"  … waiting: {data.get('reason')}{retry} {data.get('detail') or ''}".rstrip()
-    if kind == "job_started":
-        spec = data.get("spec", {})
+    if isinstance(typed, ModelReply):
+        return _after_stream(typed) if streamed else _reply(typed)
+    if isinstance(typed, Waiting):
+        retry = f", retrying in {typed.retry_in:.0f} s" if typed.retry_in is not None else ""
+        on = f" on {typed.host}" if typed.host else ""
+        return f"  … waiting: {typed.reason}{on}{retry} {typed.detail}".rstrip()
+    if isinstance(typed, JobStarted):
+        spec = typed.spec
         budget = f"{spec.get('reasoner', 'dual')} reasoner, up to {spec.get('max_rounds')} rounds"
-        where = f"the {data.get('step')} step of round {int(data.get('round') or 0) + 1}"
-        if data.get("resumed"):
+        where = f"the {typed.step} step of round {typed.round + 1}"
+        if typed.resumed:
             return f"\njob resumed at {where}: {budget}"
-        if data.get("forked_from"):
-            kept = f"its first {data.get('forked_round')} rounds"
-            return f"job forked from {data['forked_from']} ({kept}), going on at {where}: {budget}"
+        if typed.forked_from:
+            kept = f"its first {typed.forked_round} rounds"
+            return f"job forked from {typed.forked_from} ({kept}), going on at {where}: {budget}"
         return f"job started: {budget}"
-    if kind == "round_started":
-        return f"\n── round {data['round'] + 1} of {data['max_rounds']} " + "─" * 40
-    if kind == "model_reply":
-        role, content = data["role"], data.get("content", "")
-        lines = [f"{role.capitalize()} ({data.get('model') or 'model'}):"]
-        if data.get("reasoning"):
-            lines.append(_indent("reasoning: " + _short(data["reasoning"], 300)))
-        if role == "thinker":
-            instruction = extract_tag(content, "instruction")
-            given = extract_tag(content, "input")
-            lines.append(_indent("instruction: " + _short(instruction or strip_thinking(content))))
-            if given:
-                lines.append(_indent("input: " + _short(given, 300)))
-        else:
-            action = extract_tag(content, "action")
-            deliverable = extract_tag(content, "deliverable")
-            if action:
-                lines.append(
-                    _indent(
-                        "action: "
-                        + _short(
-                            re.sub(r"<function_call>.*?</function_call>", "[tool call]", action, flags=re.S)
-                        )
-                    )
-                )
-            if deliverable is not None:
-                lines.append(_indent("(deliverable written)"))
-            if not action and deliverable is None:
-                lines.append(_indent(_short(strip_thinking(content))))
-        return "\n".join(lines)
-    if kind == "tool_call":
-        args = ", ".join(f"{k}={v!r}" for k, v in (data.get("args") or {}).items())
-        return f"  → tool call {data['index']}: {data.get('name')}({_short(args, 200)})"
-    if kind == "tool_result":
-        return f"  ← result {data['index']} [{data['status']}]: {_short(str(data.get('output', '')), 300)}"
-    if kind == "approval_requested":
-        calls = "; ".join(
-            f"{p.get('index')}. {p.get('tool')}({_short(str(p.get('args') or {}), 200)})"
-            for p in data.get("pending") or data.get("calls") or []
-        )
+    if isinstance(typed, RoundStarted):
+        return f"\n── round {typed.round + 1} of {typed.max_rounds} " + "─" * 40
+    if isinstance(typed, ToolCall):
+        args = ", ".join(f"{k}={v!r}" for k, v in typed.args.items())
+        return f"  → tool call {typed.index}: {typed.name}({_short(args, 200)})"
+    if isinstance(typed, ToolResult):
+        return f"  ← result {typed.index} [{typed.status}]: {_short(str(typed.output), 300)}"
+    if isinstance(typed, ApprovalRequested):
+        calls = "; ".join(f"{p.index}. {p.tool}({_short(str(p.args), 200)})" for p in typed.pending)
         return f"  ⏸ waiting for approval: {calls}  (decide with `tandem approve JOB`)"
-    if kind == "approval_decided":
+    if isinstance(typed, ApprovalDecided):
         done = "; ".join(
-            f"{d.get('index')} " + ("approved" if d.get("approve") else f"rejected: {d.get('reason')}")
-            for d in data.get("decisions") or []
+            f"{d.index} " + ("approved" if d.approve else f"rejected: {d.reason}") for d in typed.decisions
         )
-        return f"  ✓ decided ({data.get('by', 'person')}): {done}"
-    if kind == "final":
-        usage = data.get("usage") or {}
-        lines = [
-            "\n══ " + f"{data['status'].upper()} after {data.get('rounds', 0)} round(s); "
-            f"{usage.get('calls', 0)} model calls, {usage.get('total_tokens', 0)} tokens",
-        ]
-        if data.get("error"):
-            lines.append(f"error: {data['error']}")
-        if data.get("deliverable"):
-            lines.append("deliverable:\n" + _indent(data["deliverable"].strip(), "  "))
-        return "\n".join(lines)
+        return f"  ✓ decided ({typed.by}): {done}"
+    if isinstance(typed, Final):
+        return _final(typed)
     return ""
 
 
-def _after_stream(data: dict[str, Any]) -> str:
-    content = data.get("content", "")
+def _reply(reply: ModelReply) -> str:
+    content = reply.content
+    lines = [f"{reply.role.capitalize()} ({reply.model or 'model'}):"]
+    if reply.reasoning:
+        lines.append(_indent("reasoning: " + _short(reply.reasoning, 300)))
+    if reply.role == "thinker":
+        instruction = extract_tag(content, "instruction")
+        given = extract_tag(content, "input")
+        lines.append(_indent("instruction: " + _short(instruction or strip_thinking(content))))
+        if given:
+            lines.append(_indent("input: " + _short(given, 300)))
+        return "\n".join(lines)
+    action = extract_tag(content, "action")
+    deliverable = extract_tag(content, "deliverable")
+    if action:
+        summary = re.sub(r"<function_call>.*?</function_call>", "[tool call]", action, flags=re.S)
+        lines.append(_indent("action: " + _short(summary)))
+    if deliverable is not None:
+        lines.append(_indent("(deliverable written)"))
+    if not action and deliverable is None:
+        lines.append(_indent(_short(strip_thinking(content))))
+    return "\n".join(lines)
+
+
+def _final(final: Final) -> str:
+    lines = [
+        "\n══ " + f"{final.status.upper()} after {final.rounds} round(s); "
+        f"{final.usage.calls} model calls, {final.usage.total_tokens} tokens",
+    ]
+    if final.error:
+        lines.append(f"error: {final.error}")
+    if final.deliverable:
+        lines.append("deliverable:\n" + _indent(final.deliverable.strip(), "  "))
+    return "\n".join(lines)
+
+
+def _after_stream(reply: ModelReply) -> str:
     notes = []
-    if data["role"] != "thinker":
-        action = extract_tag(content, "action") or ""
+    if reply.role != "thinker":
+        action = extract_tag(reply.content, "action") or ""
         calls = len(re.findall(r"<function_call>", action))
         if calls:
             notes.append(f"{calls} tool call(s)")
-        if extract_tag(content, "deliverable") is not None:
+        if extract_tag(reply.content, "deliverable") is not None:
             notes.append("deliverable written")
     return _indent(f"({'; '.join(notes)})") if notes else ""
 

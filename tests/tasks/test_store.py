@@ -20,6 +20,7 @@ from tandem.tasks.job_events import (
     OtherEvent,
     RoundStarted,
     StreamSettings,
+    Waiting,
 )
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.store import JobStore
@@ -160,7 +161,11 @@ def test_finish_publishes_the_final_event(store: JobStore) -> None:
 
 def test_events_round_trip_and_stop_after_final(store: JobStore) -> None:
     store.publish(JOB, "job_started", {"spec": {"goal": "g"}})
-    store.publish(JOB, "model_reply", {"round": 0, "role": "actor", "content": "héllo", "n": 1})
+    # A newer writer's entry, with a field this version does not know (readers keep it):
+    newer = {"round": 0, "role": "actor", "content": "héllo", "n": 1}
+    store.redis.xadd(
+        store.key(JOB, "events"), {"type": "model_reply", "data": json.dumps(newer), "at": "1.0"}
+    )
     store.publish(JOB, "final", {"status": "completed"})
     store.publish(JOB, "round_started", {"round": 1, "max_rounds": 2})
 
@@ -174,6 +179,14 @@ def test_events_round_trip_and_stop_after_final(store: JobStore) -> None:
     assert reply.data["n"] == 1  # a field the writer added is kept
     assert all(isinstance(e.id, str) and e.at > 0 for e in events)
     assert len({e.id for e in events}) == 3
+
+
+def test_writers_are_strict_an_unknown_field_is_refused(store: JobStore) -> None:
+    with pytest.raises(EventError, match=r"'model_reply': unknown field\(s\) \['n'\]"):
+        store.publish(JOB, "model_reply", {"round": 0, "role": "actor", "n": 1})
+    with pytest.raises(EventError, match=r"'waiting': unknown field\(s\) \['retry'\]"):
+        store.publish(JOB, Waiting(reason="rpm", retry=3))  # type: ignore[call-arg]
+    assert store.read_events(JOB) == []
 
 
 def test_publish_refuses_an_event_that_does_not_fit_its_kind(store: JobStore) -> None:

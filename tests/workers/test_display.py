@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 import fakeredis
@@ -11,7 +12,7 @@ import pytest
 from tandem.reasoner import MonoModelReasoner, Task
 from tandem.reasoner.demo import DEMO_GOAL, demo_model, demo_tools
 from tandem.tasks.events import EventHooks
-from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply
+from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply, Waiting
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.store import JobStore
 from tandem.workers.display import LiveDisplay, render_event, show_events
@@ -48,6 +49,7 @@ def test_a_thinker_reply_shows_reasoning_instruction_and_input() -> None:
     text = render_event(
         event(
             "model_reply",
+            round=0,
             role="thinker",
             model="big-host",
             reasoning="the user wants a count",
@@ -65,7 +67,7 @@ def test_a_thinker_reply_shows_reasoning_instruction_and_input() -> None:
 
 def test_a_thinker_reply_without_tags_shows_its_visible_text() -> None:
     text = render_event(
-        event("model_reply", role="thinker", model=None, content="<think>x</think>Just count.")
+        event("model_reply", round=0, role="thinker", model=None, content="<think>x</think>Just count.")
     )
     assert text.splitlines() == ["Thinker (model):", "    instruction: Just count."]
 
@@ -75,27 +77,27 @@ def test_an_actor_reply_shows_its_action_with_calls_folded() -> None:
         "<shallow_thinking>quick</shallow_thinking><action>Counting now.\n"
         '<function_call>{"name": "word_count", "args": {"text": "a b"}}</function_call></action>'
     )
-    text = render_event(event("model_reply", role="actor", model="small-host", content=content))
+    text = render_event(event("model_reply", round=0, role="actor", model="small-host", content=content))
     assert text.splitlines() == ["Actor (small-host):", "    action: Counting now.", "    [tool call]"]
     assert "quick" not in text and "word_count" not in text
 
 
 def test_an_actor_deliverable_is_announced_not_printed() -> None:
     text = render_event(
-        event("model_reply", role="actor", model="a", content="<deliverable>84</deliverable>")
+        event("model_reply", round=0, role="actor", model="a", content="<deliverable>84</deliverable>")
     )
     assert text.splitlines() == ["Actor (a):", "    (deliverable written)"]
 
 
 def test_an_actor_reply_without_tags_shows_its_visible_text() -> None:
     text = render_event(
-        event("model_reply", role="actor", model="a", content="<think>hidden</think>plain words")
+        event("model_reply", round=0, role="actor", model="a", content="<think>hidden</think>plain words")
     )
     assert text.splitlines() == ["Actor (a):", "    plain words"]
 
 
 def test_long_text_is_shortened_with_a_count() -> None:
-    text = render_event(event("model_reply", role="actor", model="a", content="w" * 1000))
+    text = render_event(event("model_reply", round=0, role="actor", model="a", content="w" * 1000))
     assert "…[600 more characters]" in text and "w" * 401 not in text
 
 
@@ -114,7 +116,9 @@ def test_approval_requested_and_decided() -> None:
         "  (decide with `tandem approve JOB`)"
     )
     decisions = [{"index": 2, "approve": False, "reason": "external"}, {"index": 3, "approve": True}]
-    decided = render_event(event("approval_decided", by="person", decisions=decisions, complete=True))
+    decided = render_event(
+        event("approval_decided", round=0, by="person", decisions=decisions, complete=True)
+    )
     assert decided == "  ✓ decided (person): 2 rejected: external; 3 approved"
 
 
@@ -139,9 +143,7 @@ def test_final_with_a_deliverable() -> None:
 
 
 def test_final_with_an_error() -> None:
-    text = render_event(
-        event("final", status="failed", rounds=1, usage=None, deliverable="", error="ModelCallError: x")
-    )
+    text = render_event(event("final", status="failed", rounds=1, deliverable="", error="ModelCallError: x"))
     assert text.splitlines() == [
         "",
         "══ FAILED after 1 round(s); 0 model calls, 0 tokens",
@@ -242,3 +244,17 @@ def test_show_events_without_a_final_returns_none() -> None:
     out = io.StringIO()
     assert show_events([event("round_started", round=0, max_rounds=1), event("unknown")], out=out) is None
     assert out.getvalue() == "\n── round 1 of 1 " + "─" * 40 + "\n"
+
+
+def test_a_waiting_step_says_what_for_and_when_it_runs_again() -> None:
+    # As a worker writes it (``reschedule``): through the store, then read back as a client does.
+    store = JobStore(fakeredis.FakeRedis())
+    store.publish(
+        "job-w", Waiting(round=1, step="actor", reason="rpm", until=time.time() + 12, detail="budget")
+    )
+    (written,) = store.read_events("job-w")
+    text = render_event(written)
+    assert text.startswith("  … waiting: rpm, retrying in 1") and text.endswith(" s budget")
+    assert (
+        render_event(event("waiting", reason="in_flight", host="gpu-1")) == "  … waiting: in_flight on gpu-1"
+    )

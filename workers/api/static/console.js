@@ -206,8 +206,8 @@ function handle(ev) {
     case "model_reply": onReply(ev); break;
     case "tool_call": onToolCall(ev); break;
     case "tool_result": onToolResult(ev); break;
-    case "waiting": notice(`waiting: ${ev.reason}${ev.retry_in ? `, retry in ${ev.retry_in}s` : ""}`); break;
-    case "approval_requested": showApproval(ev.pending || ev.calls || []); break;
+    case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
+    case "approval_requested": showApproval(ev.pending || []); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
     case "final": showApproval([]); onFinal(ev); break;
     default: break; // kinds this console does not know yet
