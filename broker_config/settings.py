@@ -281,7 +281,7 @@ class RoleSettings:
 class Limits:
     """Bounds on every input a job brings; each error that enforces one names it and its variable.
 
-    ``0`` is never "unlimited" here: every limit has a sensible default (README, "Security").
+    ``0`` is never "unlimited" here: every limit has a sensible default (docs/security.md, "Limits").
     """
 
     spec_bytes: int = 1_000_000

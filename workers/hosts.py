@@ -32,7 +32,7 @@ def format_hosts(snapshots: Sequence[HostSnapshot]) -> str:
     if not snapshots:
         return (
             "no model host has capacity limits: set TANDEM_<ROLE>_MAX_IN_FLIGHT, _RPM or _TPM "
-            "on the workers (see the README, Capacity)"
+            "on the workers (see docs/capacity.md)"
         )
     rows = [("host", "in flight", "waiting", "requests/min", "tokens/min", "back-off", "429s")]
     for s in snapshots:

@@ -263,8 +263,9 @@ def test_a_spec_the_workers_refuse_shows_as_failed_and_leaves_nothing_stored(api
     assert body["status"]["state"] == "failed"
     assert "no_such_tool" in body["result"]["error"]
     # The intake answers first, then removes the ``queued`` marker submit wrote: wait for that.
-    while list(cluster.redis.scan_iter(f"tandem:job:{job_id}:*")) and time.monotonic() < deadline:
+    keys = f"tandem:{{{job_id}}}:*"  # every key of the job shares the hash tag {<job id>}
+    while list(cluster.redis.scan_iter(keys)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not list(cluster.redis.scan_iter(f"tandem:job:{job_id}:*"))
+    assert not list(cluster.redis.scan_iter(keys))
     assert stream(client, job_id) == []  # nothing was stored: the stream ends at once
     assert job_id not in [j["job_id"] for j in client.get("/v1/jobs?limit=200").json()["jobs"]]
