@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tandem.broker_config import Settings
-from tandem.reasoner import litellm_service
+from tandem.reasoner.models import litellm_service
 from tandem.tasks import worker_signals
 
 

@@ -21,7 +21,7 @@ Contracts:
   A success answer that holds no chat completion (an HTML page, JSON cut short, an empty body)
   is retried the same way, ``max_retries`` times at most, its waits shortened to fit
   ``retry_hold`` (never handed on), then raises ``ModelCallError`` saying what came
-  (``tandem.reasoner.litellm_errors.MalformedReplyError``). Other failures (400, 401, 403, 404,
+  (``tandem.reasoner.models.litellm_errors.MalformedReplyError``). Other failures (400, 401, 403, 404,
   422, context window exceeded) raise ``ModelCallError`` at once. Messages name the model, the
   host, the HTTP status, the provider's words and what to do; they never hold the API key.
 * **Reasoning.** A reasoning field returned by the host (``reasoning_content``, or vLLM's newer
@@ -61,29 +61,29 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from tandem.reasoner import direct_http
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from tandem.reasoner.litellm_errors import (
+from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.litellm_errors import (
     MalformedReplyError,
     failure_kind,
     is_call_failure,
     parse_retry_after,
     translate,
 )
-from tandem.reasoner.litellm_replies import (
+from tandem.reasoner.models.litellm_replies import (
     message_text,
     new_call_id,
     parsed_tool_call,
     raw_message,
     usage_of,
 )
-from tandem.reasoner.litellm_stream import PartialStreamError, StreamReader, body_keeper
-from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
-from tandem.reasoner.model_service import BaseModelService
-from tandem.reasoner.retry_policy import RetryPolicy
+from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
+from tandem.reasoner.models.model_service import BaseModelService
+from tandem.reasoner.models.retry_policy import RetryPolicy
 
 if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
-    from tandem.reasoner.model_service import ChatMessage, DeltaListener
+    from tandem.reasoner.models.model_service import ChatMessage, DeltaListener
     from tandem.reasoner.parsing.base import ReasoningParser
     from tandem.reasoner.tool_runner import ToolRunner
     from tandem.toolkit.context import ToolCallContext
@@ -257,7 +257,7 @@ class LiteLlmModelService(BaseModelService):
         """True once the cost map gave this model no price: its calls cost 0 without a lookup."""
         self._direct_name = direct_http.direct_model(model, self.api_base, self._api_key)
         """The model's name at its host when non-streamed calls on a loop that allows it may skip
-        LiteLLM (``tandem.reasoner.direct_http``); ``None``: always through LiteLLM."""
+        LiteLLM (``tandem.reasoner.models.direct_http``); ``None``: always through LiteLLM."""
 
     def __repr__(self) -> str:
         host = self.api_base or "provider default"
@@ -485,7 +485,7 @@ class LiteLlmModelService(BaseModelService):
         self, client: Any, request: dict[str, Any], on_delta: DeltaListener | None
     ) -> ModelMessage:
         """``_acomplete`` without LiteLLM: the same request posted to the host as it is
-        (``tandem.reasoner.direct_http``), the same reply."""
+        (``tandem.reasoner.models.direct_http``), the same reply."""
         body: dict[str, Any] = {"model": self._direct_name, "messages": request["messages"]}
         for key in ("temperature", "max_tokens", "tools"):
             if key in request:
