@@ -151,8 +151,8 @@ def litellm_import() -> dict[str, float]:
     """Seconds a fresh interpreter takes to import LiteLLM the way the model workers do."""
     code = (
         "import time; t = time.perf_counter()\n"
-        "from tandem.reasoner.models.litellm_service import _import_litellm\n"
-        "_import_litellm(); print(time.perf_counter() - t)"
+        "from tandem.reasoner.models.litellm_setup import import_litellm\n"
+        "import_litellm(); print(time.perf_counter() - t)"
     )
     repo = Path(__file__).resolve().parent.parent
     out = subprocess.run(

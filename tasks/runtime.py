@@ -273,7 +273,8 @@ class Runtime:
                 role.upper(),
             )
             return demo_model(role if mode == "dual" else "mono")
-        from tandem.reasoner.models.litellm_service import LiteLlmModelService, price_unpriced_model
+        from tandem.reasoner.models.litellm_service import LiteLlmModelService
+        from tandem.reasoner.models.litellm_setup import price_unpriced_model
 
         assert conf.model is not None
         price_unpriced_model(conf.model)

@@ -160,13 +160,13 @@ def _warm_up(**_: Any) -> None:
     models = [r for r in ("thinker", "actor") if r in consumed and not settings.role(r).is_demo]
     if not models:
         return
-    from tandem.reasoner.models.litellm_service import (
-        _import_litellm,
+    from tandem.reasoner.models.litellm_setup import (
         async_connection_cap,
+        import_litellm,
         size_connection_pool,
     )
 
-    _import_litellm()
+    import_litellm()
     from tandem.tasks.model_loop import threads_are_green
 
     threads = get_runtime().concurrency

@@ -20,7 +20,7 @@ import pytest
 
 from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage
-from tandem.reasoner.models import direct_http, litellm_service
+from tandem.reasoner.models import direct_http, litellm_setup
 from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.tasks.model_loop import ModelLoop
 from tests.openai_server import OpenAIServer, Reply
@@ -33,7 +33,7 @@ KEY = "sk-direct-test"
 @pytest.fixture
 def litellm_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The models of the calls that went through ``litellm.acompletion``."""
-    litellm = litellm_service._import_litellm()
+    litellm = litellm_setup.import_litellm()
     original, calls = litellm.acompletion, []
 
     async def counted(**kwargs: Any) -> Any:
