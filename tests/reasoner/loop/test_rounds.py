@@ -250,6 +250,21 @@ def test_delivered_ignores_a_deliverable_in_thinking() -> None:
     assert not delivered(ModelMessage(role="actor", content="<shallow_thinking><deliverable>x</deliverable>"))
 
 
+def test_the_tools_step_counts_the_calls_the_tool_step_runs() -> None:
+    """A reply with native calls (a Harmony parser turns gpt-oss's ``to=functions.X`` messages into
+    them) opens a tools step of as many calls as ``calls_of`` gives the tool tasks, not as many
+    ``<function_call>`` blocks as its text holds."""
+    reply = ModelMessage(
+        role="actor",
+        content=CALL,
+        tool_calls=[NativeToolCall(id="1", name="add", arguments="{}"), NativeToolCall(id="2", name="t")],
+    )
+    task = Task(goal="G", max_rounds=3)
+    for plan in (DUAL, MONO):
+        assert plan.after_model(Step(0, "actor"), reply, task) == Step(0, "tools", calls=2)
+        assert len(plan.calls_of(reply)) == 2
+
+
 def test_calls_of_reads_blocks_or_native_calls() -> None:
     blocks = ModelMessage(role="actor", content=CALL)
     assert [(c.name, c.args) for c in calls_of(blocks)] == [("t", {})]
