@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tandem.reasoner import MonoModelReasoner, Task
-from tandem.reasoner.litellm_service import LiteLlmModelService
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.toolkit import Tool
 from tandem.workers.embedded import stop_process
 

@@ -151,8 +151,8 @@ def litellm_import() -> dict[str, float]:
     """Seconds a fresh interpreter takes to import LiteLLM the way the model workers do."""
     code = (
         "import time; t = time.perf_counter()\n"
-        "from tandem.reasoner.litellm_service import _import_litellm\n"
-        "_import_litellm(); print(time.perf_counter() - t)"
+        "from tandem.reasoner.models.litellm_setup import import_litellm\n"
+        "import_litellm(); print(time.perf_counter() - t)"
     )
     repo = Path(__file__).resolve().parent.parent
     out = subprocess.run(
@@ -178,7 +178,7 @@ def _conversation(rounds: int = 5) -> list[dict[str, str]]:
 def litellm_call(hosts: ModelHosts, quick: bool) -> dict[str, float]:
     """Milliseconds of one model call through LiteLLM and of the same request as bare HTTP."""
     from bench.tools import tools
-    from tandem.reasoner.litellm_service import LiteLlmModelService
+    from tandem.reasoner.models.litellm_service import LiteLlmModelService
     from tandem.reasoner.prompts import actor_prompt
 
     hosts.latency = 0.0

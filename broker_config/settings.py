@@ -416,7 +416,7 @@ class Settings:
     """``TANDEM_DIRECT_HTTP``: on the model loop, a non-streamed call to an OpenAI-compatible host
     (model ``openai/<name>`` or ``hosted_vllm/<name>`` with an ``API_BASE``) is posted to it
     directly, not through LiteLLM (the same request and reply for about a sixth of the CPU; see
-    ``tandem.reasoner.direct_http``). Off: every call goes through LiteLLM."""
+    ``tandem.reasoner.models.direct_http``). Off: every call goes through LiteLLM."""
     retry_hold_seconds: float = 5.0
     """``TANDEM_RETRY_HOLD_SECONDS``: the most seconds a worker's model call waits between its own
     retries, in all (``Retry-After`` or back-off). A longer wait parks the step (state ``waiting``,

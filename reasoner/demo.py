@@ -14,7 +14,7 @@ import operator
 import re
 from typing import Any
 
-from tandem.reasoner.model_service import ChatMessage
+from tandem.reasoner.models.model_service import ChatMessage
 from tandem.reasoner.testing import ScriptedModelService
 from tandem.toolkit.tool import Tool
 

@@ -5,6 +5,7 @@ Everything here is a pydantic model because it crosses Redis as JSON between Cel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -100,3 +101,11 @@ class ModelMessage(BaseModel):
     def key(self) -> str:
         """The idempotency key of this message within its job."""
         return f"{self.round}:{self.role}"
+
+
+def total_usage(messages: Sequence[ModelMessage]) -> Usage:
+    """Token usage summed over ``messages``."""
+    usage = Usage()
+    for m in messages:
+        usage = usage + m.usage
+    return usage

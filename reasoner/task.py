@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tandem.reasoner.approval import validate_approve_tools
 from tandem.reasoner.errors import ConfigurationError
 from tandem.reasoner.messages import ModelMessage, Usage
 from tandem.toolkit.tool import Tool
@@ -54,8 +55,6 @@ class Task:
             raise ConfigurationError("Task.goal is empty: say what the reasoner should achieve")
         if self.max_rounds < 1:
             raise ConfigurationError(f"Task.max_rounds must be at least 1, got {self.max_rounds!r}")
-        from tandem.reasoner.approval import validate_approve_tools
-
         try:
             self.approve_tools = validate_approve_tools(self.approve_tools)
         except ValueError as exc:

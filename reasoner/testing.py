@@ -14,7 +14,7 @@ from typing import Any
 
 from tandem.reasoner.errors import ModelCallError
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
-from tandem.reasoner.model_service import BaseModelService, ChatMessage, DeltaListener
+from tandem.reasoner.models.model_service import BaseModelService, ChatMessage, DeltaListener
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.tool import Tool

@@ -27,12 +27,12 @@ _EXPORTS: dict[str, str] = {
     "submit": "tandem.tasks.client",
     "submit_async": "tandem.tasks.client",
     # in-process reasoners and their inputs
-    "DualModelReasoner": "tandem.reasoner.dual",
-    "MonoModelReasoner": "tandem.reasoner.mono",
-    "ReActReasoner": "tandem.reasoner.react",
+    "DualModelReasoner": "tandem.reasoner.loop.reasoner",
+    "MonoModelReasoner": "tandem.reasoner.loop.reasoner",
+    "ReActReasoner": "tandem.reasoner.loop.reasoner",
     "Task": "tandem.reasoner.task",
     # model services and parsers
-    "LiteLlmModelService": "tandem.reasoner.litellm_service",
+    "LiteLlmModelService": "tandem.reasoner.models.litellm_service",
     "ScriptedModelService": "tandem.reasoner.testing",
     "get_reasoning_parser": "tandem.reasoner.parsing.registry",
     # tools and the toolkit
@@ -82,12 +82,10 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.broker_config.errors import SettingsError
-    from tandem.reasoner.dual import DualModelReasoner
     from tandem.reasoner.errors import ConfigurationError, ReasonerError
-    from tandem.reasoner.litellm_service import LiteLlmModelService
-    from tandem.reasoner.mono import MonoModelReasoner
+    from tandem.reasoner.loop.reasoner import DualModelReasoner, MonoModelReasoner, ReActReasoner
+    from tandem.reasoner.models.litellm_service import LiteLlmModelService
     from tandem.reasoner.parsing.registry import get_reasoning_parser
-    from tandem.reasoner.react import ReActReasoner
     from tandem.reasoner.task import Task
     from tandem.reasoner.testing import ScriptedModelService
     from tandem.tasks.client import JobHandle, submit, submit_async

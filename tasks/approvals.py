@@ -257,7 +257,7 @@ def rejected_results(record: ApprovalRecord) -> list[FunctionCallResult]:
 def _moves(job_id: str, record: ApprovalRecord) -> dict[str, Any]:
     """What settling a complete ``record`` writes: the rejected calls' results, the approved
     calls' messages, and the collect step's messages (used when no call is left to run)."""
-    from tandem.reasoner.plan import Step
+    from tandem.reasoner.loop.step import Step
     from tandem.tasks.turns import step_messages
 
     if not record.decided:

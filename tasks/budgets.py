@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tandem.reasoner.memory import ReasonerMemory
-from tandem.reasoner.steps import total_usage
+from tandem.reasoner.messages import total_usage
 from tandem.tasks.spec import JobSpec
 
 

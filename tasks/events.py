@@ -22,7 +22,7 @@ from tandem.tasks.store import JobStore
 
 if TYPE_CHECKING:
     from tandem.reasoner.function_calling import ParsedFunctionCall
-    from tandem.reasoner.model_service import DeltaListener
+    from tandem.reasoner.models.model_service import DeltaListener
 
 
 class DeltaCoalescer:

@@ -35,7 +35,7 @@ from typing import Any
 
 from tandem.reasoner.errors import TransientModelError
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.reasoner.model_service import AsyncModelService, ChatMessage, DeltaListener, ModelService
+from tandem.reasoner.models.model_service import AsyncModelService, ChatMessage, DeltaListener, ModelService
 from tandem.tasks import metrics
 from tandem.tasks.capacity import Grant, HostCapacity, SlotKeeper, Wait
 from tandem.tasks.model_loop import ModelLoop, threads_are_green
@@ -88,7 +88,7 @@ def _on_loop(inner: ModelService) -> AsyncModelService | None:
     """``inner`` when its calls can run on a ``ModelLoop``: a LiteLLM model, not under gevent."""
     if threads_are_green():
         return None
-    from tandem.reasoner.litellm_service import LiteLlmModelService
+    from tandem.reasoner.models.litellm_service import LiteLlmModelService
 
     return inner if isinstance(inner, LiteLlmModelService) else None
 

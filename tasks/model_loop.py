@@ -22,7 +22,7 @@ already, and a real thread would block the hub.
 
 With ``direct_http`` (``TANDEM_DIRECT_HTTP``, on by default), the loop allows the calls it runs
 to skip LiteLLM where the host speaks the OpenAI protocol as it is
-(``tandem.reasoner.direct_http``); its HTTP session is closed when the loop stops.
+(``tandem.reasoner.models.direct_http``); its HTTP session is closed when the loop stops.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from tandem.reasoner import direct_http
-from tandem.reasoner.model_service import DeltaListener
+from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.model_service import DeltaListener
 
 __all__ = ["MODEL_LOOP", "ModelLoop", "threads_are_green"]
 

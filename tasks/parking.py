@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 from tandem.reasoner.approval import pending_calls
 from tandem.reasoner.function_calling import ParsedFunctionCall
+from tandem.reasoner.loop.plan import LoopPlan
+from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import ModelMessage
-from tandem.reasoner.plan import LoopPlan, Step
 from tandem.reasoner.task import Task
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.job_events import ApprovalRequested

@@ -18,7 +18,7 @@ from tandem.reasoner.messages import FunctionCallResult, ModelMessage, Role
 
 if TYPE_CHECKING:
     from tandem.reasoner.function_calling import ParsedFunctionCall
-    from tandem.reasoner.model_service import DeltaListener
+    from tandem.reasoner.models.model_service import DeltaListener
     from tandem.reasoner.task import ReasonerOutcome
 
 

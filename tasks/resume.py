@@ -7,7 +7,7 @@ starts a new job from the first rounds of another. Both by name, from any Celery
 Both are consumed from the intake queue (like ``tandem.infer``).
 
 **Resume** takes a ``failed``, ``cancelled`` or ``truncated`` job and walks its plan over the
-stored memory (``tandem.reasoner.replay``) to the first step with nothing stored: stored model
+stored memory (``tandem.reasoner.loop.replay``) to the first step with nothing stored: stored model
 replies and tool results are reused, never redone (a tool step's calls with a stored result count
 as done; the placeholder a cancelled job stored for a call it never ran does not). ``max_rounds``
 raises the round budget (the stored spec is updated); it must be above the rounds already used.
@@ -40,9 +40,9 @@ from typing import Any
 
 from celery import Task as CeleryTask
 
+from tandem.reasoner.loop.replay import ResumePoint, resume_point, rounds_used
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
-from tandem.reasoner.replay import ResumePoint, resume_point, rounds_used
 from tandem.tasks.app import app
 from tandem.tasks.errors import JobError, ResumeRefused
 from tandem.tasks.job_events import JobStarted

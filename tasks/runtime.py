@@ -10,9 +10,10 @@ from typing import Any
 from redis import BlockingConnectionPool, Redis
 
 from tandem.broker_config import Settings
-from tandem.reasoner.model_service import ModelService
-from tandem.reasoner.plan import LoopPlan, plan_for
-from tandem.reasoner.react import FunctionCalling
+from tandem.reasoner.loop.kinds import plan_for
+from tandem.reasoner.loop.plan import LoopPlan
+from tandem.reasoner.loop.react import FunctionCalling
+from tandem.reasoner.models.model_service import ModelService
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.capacity import HostCapacity, HostLimits, SlotKeeper
@@ -272,7 +273,8 @@ class Runtime:
                 role.upper(),
             )
             return demo_model(role if mode == "dual" else "mono")
-        from tandem.reasoner.litellm_service import LiteLlmModelService, price_unpriced_model
+        from tandem.reasoner.models.litellm_service import LiteLlmModelService
+        from tandem.reasoner.models.litellm_setup import price_unpriced_model
 
         assert conf.model is not None
         price_unpriced_model(conf.model)

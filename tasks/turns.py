@@ -5,7 +5,7 @@ Every other task names a step, ``(job, round)`` plus its kind by the task's name
 ``thinker_turn``, ``actor_turn`` (the model of mono and react jobs too), ``run_tool`` (one call
 of a ``tools`` step), ``collect_tools``, ``finalize``. A task claims its step (nothing happens if
 the job is elsewhere, ended, or a live worker holds the step), does the step's work, asks the
-job's plan (``tandem.reasoner.plan``) what follows, commits (stores the step's messages and moves
+job's plan (``tandem.reasoner.loop``) what follows, commits (stores the step's messages and moves
 the record to the next step, only if its claim still stands) and sends the outbox. Two steps need
 no other worker and run at once in the thread that made them current, their message kept in the
 outbox for the reconciler until they commit: ``collect`` (run by the call that stores a round's
@@ -32,9 +32,10 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from tandem.reasoner.errors import ReasonerError, TransientModelError
+from tandem.reasoner.loop.calls import call_context
+from tandem.reasoner.loop.plan import LoopPlan
+from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
-from tandem.reasoner.plan import LoopPlan, Step, StepInputs, call_context
-from tandem.reasoner.steps import apply_tool_results
 from tandem.tasks.app import app
 from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobError
@@ -556,7 +557,7 @@ def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
                 claim=claim,
             )
         memory = PendingMemory(rt.store.memory(job_id), view.messages, asked=keys)
-        stored = apply_tool_results(memory, round_no, [r for r in results if r is not None])
+        stored = plan.record_tools(memory, round_no, [r for r in results if r is not None])
         nxt = plan.after_tools(rt.task_for(job_id, spec), stored.function_results, round_no)
         _commit(rt, claim, nxt, memory, DeferredHooks(EventHooks(rt.store, job_id)), spec)
     return None

@@ -26,7 +26,7 @@ import random
 import uuid
 from typing import Any
 
-from tandem.reasoner.plan import Step
+from tandem.reasoner.loop.step import Step
 from tandem.tasks.budgets import message_priority
 from tandem.tasks.capacity import HostCapacity
 from tandem.tasks.host_model import CapacityWait

@@ -37,7 +37,7 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
     """Send a stalled step again one priority level up: its first message already reached a
     worker (or was lost), so it goes ahead of its own priority's backlog instead of behind it.
     A job still queued gets its intake message again (same job id, same spec)."""
-    from tandem.reasoner.plan import Step
+    from tandem.reasoner.loop.step import Step
     from tandem.tasks.budgets import message_priority
     from tandem.tasks.turns import send, step_messages
 
@@ -160,13 +160,13 @@ def _warm_up(**_: Any) -> None:
     models = [r for r in ("thinker", "actor") if r in consumed and not settings.role(r).is_demo]
     if not models:
         return
-    from tandem.reasoner.litellm_service import (
-        _import_litellm,
+    from tandem.reasoner.models.litellm_setup import (
         async_connection_cap,
+        import_litellm,
         size_connection_pool,
     )
 
-    _import_litellm()
+    import_litellm()
     from tandem.tasks.model_loop import threads_are_green
 
     threads = get_runtime().concurrency
@@ -175,7 +175,7 @@ def _warm_up(**_: Any) -> None:
         # retries' overlap).
         size_connection_pool(threads + 8)
         return
-    from tandem.reasoner.direct_http import direct_model
+    from tandem.reasoner.models.direct_http import direct_model
 
     def through_litellm(role: str) -> bool:  # its calls on the loop use LiteLLM's HTTP client
         conf = settings.role(role)

@@ -38,7 +38,7 @@ def test_every_export_resolves_to_the_object_of_that_name(name: str) -> None:
 
 
 def test_exports_are_the_subpackages_objects() -> None:
-    from tandem.reasoner.dual import DualModelReasoner
+    from tandem.reasoner.loop.reasoner import DualModelReasoner
     from tandem.tasks.client import submit
     from tandem.toolkit.tool import Tool
 

@@ -55,7 +55,9 @@ def test_the_wheel_holds_one_top_level_package_with_its_marker(dist: Path) -> No
     assert "tandem/py.typed" in names
     for folder in CARD_FOLDERS:
         assert f"tandem/{folder}/__init__.py" in names
-    assert "tandem/reasoner/parsing/__init__.py" in names
+    for subpackage in ("loop", "models", "parsing"):
+        assert f"tandem/reasoner/{subpackage}/__init__.py" in names
+    assert "tandem/reasoner/loop/reasoner.py" in names
 
 
 def test_a_wheel_built_from_the_sdist_has_the_same_files(dist: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tandem.reasoner.react import NEEDS_MORE_STEPS
+from tandem.reasoner.loop.react_budget import NEEDS_MORE_STEPS
 from tandem.workers.embedded import WorkerGroup
 from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan

@@ -52,7 +52,7 @@ def test_dir_lists_the_exports_and_unknown_names_fail() -> None:
 
 
 def test_a_lazy_export_is_the_defining_modules_object() -> None:
-    from tandem.reasoner.dual import DualModelReasoner
+    from tandem.reasoner.loop.reasoner import DualModelReasoner
     from tandem.reasoner.memory import RedisReasonerMemory
     from tandem.toolkit.context import ToolCallContext
 
@@ -65,7 +65,7 @@ PROBE = """
 import json, sys
 from tandem import reasoner, toolkit
 after_import = sorted(m for m in sys.modules if m == "celery" or m.startswith(("celery.", "kombu")))
-lazy_loaded = "tandem.reasoner.dual" in sys.modules or "litellm" in sys.modules
+lazy_loaded = "tandem.reasoner.loop.reasoner" in sys.modules or "litellm" in sys.modules
 for name in reasoner.__all__:
     getattr(reasoner, name)
 for name in toolkit.__all__:

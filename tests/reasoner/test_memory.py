@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 
+from tandem.reasoner.loop.rounds import DualPlan
+from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory, RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, Role, Usage
-from tandem.reasoner.steps import actor_step, thinker_step
 from tandem.reasoner.task import Task
 from tandem.reasoner.testing import ScriptedModelService
 
@@ -104,10 +105,11 @@ def test_a_step_run_twice_stores_one_message_and_calls_the_model_once(memory: Re
     actor = ScriptedModelService(["<action>counted</action>", "never used"], name="a")
     task = Task(goal="count")
 
-    first = thinker_step(thinker, task, memory, 0)
-    again = thinker_step(thinker, task, memory, 0)
-    acted = actor_step(actor, task, memory, 0)
-    acted_again = actor_step(actor, task, memory, 0)
+    plan, inputs = DualPlan(), StepInputs(task, memory)
+    first = plan.run_model(Step(0, "thinker"), thinker, inputs)
+    again = plan.run_model(Step(0, "thinker"), thinker, inputs)
+    acted = plan.run_model(Step(0, "actor"), actor, inputs)
+    acted_again = plan.run_model(Step(0, "actor"), actor, inputs)
 
     assert first == again and acted == acted_again
     assert (len(thinker.calls), len(actor.calls)) == (1, 1)

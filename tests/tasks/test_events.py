@@ -129,7 +129,7 @@ def test_events_survive_the_wire_unchanged() -> None:
 
 
 def test_a_reply_not_streamed_publishes_its_reply_only() -> None:
-    from tandem.reasoner.litellm_service import LiteLlmModelService
+    from tandem.reasoner.models.litellm_service import LiteLlmModelService
     from tandem.tasks.events import streams
 
     store = JobStore(fakeredis.FakeRedis(), stream=StreamSettings(delta_interval=60))

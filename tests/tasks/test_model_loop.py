@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tandem.reasoner.model_service import DeltaListener
+from tandem.reasoner.models.model_service import DeltaListener
 from tandem.tasks import model_loop as model_loop_module
 from tandem.tasks.model_loop import ModelLoop, threads_are_green
 

@@ -12,7 +12,7 @@ import pytest
 from kombu.exceptions import OperationalError
 
 from tandem.broker_config import Settings
-from tandem.reasoner.plan import Step
+from tandem.reasoner.loop.step import Step
 from tandem.tasks import runtime as runtime_module
 from tandem.tasks import turns, worker_signals
 from tandem.tasks.client import send_intake

@@ -11,8 +11,9 @@ from cryptography.fernet import Fernet
 from tandem.broker_config import Settings
 from tandem.broker_config.settings import Limits
 from tandem.reasoner.errors import MemoryLimitError
+from tandem.reasoner.loop.rounds import MonoPlan
+from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.memory import InMemoryReasonerMemory
-from tandem.reasoner.steps import actor_step
 from tandem.reasoner.task import Task
 from tandem.reasoner.testing import ScriptedModelService
 from tandem.tasks.errors import JobSpecError
@@ -141,11 +142,11 @@ def test_the_memory_limit_fails_the_step_and_keeps_the_memory() -> None:
     model = ScriptedModelService(["<action>more</action>"] * 5)
     task = Task(goal="g" * 50, max_memory_bytes=10_000)
     big = Task(goal="g", max_memory_bytes=10_000)
-    actor_step(model, task, memory, 0, mode="mono")
+    MonoPlan().run_model(Step(0, "actor"), model, StepInputs(task, memory))
     padded = memory.get_messages()[0].model_copy(update={"content": "x" * 20_000, "round": 1})
     memory.add_message(padded)
     with pytest.raises(MemoryLimitError, match="TANDEM_MAX_MEMORY_BYTES"):
-        actor_step(model, big, memory, 2, mode="mono")
+        MonoPlan().run_model(Step(2, "actor"), model, StepInputs(big, memory))
     assert len(memory.get_messages()) == 2
 
 

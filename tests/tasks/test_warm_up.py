@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tandem.broker_config import Settings
-from tandem.reasoner import litellm_service
+from tandem.reasoner.models import litellm_setup
 from tandem.tasks import worker_signals
 
 
@@ -20,8 +20,8 @@ def test_only_a_worker_calling_models_in_its_threads_sizes_their_pool(
         worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=600)
     )
     pools: list[int] = []
-    monkeypatch.setattr(litellm_service, "size_connection_pool", lambda n: pools.append(n) or True)
-    monkeypatch.setattr(litellm_service, "async_connection_cap", lambda: 500)
+    monkeypatch.setattr(litellm_setup, "size_connection_pool", lambda n: pools.append(n) or True)
+    monkeypatch.setattr(litellm_setup, "async_connection_cap", lambda: 500)
     worker_signals._warm_up()
     assert pools == ([608] if sized else [])  # the loop's calls never use the threads' pool
     # On the loop, 600 threads against an HTTP client that opens 500 connections: said at start.
@@ -44,6 +44,6 @@ def test_the_connection_limit_warning_is_only_for_calls_through_litellm(
     monkeypatch.setattr(
         worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=600)
     )
-    monkeypatch.setattr(litellm_service, "async_connection_cap", lambda: 500)
+    monkeypatch.setattr(litellm_setup, "async_connection_cap", lambda: 500)
     worker_signals._warm_up()
     assert ("AIOHTTP_CONNECTOR_LIMIT" in caplog.text) is warned

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser, harmony
+from tandem.reasoner.parsing import ParsedToolCall, ReasoningSplit, get_reasoning_parser
+from tandem.reasoner.parsing import harmony_reader as reader
 from tandem.reasoner.parsing.harmony_format import HEADER_LIMIT, WHITE_SPACE, read_header
 from tests.reasoner.parsing.chunking import chunkings, feed_all
 
@@ -426,6 +427,6 @@ def test_white_space_list_is_what_isspace_accepts() -> None:
 
 def test_fast_path_codes_are_the_numbers_feed_is_written_with() -> None:
     # feed() and _feed_stripped() compare ``_fast`` with literal numbers (cheaper than globals).
-    assert (harmony._REASONING, harmony._CONTENT, harmony._TOOL, harmony._SLOW) == (0, 1, 2, -1)
-    assert (harmony._STRIPPED, harmony._STRIPPED_LT) == (3, -5)
-    assert (harmony._STRIPPED_REASONING, harmony._STRIPPED_CONTENT) == (3, 4)
+    assert (reader.REASONING, reader.CONTENT, reader.TOOL, reader.SLOW) == (0, 1, 2, -1)
+    assert (reader.STRIPPED, reader.STRIPPED_LT) == (3, -5)
+    assert (reader.STRIPPED_REASONING, reader.STRIPPED_CONTENT) == (3, 4)

@@ -1,4 +1,4 @@
-"""``ReActReasoner`` and the ReAct step functions.
+"""``ReActReasoner`` and ``ReActPlan``.
 
 Native mode runs against the local OpenAI-compatible test server through ``LiteLlmModelService``
 (real HTTP, real ``tool_calls``); prompt mode uses ``ScriptedModelService``.
@@ -18,19 +18,13 @@ from tandem.reasoner import ReActReasoner
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, ReasonerError
 from tandem.reasoner.function_calling import FUNCTION_CALLING_GUIDE
 from tandem.reasoner.hooks import ReasonerHooks
-from tandem.reasoner.litellm_service import LiteLlmModelService
+from tandem.reasoner.loop.calls import native_to_call
+from tandem.reasoner.loop.react import ReActPlan
+from tandem.reasoner.loop.react_budget import NEEDS_MORE_STEPS, rounds_for, steps_left, tools_fit
+from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.memory import InMemoryReasonerMemory
 from tandem.reasoner.messages import FunctionCallStatus, ModelMessage, NativeToolCall
-from tandem.reasoner.react import (
-    NEEDS_MORE_STEPS,
-    react_plan_next,
-    react_step,
-    react_view,
-    rounds_for,
-    steps_left,
-    tools_fit,
-)
-from tandem.reasoner.steps import native_to_call
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.reasoner.task import ReasonerOutcome, Task
 from tandem.reasoner.testing import ScriptedModelService
 from tandem.reasoner.tool_runner import ToolRunner
@@ -422,7 +416,16 @@ def test_native_mode_ignores_function_call_text() -> None:
     assert model.calls[0]["tools"] == ["add"]
 
 
-# -- the step functions -------------------------------------------------------------------
+# -- the plan's steps ----------------------------------------------------------------------
+
+REACT = ReActPlan()
+
+
+def react_step(
+    model: ScriptedModelService, task: Task, memory: InMemoryReasonerMemory, round_no: int
+) -> ModelMessage:
+    """The model step of ``round_no`` (native mode, ``add`` offered)."""
+    return REACT.run_model(Step(round_no, "actor"), model, StepInputs(task, memory, [ADD]))
 
 
 def native(*calls: tuple[str, str, str], content: str = "") -> ModelMessage:
@@ -437,28 +440,28 @@ def test_react_step_is_idempotent() -> None:
     model = ScriptedModelService([native(("c", "add", '{"a": 1, "b": 1}')), "unused"])
     memory = InMemoryReasonerMemory()
     task = Task(goal="g", max_rounds=5)
-    first = react_step(model, task, memory, 0, [ADD])
-    again = react_step(model, task, memory, 0, [ADD])
+    first = react_step(model, task, memory, 0)
+    again = react_step(model, task, memory, 0)
     assert first == again and len(model.calls) == 1
-    assert react_plan_next(task, first, 0).kind == "tools"
+    assert REACT.after_model(Step(0, "actor"), first, task).kind == "tools"
 
 
 def test_react_step_refuses_to_skip_pending_results() -> None:
     memory = InMemoryReasonerMemory([native(("c", "add", "{}")).model_copy(update={"round": 0})])
     with pytest.raises(ReasonerError, match="tool results of round 0"):
-        react_step(ScriptedModelService(["x"]), Task(goal="g"), memory, 1, [ADD])
+        react_step(ScriptedModelService(["x"]), Task(goal="g"), memory, 1)
 
 
 def test_missing_and_duplicate_call_ids_are_made_unique() -> None:
     model = ScriptedModelService([native(("", "add", "{}"), ("dup", "add", "{}"), ("dup", "add", "{}"))])
-    reply = react_step(model, Task(goal="g"), InMemoryReasonerMemory(), 0, [ADD])
+    reply = react_step(model, Task(goal="g"), InMemoryReasonerMemory(), 0)
     ids = [c.id for c in reply.tool_calls]
     assert len(set(ids)) == 3 and all(ids) and ids[1] == "dup"
 
 
 def test_view_answers_every_call_even_without_a_stored_result() -> None:
     reply = native(("a", "add", "{}"), ("b", "add", "{}"), content="<think>x</think>")
-    view = react_view(Task(goal="g"), [reply], 1)
+    view = REACT.view(Task(goal="g"), [reply], 1)
     valid_history(view)
     assert view[1]["content"] is None
 
@@ -467,8 +470,8 @@ def test_resume_from_memory_does_not_redo_stored_steps() -> None:
     memory = InMemoryReasonerMemory()
     first = ScriptedModelService([native(("c", "add", '{"a": 2, "b": 3}'))])
     task = Task(goal="g", tools=[ADD])
-    reply = react_step(first, task, memory, 0, [ADD])
-    assert react_plan_next(task, reply, 0).kind == "tools"
+    reply = react_step(first, task, memory, 0)
+    assert REACT.after_model(Step(0, "actor"), reply, task).kind == "tools"
 
     second = ScriptedModelService(["It is 5."])
     outcome = ReActReasoner(second).run(task, memory)

@@ -1,4 +1,4 @@
-"""The step functions both drivers share: views, idempotent steps, planning, results, outcomes."""
+"""``DualPlan`` and ``MonoPlan``: views, idempotent model steps, decisions, results, outcomes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from itertools import pairwise
 import pytest
 
 from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.loop.calls import calls_of, native_to_call, tool_context
+from tandem.reasoner.loop.rounds import DualPlan, MonoPlan, delivered
+from tandem.reasoner.loop.step import Step, StepInputs, finalize
 from tandem.reasoner.memory import InMemoryReasonerMemory
 from tandem.reasoner.messages import (
     FunctionCallResult,
@@ -15,26 +18,13 @@ from tandem.reasoner.messages import (
     NativeToolCall,
     Role,
     Usage,
-)
-from tandem.reasoner.prompts import round_note
-from tandem.reasoner.steps import (
-    actor_step,
-    actor_view,
-    apply_tool_results,
-    calls_of,
-    conclude,
-    make_outcome,
-    native_to_call,
-    plan_next,
-    stopped,
-    thinker_step,
-    thinker_view,
-    tool_context,
     total_usage,
 )
+from tandem.reasoner.prompts import round_note
 from tandem.reasoner.task import Task
 from tandem.reasoner.testing import ScriptedModelService
 
+DUAL, MONO = DualPlan(), MonoPlan()
 THINK_0 = "<deep_thinking>plan</deep_thinking><instruction>count</instruction><input>the text</input>"
 ACT_0 = "<shallow_thinking>easy</shallow_thinking><action>counting</action>"
 RESULT_0 = (
@@ -99,7 +89,7 @@ def test_round_note(round_no: int, max_rounds: int, role: str, expected: str) ->
 
 def test_thinker_view_shows_earlier_rounds_and_the_round_note() -> None:
     task = Task(goal="G", context="C", max_rounds=3)
-    chat = thinker_view(task, history(), 1)
+    chat = DUAL.thinker_view(task, history(), 1)
     assert chat == [
         {"role": "user", "content": "<task>\n<goal>G</goal>\n<context>C</context>\n</task>"},
         {"role": "assistant", "content": THINK_0},
@@ -113,7 +103,7 @@ def test_thinker_view_shows_earlier_rounds_and_the_round_note() -> None:
 
 def test_actor_view_in_dual_mode_puts_the_round_note_before_the_instruction() -> None:
     task = Task(goal="G", max_rounds=3)
-    chat = actor_view(task, history(), 1, "dual")
+    chat = DUAL.actor_view(task, history(), 1)
     assert [m["role"] for m in chat] == ["user", "assistant", "user"]
     assert chat[0]["content"] == (
         "<task>\n<goal>G</goal>\n</task>\n\n"
@@ -129,7 +119,7 @@ def test_actor_view_in_dual_mode_puts_the_round_note_before_the_instruction() ->
 def test_actor_view_in_mono_mode_ends_with_the_round_note() -> None:
     task = Task(goal="G", max_rounds=2)
     mono_history = [m for m in history() if m.role != "thinker"]
-    chat = actor_view(task, mono_history, 1, "mono")
+    chat = MONO.actor_view(task, mono_history, 1)
     assert chat[-1]["role"] == "user"
     assert str(chat[-1]["content"]).endswith(round_note(1, 2, "actor"))
     assert "This is the last round" in str(chat[-1]["content"])
@@ -138,14 +128,14 @@ def test_actor_view_in_mono_mode_ends_with_the_round_note() -> None:
 def test_a_thinker_without_an_instruction_tag_is_passed_on_without_its_thinking() -> None:
     task = Task(goal="G")
     messages = [ModelMessage(role="thinker", round=0, content="<think>hidden</think>Just count the words.")]
-    chat = actor_view(task, messages, 0, "dual")
+    chat = DUAL.actor_view(task, messages, 0)
     assert "The Thinker's instruction:\nJust count the words." in text_of(chat)
     assert "hidden" not in text_of(chat)
 
 
 def test_views_never_hold_reasoning_or_later_messages() -> None:
     task = Task(goal="G", max_rounds=5)
-    for chat in (thinker_view(task, history(), 1), actor_view(task, history(), 1, "dual")):
+    for chat in (DUAL.thinker_view(task, history(), 1), DUAL.actor_view(task, history(), 1)):
         assert "SECRET" not in text_of(chat)
         assert "<action>84</action>" not in text_of(chat)  # round 1's Actor reply is in the future
 
@@ -153,9 +143,9 @@ def test_views_never_hold_reasoning_or_later_messages() -> None:
 def test_views_alternate_roles() -> None:
     task = Task(goal="G", max_rounds=5)
     for chat in (
-        thinker_view(task, history(), 2),
-        actor_view(task, history(), 1, "dual"),
-        actor_view(task, history(), 2, "mono"),
+        DUAL.thinker_view(task, history(), 2),
+        DUAL.actor_view(task, history(), 1),
+        MONO.actor_view(task, history(), 2),
     ):
         roles = [m["role"] for m in chat]
         assert all(a != b for a, b in pairwise(roles)), roles
@@ -179,10 +169,11 @@ def test_thinker_and_actor_steps_call_the_model_once_per_round() -> None:
     hooks = Recorder()
     task = Task(goal="G")
 
-    t1 = thinker_step(thinker, task, memory, 0, hooks=hooks)
-    t2 = thinker_step(thinker, task, memory, 0, hooks=hooks)
-    a1 = actor_step(actor, task, memory, 0, hooks=hooks)
-    a2 = actor_step(actor, task, memory, 0, hooks=hooks)
+    inputs = StepInputs(task, memory, hooks=hooks)
+    t1 = DUAL.run_model(Step(0, "thinker"), thinker, inputs)
+    t2 = DUAL.run_model(Step(0, "thinker"), thinker, inputs)
+    a1 = DUAL.run_model(Step(0, "actor"), actor, inputs)
+    a2 = DUAL.run_model(Step(0, "actor"), actor, inputs)
 
     assert (len(thinker.calls), len(actor.calls)) == (1, 1)
     assert t1 == t2 and a1 == a2
@@ -208,16 +199,17 @@ def test_a_concurrent_duplicate_returns_the_message_stored_first() -> None:
 
     memory = RacingMemory()
     hooks = Recorder()
-    message = actor_step(ScriptedModelService(["the loser"]), Task(goal="G"), memory, 0, hooks=hooks)
+    inputs = StepInputs(Task(goal="G"), memory, hooks=hooks)
+    message = DUAL.run_model(Step(0, "actor"), ScriptedModelService(["the loser"]), inputs)
     assert message.content == "the winner"
     assert [m.content for m in memory.get_messages()] == ["the winner"]
     assert hooks.replies == []  # the loser stored nothing, so it publishes nothing
 
 
-def test_the_actor_step_uses_the_prompt_of_its_mode() -> None:
+def test_the_actor_step_uses_the_prompt_of_its_kind() -> None:
     dual, mono = ScriptedModelService(["x"]), ScriptedModelService(["x"])
-    actor_step(dual, Task(goal="G"), InMemoryReasonerMemory(), 0, mode="dual")
-    actor_step(mono, Task(goal="G"), InMemoryReasonerMemory(), 0, mode="mono")
+    DUAL.run_model(Step(0, "actor"), dual, StepInputs(Task(goal="G"), InMemoryReasonerMemory()))
+    MONO.run_model(Step(0, "actor"), mono, StepInputs(Task(goal="G"), InMemoryReasonerMemory()))
     assert dual.calls[0]["sys_prompt"].startswith("You are the Actor")
     assert mono.calls[0]["sys_prompt"].startswith("You solve the task on your own")
 
@@ -240,14 +232,37 @@ CALL = '<action><function_call>{"name": "t", "args": {}}</function_call></action
         pytest.param("<deliverable>late</deliverable>", 2, "deliver", 0, id="deliverable-on-last-round"),
     ],
 )
-def test_plan_next(content: str, round_no: int, kind: str, n_calls: int) -> None:
-    step = plan_next(Task(goal="G", max_rounds=3), ModelMessage(role="actor", content=content), round_no)
-    assert (step.kind, len(step.calls)) == (kind, n_calls)
+def test_what_follows_the_actor(content: str, round_no: int, kind: str, n_calls: int) -> None:
+    expected = {
+        "deliver": finalize(round_no, "completed"),
+        "truncated": finalize(round_no, "truncated"),
+        "tools": Step(round_no, "tools", calls=n_calls),
+        "continue": Step(round_no + 1, "thinker"),
+    }[kind]
+    task, reply = Task(goal="G", max_rounds=3), ModelMessage(role="actor", content=content)
+    assert DUAL.after_model(Step(round_no, "actor"), reply, task) == expected
+    mono = expected if kind != "continue" else Step(round_no + 1, "actor")
+    assert MONO.after_model(Step(round_no, "actor"), reply, task) == mono
 
 
-def test_stopped_ignores_a_deliverable_in_thinking() -> None:
-    assert stopped(ModelMessage(role="actor", content="<deliverable>x</deliverable>"))
-    assert not stopped(ModelMessage(role="actor", content="<shallow_thinking><deliverable>x</deliverable>"))
+def test_delivered_ignores_a_deliverable_in_thinking() -> None:
+    assert delivered(ModelMessage(role="actor", content="<deliverable>x</deliverable>"))
+    assert not delivered(ModelMessage(role="actor", content="<shallow_thinking><deliverable>x</deliverable>"))
+
+
+def test_the_tools_step_counts_the_calls_the_tool_step_runs() -> None:
+    """A reply with native calls (a Harmony parser turns gpt-oss's ``to=functions.X`` messages into
+    them) opens a tools step of as many calls as ``calls_of`` gives the tool tasks, not as many
+    ``<function_call>`` blocks as its text holds."""
+    reply = ModelMessage(
+        role="actor",
+        content=CALL,
+        tool_calls=[NativeToolCall(id="1", name="add", arguments="{}"), NativeToolCall(id="2", name="t")],
+    )
+    task = Task(goal="G", max_rounds=3)
+    for plan in (DUAL, MONO):
+        assert plan.after_model(Step(0, "actor"), reply, task) == Step(0, "tools", calls=2)
+        assert len(plan.calls_of(reply)) == 2
 
 
 def test_calls_of_reads_blocks_or_native_calls() -> None:
@@ -292,10 +307,10 @@ def test_tool_context_carries_job_round_and_metadata() -> None:
 # -- results and outcomes ------------------------------------------------------------------------
 
 
-def test_apply_tool_results_orders_and_stores_once() -> None:
+def test_record_tools_orders_and_stores_once() -> None:
     memory = InMemoryReasonerMemory()
-    stored = apply_tool_results(memory, 2, [result(2, "second"), result(1, "first")])
-    again = apply_tool_results(memory, 2, [result(1, "other")])
+    stored = DUAL.record_tools(memory, 2, [result(2, "second"), result(1, "first")])
+    again = MONO.record_tools(memory, 2, [result(1, "other")])
 
     assert again == stored
     assert [r.output for r in stored.function_results] == ["first", "second"]
@@ -305,9 +320,9 @@ def test_apply_tool_results_orders_and_stores_once() -> None:
     assert len(memory.get_messages()) == 1
 
 
-def test_conclude_takes_the_last_actor_reply() -> None:
+def test_the_answer_is_the_last_actor_reply() -> None:
     memory = InMemoryReasonerMemory(history())
-    assert conclude(memory) == "<action>84</action>"  # no deliverable: the visible text
+    assert DUAL.answer(memory) == "<action>84</action>"  # no deliverable: the visible text
     memory.add_message(
         ModelMessage(
             role="actor",
@@ -315,11 +330,11 @@ def test_conclude_takes_the_last_actor_reply() -> None:
             content="<shallow_thinking>x</shallow_thinking><deliverable> 84 </deliverable>",
         )
     )
-    assert conclude(memory) == "84"
-    assert conclude(InMemoryReasonerMemory()) == ""
+    assert DUAL.answer(memory) == "84"
+    assert DUAL.answer(InMemoryReasonerMemory()) == ""
 
 
-def test_make_outcome_per_status() -> None:
+def test_the_outcome_per_status() -> None:
     messages = history()
     for i, m in enumerate(messages):
         m.usage = Usage(prompt_tokens=i, completion_tokens=1, total_tokens=i + 1, calls=1)
@@ -327,7 +342,7 @@ def test_make_outcome_per_status() -> None:
     memory.add_message(ModelMessage(role="thinker", round=2, content="x"))
     memory.add_message(ModelMessage(role="actor", round=2, content="<deliverable>84</deliverable>"))
 
-    completed = make_outcome(memory, "completed")
+    completed = DUAL.outcome(memory, "completed")
     assert (completed.status, completed.deliverable, completed.rounds, completed.error) == (
         "completed",
         "84",
@@ -338,11 +353,11 @@ def test_make_outcome_per_status() -> None:
     assert completed.usage == total_usage(completed.messages)
     assert len(completed.messages) == 7
 
-    truncated = make_outcome(memory, "truncated")
+    truncated = DUAL.outcome(memory, "truncated")
     assert truncated.deliverable == "" and "max_rounds" in str(truncated.error)
 
-    failed = make_outcome(memory, "failed", error="ModelCallError: down")
+    failed = DUAL.outcome(memory, "failed", error="ModelCallError: down")
     assert (failed.deliverable, failed.error, len(failed.messages)) == ("", "ModelCallError: down", 7)
 
-    empty = make_outcome(InMemoryReasonerMemory(), "failed", error="x")
+    empty = DUAL.outcome(InMemoryReasonerMemory(), "failed", error="x")
     assert (empty.rounds, empty.messages) == (0, [])

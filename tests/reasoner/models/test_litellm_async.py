@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tandem.reasoner.errors import ModelCallError, TransientModelError
-from tandem.reasoner.litellm_service import LiteLlmModelService
-from tandem.reasoner.model_service import AsyncModelService, ModelRequest, agenerate
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
+from tandem.reasoner.models.model_service import AsyncModelService, ModelRequest, agenerate
 from tandem.toolkit.tool import Tool
 from tests.openai_server import OpenAIServer, Reply
 

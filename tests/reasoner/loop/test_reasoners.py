@@ -13,10 +13,10 @@ import fakeredis
 import pytest
 
 from tandem.reasoner import DualModelReasoner, MonoModelReasoner
-from tandem.reasoner.base import LoopReasoner
 from tandem.reasoner.errors import ModelCallError, ReasonerError
 from tandem.reasoner.function_calling import FUNCTION_CALLING_GUIDE, ParsedFunctionCall
 from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.loop.reasoner import Reasoner
 from tandem.reasoner.memory import InMemoryReasonerMemory, RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
 from tandem.reasoner.prompts import round_note
@@ -346,7 +346,7 @@ def test_conclude_and_stopped() -> None:
     memory = InMemoryReasonerMemory([ModelMessage(role="actor", content="<deliverable>42</deliverable>")])
     assert reasoner.conclude(memory) == "42"
     assert DualModelReasoner.stopped(ModelMessage(role="actor", content="x <deliverable>y</deliverable>"))
-    assert not LoopReasoner.stopped(
+    assert not Reasoner.stopped(
         ModelMessage(role="actor", content="<think><deliverable>y</deliverable></think>")
     )
     assert not reasoner.stopped(ModelMessage(role="actor", content="no deliverable yet"))

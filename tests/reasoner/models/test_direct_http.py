@@ -1,4 +1,4 @@
-"""``tandem.reasoner.direct_http``: non-streamed calls posted straight to an OpenAI-compatible host.
+"""``tandem.reasoner.models.direct_http``: non-streamed calls posted straight to an OpenAI-compatible host.
 
 Against the local OpenAI-compatible server: on a loop that ``allow``s it, ``agenerate`` skips
 LiteLLM (its ``acompletion`` is counted) and gives the reply LiteLLM gives on any other loop, from
@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from tandem.reasoner import direct_http, litellm_service
 from tandem.reasoner.errors import ModelCallError, TransientModelError
-from tandem.reasoner.litellm_service import LiteLlmModelService
 from tandem.reasoner.messages import ModelMessage
+from tandem.reasoner.models import direct_http, litellm_setup
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.tasks.model_loop import ModelLoop
 from tests.openai_server import OpenAIServer, Reply
-from tests.reasoner.test_litellm_async import MODEL, TOOL_CALLS, TOOLS, USER, ASleeps
+from tests.reasoner.models.test_litellm_async import MODEL, TOOL_CALLS, TOOLS, USER, ASleeps
 
 T = TypeVar("T")
 KEY = "sk-direct-test"
@@ -33,7 +33,7 @@ KEY = "sk-direct-test"
 @pytest.fixture
 def litellm_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The models of the calls that went through ``litellm.acompletion``."""
-    litellm = litellm_service._import_litellm()
+    litellm = litellm_setup.import_litellm()
     original, calls = litellm.acompletion, []
 
     async def counted(**kwargs: Any) -> Any:

@@ -25,11 +25,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tandem.reasoner.direct_http import HostReplyError, UnreadableReply, json_failure
 from tandem.reasoner.errors import ModelCallError, TransientModelError
+from tandem.reasoner.models.direct_http import HostReplyError, UnreadableReply, json_failure
 
 if TYPE_CHECKING:
-    from tandem.reasoner.retry_policy import RetryPolicy
+    from tandem.reasoner.models.retry_policy import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def response_headers(exc: BaseException) -> Mapping[str, str]:
     for source in (
         getattr(exc, "litellm_response_headers", None),
         getattr(getattr(exc, "response", None), "headers", None),
-        getattr(exc, "headers", None),  # tandem.reasoner.direct_http.HostReplyError
+        getattr(exc, "headers", None),  # tandem.reasoner.models.direct_http.HostReplyError
     ):
         if source:
             try:

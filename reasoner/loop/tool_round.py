@@ -16,7 +16,6 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tandem.reasoner import steps
 from tandem.reasoner.approval import (
     Approver,
     Decision,
@@ -29,6 +28,7 @@ from tandem.reasoner.approval import (
 )
 from tandem.reasoner.function_calling import ParsedFunctionCall
 from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.loop.calls import tool_context
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
@@ -55,7 +55,7 @@ class _Round:
         waiting = {p.index for p in self.pending}
         self.free = [(i, c) for i, c in enumerate(self.calls, start=1) if i not in waiting]
         self.ids = {i: cid for i, cid in enumerate(self.call_ids or [], start=1)}
-        self.ctx = steps.tool_context(self.task, self.round_no)
+        self.ctx = tool_context(self.task, self.round_no)
 
     def announce(self, items: Sequence[tuple[int, ParsedFunctionCall]]) -> None:
         for index, call in items:

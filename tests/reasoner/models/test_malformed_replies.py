@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from tandem.reasoner import direct_http
 from tandem.reasoner.errors import ModelCallError, TransientModelError
-from tandem.reasoner.litellm_service import LiteLlmModelService
 from tandem.reasoner.messages import ModelMessage
+from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.toolkit.redaction import register_secret
 from tests.openai_server import MALFORMED, OpenAIServer, Reply
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tandem.reasoner.loop.plan import LoopPlan
+from tandem.reasoner.loop.step import MODEL_STEPS, Step
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult
-from tandem.reasoner.plan import MODEL_STEPS, LoopPlan, Step
 from tandem.reasoner.task import Task
 
 CallResults = Callable[[int, int], Sequence[FunctionCallResult | None]]
@@ -64,7 +65,7 @@ def resume_point(
     step = plan.opening(0)
     while step.kind != "finalize":
         if step.kind in MODEL_STEPS:
-            reply = memory.get_message(step.round, "thinker" if step.kind == "thinker" else "actor")
+            reply = memory.get_message(step.round, step.role)
             if reply is None:
                 return ResumePoint(step, rounds_used=used)
             step = plan.after_model(step, reply, task)

@@ -19,8 +19,8 @@ from tandem.reasoner import DualModelReasoner, MonoModelReasoner, ReActReasoner
 from tandem.reasoner.errors import ModelCallError, ReasonerError
 from tandem.reasoner.function_calling import ParsedFunctionCall
 from tandem.reasoner.hooks import ReasonerHooks
-from tandem.reasoner.litellm_service import LiteLlmModelService
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage, NativeToolCall
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.reasoner.task import ReasonerOutcome, Task
 from tandem.reasoner.testing import ScriptedModelService
 from tandem.toolkit.tool import Tool

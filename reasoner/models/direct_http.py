@@ -10,7 +10,7 @@ Only loops that ``allow`` it get sessions: a worker's ``ModelLoop`` does (and cl
 when it stops); any other loop (a user's ``asyncio.run`` around ``arun``) keeps LiteLLM, so no
 session outlives its loop. Streamed calls always go through LiteLLM.
 
-Failures are raised as exceptions ``tandem.reasoner.litellm_errors`` reads like LiteLLM's: an
+Failures are raised as exceptions ``tandem.reasoner.models.litellm_errors`` reads like LiteLLM's: an
 error answer is ``HostReplyError`` (status, headers, the provider's error object), a refused or
 dropped connection ``HostConnectionError`` (a ``ConnectionError``), a time-out ``TimeoutError``,
 and a success answer that holds no chat completion (an HTML page from a proxy, JSON cut short, an
@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from tandem.reasoner.litellm_replies import message_text
+from tandem.reasoner.models.litellm_replies import message_text
 
 __all__ = [
     "DIRECT_PROVIDERS",
@@ -93,7 +93,7 @@ UNREADABLE = {
 class UnreadableReply(Exception):
     """The host answered with success, but with no chat completion: ``kind`` (a key of
     ``UNREADABLE``), the start of the ``body``, its ``content_type`` and HTTP ``status``. A proxy's
-    error page, an answer cut short, an empty body: transient (``tandem.reasoner.litellm_errors``)."""
+    error page, an answer cut short, an empty body: transient (``tandem.reasoner.models.litellm_errors``)."""
 
     def __init__(self, kind: str, body: str = "", content_type: str = "", status: int = 200) -> None:
         self.kind = kind if kind in UNREADABLE else "unreadable"

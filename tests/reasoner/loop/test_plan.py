@@ -1,4 +1,4 @@
-"""``tandem.reasoner.plan``: what follows each step, per reasoner kind, and the in-process driver."""
+"""``tandem.reasoner.loop``: what follows each step, per reasoner kind, and the in-process drivers."""
 
 from __future__ import annotations
 
@@ -9,19 +9,14 @@ import pytest
 
 from tandem.reasoner.errors import ConfigurationError
 from tandem.reasoner.hooks import ReasonerHooks
+from tandem.reasoner.loop.drive import adrive, drive
+from tandem.reasoner.loop.kinds import plan_for
+from tandem.reasoner.loop.plan import LoopPlan
+from tandem.reasoner.loop.react import ReActPlan
+from tandem.reasoner.loop.rounds import DualPlan, MonoPlan
+from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.memory import InMemoryReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
-from tandem.reasoner.plan import (
-    DualPlan,
-    LoopPlan,
-    MonoPlan,
-    ReActPlan,
-    Step,
-    StepInputs,
-    adrive,
-    drive,
-    plan_for,
-)
 from tandem.reasoner.task import Task
 from tandem.reasoner.testing import ScriptedModelService
 from tandem.reasoner.tool_runner import ToolRunner

@@ -1,4 +1,4 @@
-"""``tandem.reasoner.replay``: the resume point of a stored run, over a Redis memory (fakeredis).
+"""``tandem.reasoner.loop.replay``: the resume point of a stored run, over a Redis memory (fakeredis).
 
 The walk must agree with the in-process driver: a run interrupted anywhere and run again over its
 memory calls the models exactly from the step the walk names.
@@ -9,10 +9,13 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
+from tandem.reasoner.loop.drive import drive
+from tandem.reasoner.loop.react import ReActPlan
+from tandem.reasoner.loop.replay import ResumePoint, resume_point, rounds_used
+from tandem.reasoner.loop.rounds import DualPlan, MonoPlan
+from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
-from tandem.reasoner.plan import DualPlan, MonoPlan, ReActPlan, Step, StepInputs, drive
-from tandem.reasoner.replay import ResumePoint, resume_point, rounds_used
 from tandem.reasoner.task import Task
 from tandem.reasoner.testing import ScriptedModelService
 from tandem.reasoner.tool_runner import ToolRunner

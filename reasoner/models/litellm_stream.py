@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tandem.reasoner.direct_http import UnreadableReply
-from tandem.reasoner.litellm_errors import is_call_failure
-from tandem.reasoner.litellm_replies import (
+from tandem.reasoner.messages import NativeToolCall, Usage
+from tandem.reasoner.models.direct_http import UnreadableReply
+from tandem.reasoner.models.litellm_errors import is_call_failure
+from tandem.reasoner.models.litellm_replies import (
     ToolCallAccumulator,
     host_reported_usage,
     parsed_tool_call,
     usage_of,
 )
-from tandem.reasoner.messages import NativeToolCall, Usage
 
 if TYPE_CHECKING:
-    from tandem.reasoner.model_service import DeltaListener
+    from tandem.reasoner.models.model_service import DeltaListener
     from tandem.reasoner.parsing.base import ReasoningParser
 
 

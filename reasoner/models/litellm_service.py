@@ -21,7 +21,7 @@ Contracts:
   A success answer that holds no chat completion (an HTML page, JSON cut short, an empty body)
   is retried the same way, ``max_retries`` times at most, its waits shortened to fit
   ``retry_hold`` (never handed on), then raises ``ModelCallError`` saying what came
-  (``tandem.reasoner.litellm_errors.MalformedReplyError``). Other failures (400, 401, 403, 404,
+  (``tandem.reasoner.models.litellm_errors.MalformedReplyError``). Other failures (400, 401, 403, 404,
   422, context window exceeded) raise ``ModelCallError`` at once. Messages name the model, the
   host, the HTTP status, the provider's words and what to do; they never hold the API key.
 * **Reasoning.** A reasoning field returned by the host (``reasoning_content``, or vLLM's newer
@@ -46,140 +46,51 @@ Contracts:
   report count 0 (LiteLLM's own estimate for a stream without usage is not used).
   ``usage.cost_usd`` is the price from LiteLLM's local cost map (0 for a model it does not price).
 
-LiteLLM is imported on first use, not with this module: workers and the CLI import it cheaply.
+LiteLLM is imported on first use, not with this module (``litellm_setup.import_litellm``): workers
+and the CLI import it cheaply.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
-import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from tandem.reasoner import direct_http
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from tandem.reasoner.litellm_errors import (
+from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
+from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.litellm_errors import (
     MalformedReplyError,
     failure_kind,
     is_call_failure,
     parse_retry_after,
     translate,
 )
-from tandem.reasoner.litellm_replies import (
+from tandem.reasoner.models.litellm_replies import (
     message_text,
     new_call_id,
     parsed_tool_call,
     raw_message,
     usage_of,
 )
-from tandem.reasoner.litellm_stream import PartialStreamError, StreamReader, body_keeper
-from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
-from tandem.reasoner.model_service import BaseModelService
-from tandem.reasoner.retry_policy import RetryPolicy
+from tandem.reasoner.models.litellm_setup import import_litellm
+from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
+from tandem.reasoner.models.model_service import BaseModelService
+from tandem.reasoner.models.retry_policy import RetryPolicy
 
 if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
-    from tandem.reasoner.model_service import ChatMessage, DeltaListener
+    from tandem.reasoner.models.model_service import ChatMessage, DeltaListener
     from tandem.reasoner.parsing.base import ReasoningParser
     from tandem.reasoner.tool_runner import ToolRunner
     from tandem.toolkit.context import ToolCallContext
     from tandem.toolkit.tool import Tool
 
-__all__ = ["LiteLlmModelService", "async_connection_cap", "parse_retry_after"]
+__all__ = ["LiteLlmModelService", "parse_retry_after"]
 
 logger = logging.getLogger(__name__)
-
-_litellm: ModuleType | None = None
-_litellm_lock = threading.Lock()
-
-
-def _import_litellm() -> ModuleType:
-    """Import LiteLLM once, quietly: no "Give Feedback / Get Help" banner printed per error."""
-    global _litellm
-    if _litellm is None:
-        with _litellm_lock:
-            if _litellm is None:
-                # LiteLLM fetches its model price list from the internet on import (with retries
-                # and sleeps) unless told to use the copy it ships; a worker must not wait on that.
-                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-                import litellm
-
-                litellm.suppress_debug_info = True
-                _litellm = litellm
-    return _litellm
-
-
-def price_unpriced_model(model: str) -> bool:
-    """Enter ``model`` in LiteLLM's cost map at 0 a token when the map does not price it (a
-    self-hosted model); ``True`` if it did.
-
-    LiteLLM prices every reply: for a model its map does not know, it works that out anew on each
-    call (about a dozen lookups through its fallback rules, then a zero-cost diagnostic), about a
-    third of its own CPU per call. Such a call costs 0 in tandem either way (``JobResult.usage``,
-    ``max_cost_usd``); a price the map already has, or one registered later, is left alone.
-    """
-    litellm = _import_litellm()
-    try:
-        litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
-        return False
-    except Exception:  # not priced: LiteLLM raises
-        pass
-    provider = model.split("/", 1)[0] if "/" in model else "openai"
-    free = (
-        "input_cost_per_token",
-        "output_cost_per_token",
-        "cache_creation_input_token_cost",
-        "cache_read_input_token_cost",
-    )
-    litellm.register_model(
-        {model: {"litellm_provider": provider, "mode": "chat", **dict.fromkeys(free, 0.0)}}
-    )
-    return True
-
-
-def size_connection_pool(connections: int) -> bool:
-    """Let LiteLLM's synchronous calls through the OpenAI SDK (the ``openai/`` provider, and any
-    other that uses ``litellm.client_session``) hold up to ``connections`` HTTP connections at once,
-    all kept alive (a worker passes its thread count). ``False`` if the caller set
-    ``litellm.client_session`` already (left alone).
-
-    LiteLLM's own client takes httpx's defaults: 100 connections at once, 20 kept alive, so a
-    worker of 200 threads had half of them wait for a connection, and opened a new one for most
-    calls. (Providers that go through LiteLLM's own HTTP handler, e.g. ``hosted_vllm/``, keep
-    those defaults: a transport shared through ``litellm.sync_transport`` is closed with whichever
-    of the handler's clients closes first.)
-    """
-    litellm = _import_litellm()
-    if litellm.client_session is not None:
-        return False
-    import httpx
-    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration, http2_enabled
-
-    client = httpx.Client(
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        verify=get_ssl_configuration(),
-        follow_redirects=True,
-        http2=http2_enabled(),
-    )
-    setattr(litellm, "client_session", client)  # noqa: B010 - a module attribute mypy cannot see
-    return True
-
-
-def async_connection_cap() -> int | None:
-    """The most HTTP connections LiteLLM's asyncio calls (``acompletion``, over its aiohttp
-    transport) open to one host at once: the smaller of ``AIOHTTP_CONNECTOR_LIMIT_PER_HOST`` (500
-    by default) and ``AIOHTTP_CONNECTOR_LIMIT`` (1,000), environment variables LiteLLM reads when
-    imported; ``None`` when both are 0 (no cap). Calls beyond it wait for a connection."""
-    _import_litellm()
-    from litellm.constants import AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST
-
-    caps = [int(c) for c in (AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST) if int(c) > 0]
-    return min(caps) if caps else None
-
 
 # -- the service --------------------------------------------------------------------------
 
@@ -257,7 +168,7 @@ class LiteLlmModelService(BaseModelService):
         """True once the cost map gave this model no price: its calls cost 0 without a lookup."""
         self._direct_name = direct_http.direct_model(model, self.api_base, self._api_key)
         """The model's name at its host when non-streamed calls on a loop that allows it may skip
-        LiteLLM (``tandem.reasoner.direct_http``); ``None``: always through LiteLLM."""
+        LiteLLM (``tandem.reasoner.models.direct_http``); ``None``: always through LiteLLM."""
 
     def __repr__(self) -> str:
         host = self.api_base or "provider default"
@@ -425,14 +336,14 @@ class LiteLlmModelService(BaseModelService):
 
     def _complete(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
         raw_bodies: list[str] = []
-        response = _import_litellm().completion(**request, logger_fn=body_keeper(raw_bodies))
+        response = import_litellm().completion(**request, logger_fn=body_keeper(raw_bodies))
         return self._from_response(response, raw_bodies, on_delta)
 
     async def _acomplete(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
         if self._direct_name is not None and (client := direct_http.session()) is not None:
             return await self._direct(client, request, on_delta)
         raw_bodies: list[str] = []
-        response = await _import_litellm().acompletion(**request, logger_fn=body_keeper(raw_bodies))
+        response = await import_litellm().acompletion(**request, logger_fn=body_keeper(raw_bodies))
         return self._from_response(response, raw_bodies, on_delta)
 
     def _from_response(
@@ -485,7 +396,7 @@ class LiteLlmModelService(BaseModelService):
         self, client: Any, request: dict[str, Any], on_delta: DeltaListener | None
     ) -> ModelMessage:
         """``_acomplete`` without LiteLLM: the same request posted to the host as it is
-        (``tandem.reasoner.direct_http``), the same reply."""
+        (``tandem.reasoner.models.direct_http``), the same reply."""
         body: dict[str, Any] = {"model": self._direct_name, "messages": request["messages"]}
         for key in ("temperature", "max_tokens", "tools"):
             if key in request:
@@ -507,7 +418,7 @@ class LiteLlmModelService(BaseModelService):
         return self._reply(content, provider_reasoning, tool_calls, usage_of(data.get("usage")), on_delta)
 
     def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
-        stream = _import_litellm().completion(**request)
+        stream = import_litellm().completion(**request)
         reader = self._reader(on_delta)
         iterator = iter(stream)
         while True:
@@ -522,7 +433,7 @@ class LiteLlmModelService(BaseModelService):
         return self._message(*reader.finish(stream))
 
     async def _astreamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
-        stream = await _import_litellm().acompletion(**request)
+        stream = await import_litellm().acompletion(**request)
         reader = self._reader(on_delta)
         iterator = stream.__aiter__()
         while True:
@@ -571,7 +482,7 @@ class LiteLlmModelService(BaseModelService):
         if (not prompt_tokens and not completion_tokens) or self._unpriced:
             return 0.0
         try:
-            prompt_cost, completion_cost = _import_litellm().cost_per_token(
+            prompt_cost, completion_cost = import_litellm().cost_per_token(
                 model=self.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
             )
         except Exception:  # unknown model (self-hosted): LiteLLM raises; such calls cost nothing here

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
-from tandem.reasoner.litellm_service import LiteLlmModelService, parse_retry_after
-from tandem.reasoner.model_service import ModelService
+from tandem.reasoner.models.litellm_service import LiteLlmModelService, parse_retry_after
+from tandem.reasoner.models.model_service import ModelService
 from tandem.toolkit.tool import Tool
 from tests.openai_server import OpenAIServer, Reply
 
@@ -587,9 +587,9 @@ def test_the_connection_pool_is_sized_to_the_worker(server: OpenAIServer) -> Non
 
     import httpx
 
-    from tandem.reasoner.litellm_service import _import_litellm, size_connection_pool
+    from tandem.reasoner.models.litellm_setup import import_litellm, size_connection_pool
 
-    litellm = _import_litellm()
+    litellm = import_litellm()
     before = litellm.client_session
     litellm.client_session = None
     try:
@@ -619,7 +619,7 @@ def test_the_async_connection_cap_is_litellms_aiohttp_limit(monkeypatch: pytest.
     """The cap a worker compares with its threads when model calls run on its event loop."""
     from litellm import constants
 
-    from tandem.reasoner.litellm_service import async_connection_cap
+    from tandem.reasoner.models.litellm_setup import async_connection_cap
 
     monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT", 1000)
     monkeypatch.setattr(constants, "AIOHTTP_CONNECTOR_LIMIT_PER_HOST", 500)
@@ -632,9 +632,9 @@ def test_the_async_connection_cap_is_litellms_aiohttp_limit(monkeypatch: pytest.
 
 
 def test_a_model_litellm_does_not_price_is_entered_at_zero_once() -> None:
-    from tandem.reasoner.litellm_service import _import_litellm, price_unpriced_model
+    from tandem.reasoner.models.litellm_setup import import_litellm, price_unpriced_model
 
-    litellm = _import_litellm()
+    litellm = import_litellm()
     model = "hosted_vllm/tandem-test-unpriced-model"
     with pytest.raises(Exception):  # noqa: B017 - LiteLLM's own "not mapped" error
         litellm.cost_per_token(model=model, prompt_tokens=10, completion_tokens=10)
@@ -650,9 +650,9 @@ def test_a_model_litellm_does_not_price_is_entered_at_zero_once() -> None:
 
 
 def test_the_price_of_an_unpriced_model_is_looked_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tandem.reasoner.litellm_service import _import_litellm
+    from tandem.reasoner.models.litellm_setup import import_litellm
 
-    litellm = _import_litellm()
+    litellm = import_litellm()
     looked_up: list[str] = []
     real = litellm.cost_per_token
 

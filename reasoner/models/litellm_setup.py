@@ -1,0 +1,102 @@
+"""LiteLLM in this process: imported once and quietly, its price map, its connection pools.
+
+Everything here acts on the LiteLLM module, which is process-wide: ``import_litellm`` (on first use,
+not with this module: it costs a second or two of CPU), ``price_unpriced_model`` (a self-hosted
+model entered at 0 a token), ``size_connection_pool`` and ``async_connection_cap`` (what a worker
+sets or checks at start). ``LiteLlmModelService`` calls LiteLLM through ``import_litellm``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import ModuleType
+
+__all__ = ["async_connection_cap", "import_litellm", "price_unpriced_model", "size_connection_pool"]
+
+_litellm: ModuleType | None = None
+_litellm_lock = threading.Lock()
+
+
+def import_litellm() -> ModuleType:
+    """Import LiteLLM once, quietly: no "Give Feedback / Get Help" banner printed per error."""
+    global _litellm
+    if _litellm is None:
+        with _litellm_lock:
+            if _litellm is None:
+                # LiteLLM fetches its model price list from the internet on import (with retries
+                # and sleeps) unless told to use the copy it ships; a worker must not wait on that.
+                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                import litellm
+
+                litellm.suppress_debug_info = True
+                _litellm = litellm
+    return _litellm
+
+
+def price_unpriced_model(model: str) -> bool:
+    """Enter ``model`` in LiteLLM's cost map at 0 a token when the map does not price it (a
+    self-hosted model); ``True`` if it did.
+
+    LiteLLM prices every reply: for a model its map does not know, it works that out anew on each
+    call (about a dozen lookups through its fallback rules, then a zero-cost diagnostic), about a
+    third of its own CPU per call. Such a call costs 0 in tandem either way (``JobResult.usage``,
+    ``max_cost_usd``); a price the map already has, or one registered later, is left alone.
+    """
+    litellm = import_litellm()
+    try:
+        litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+        return False
+    except Exception:  # not priced: LiteLLM raises
+        pass
+    provider = model.split("/", 1)[0] if "/" in model else "openai"
+    free = (
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "cache_creation_input_token_cost",
+        "cache_read_input_token_cost",
+    )
+    litellm.register_model(
+        {model: {"litellm_provider": provider, "mode": "chat", **dict.fromkeys(free, 0.0)}}
+    )
+    return True
+
+
+def size_connection_pool(connections: int) -> bool:
+    """Let LiteLLM's synchronous calls through the OpenAI SDK (the ``openai/`` provider, and any
+    other that uses ``litellm.client_session``) hold up to ``connections`` HTTP connections at once,
+    all kept alive (a worker passes its thread count). ``False`` if the caller set
+    ``litellm.client_session`` already (left alone).
+
+    LiteLLM's own client takes httpx's defaults: 100 connections at once, 20 kept alive, so a
+    worker of 200 threads had half of them wait for a connection, and opened a new one for most
+    calls. (Providers that go through LiteLLM's own HTTP handler, e.g. ``hosted_vllm/``, keep
+    those defaults: a transport shared through ``litellm.sync_transport`` is closed with whichever
+    of the handler's clients closes first.)
+    """
+    litellm = import_litellm()
+    if litellm.client_session is not None:
+        return False
+    import httpx
+    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration, http2_enabled
+
+    client = httpx.Client(
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        verify=get_ssl_configuration(),
+        follow_redirects=True,
+        http2=http2_enabled(),
+    )
+    setattr(litellm, "client_session", client)  # noqa: B010 - a module attribute mypy cannot see
+    return True
+
+
+def async_connection_cap() -> int | None:
+    """The most HTTP connections LiteLLM's asyncio calls (``acompletion``, over its aiohttp
+    transport) open to one host at once: the smaller of ``AIOHTTP_CONNECTOR_LIMIT_PER_HOST`` (500
+    by default) and ``AIOHTTP_CONNECTOR_LIMIT`` (1,000), environment variables LiteLLM reads when
+    imported; ``None`` when both are 0 (no cap). Calls beyond it wait for a connection."""
+    import_litellm()
+    from litellm.constants import AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST
+
+    caps = [int(c) for c in (AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST) if int(c) > 0]
+    return min(caps) if caps else None
