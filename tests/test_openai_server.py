@@ -182,14 +182,26 @@ def test_standalone_process() -> None:
 
 
 def test_above_its_capacity_the_server_answers_429_with_retry_after() -> None:
+    release = threading.Event()
 
-    with OpenAIServer("ok", latency=0.5, max_concurrency=2, overload_retry_after=3) as server:
+    def held(_: object) -> Reply:  # the admitted requests stay in flight until the test says
+        release.wait(30)
+        return Reply(content="ok")
+
+    with OpenAIServer(held, max_concurrency=2, overload_retry_after=3) as server:
 
         def call(_: int) -> httpx.Response:
-            return httpx.post(f"{server.url}/chat/completions", json={"messages": []}, timeout=10)
+            return httpx.post(f"{server.url}/chat/completions", json={"messages": []}, timeout=30)
 
         with concurrent.futures.ThreadPoolExecutor(5) as pool:
-            answers = list(pool.map(call, range(5)))
+            first = [pool.submit(call, i) for i in range(2)]
+            deadline = time.monotonic() + 30
+            while server.in_flight < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            over = list(pool.map(call, range(3)))  # answered at once: the host is full
+            release.set()
+            answers = [f.result() for f in first] + over
         assert sorted(a.status_code for a in answers) == [200, 200, 429, 429, 429]
         assert all(a.headers["retry-after"] == "3" for a in answers if a.status_code == 429)
         assert server.in_flight_max == 2 and server.rejected == 3 and server.in_flight == 0

@@ -601,7 +601,15 @@ def test_the_connection_pool_is_sized_to_the_worker(server: OpenAIServer) -> Non
         assert size_connection_pool(10) is False and litellm.client_session is client
 
         model, _ = make(server)
-        server.latency = 0.3
+        # Every reply waits until all 30 requests are in: with fewer connections than calls the
+        # barrier breaks (a request would wait for a connection), whatever the machine's load.
+        together = threading.Barrier(30, timeout=30)
+
+        def answer(_: object) -> Reply:
+            together.wait()
+            return Reply(content="4")
+
+        server.set_script(answer)
         threads = [threading.Thread(target=model.generate, args=("", USER)) for _ in range(30)]
         for t in threads:
             t.start()
