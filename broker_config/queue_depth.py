@@ -32,6 +32,8 @@ PRIORITY_LEVELS = range(10)
 """The priority levels of tandem's Redis queues (``broker_transport_options.priority_steps``)."""
 READ_TIMEOUT = 5.0
 """The longest a read may wait for the broker, in seconds: a scrape must not hang."""
+NOT_FOUND = 404
+"""AMQP's reply code for a queue that does not exist."""
 
 
 class QueueDepths(Protocol):
@@ -80,16 +82,17 @@ class AmqpQueueDepths:
 
     def read(self) -> dict[str, int]:
         """One passive declare per queue; a broken connection is dropped and opened again next time."""
-        from amqp.exceptions import NotFound
-
         with self._lock:
             try:
                 depths: dict[str, int] = {}
                 for queue in self.queues:
+                    channel = self._open()
                     try:
-                        _, messages, _ = self._open().queue_declare(queue, passive=True)
-                    except NotFound:  # RabbitMQ closed the channel: the next queue opens another
-                        self._channel, messages = None, 0
+                        _, messages, _ = channel.queue_declare(queue, passive=True)
+                    except self._connection.channel_errors as exc:
+                        if getattr(exc, "code", None) != NOT_FOUND:
+                            raise
+                        self._channel, messages = None, 0  # RabbitMQ closed the channel: open another
                     depths[queue] = int(messages)
                 return depths
             except Exception:
