@@ -238,3 +238,26 @@ def test_each_role_scales_on_its_queue_with_keda(overlay: tuple[str, Objects]) -
             [secret] = auth["spec"]["secretTargetRef"]
             assert secret["parameter"] == "host" and secret["name"] != SECRET
     assert sorted(targets) == sorted(WORKERS), "each worker Deployment has one ScaledObject"
+
+
+def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
+    """docs/kubernetes.md's example overlay, as written, on top of ``rabbitmq-quorum``."""
+    guide = (ROOT / "docs" / "kubernetes.md").read_text()
+    [example] = [b for b in re.findall(r"```yaml\n(.*?)```", guide, re.S) if "kind: Kustomization" in b]
+    relative = "../deploy/kubernetes/overlays/rabbitmq-quorum"
+    assert relative in example
+    target = os.path.relpath(
+        KUSTOMIZE / "overlays" / "rabbitmq-quorum", tmp_path
+    )  # kustomize wants it relative
+    (tmp_path / "kustomization.yaml").write_text(example.replace(relative, target))
+    objects = _render(tmp_path)
+    assert {o["metadata"].get("namespace") for o in objects} == {"tandem"}
+    deployments = _of(objects, "Deployment")
+    assert {_container(d)["image"] for d in deployments.values()} == {"registry.example.com/tandem:0.2.0"}
+    config = _config(objects)
+    settings = Settings.from_env({**config, "TANDEM_BROKER_URL": "amqp://u:p@rabbitmq:5672/tandem"})
+    assert settings.rabbitmq_queue_type == "quorum" and settings.thinker.model == "hosted_vllm/Qwen3-32B"
+    assert settings.metrics_port == 9808  # the base's settings are kept under the merged ones
+    for obj in objects:
+        if not obj["apiVersion"].startswith("keda.sh/"):
+            kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
