@@ -81,23 +81,30 @@ class AmqpQueueDepths:
         self._lock = threading.Lock()  # scrapes may come at once; one channel serves them in turn
 
     def read(self) -> dict[str, int]:
-        """One passive declare per queue; a broken connection is dropped and opened again next time."""
+        """One passive declare per queue. A connection kept from an earlier read that fails (closed
+        by the broker or a proxy while idle) is replaced once at once; a new one that fails raises."""
         with self._lock:
+            while True:
+                kept = self._connection is not None
+                try:
+                    return self._declare_each()
+                except Exception:
+                    self.close()
+                    if not kept:
+                        raise
+
+    def _declare_each(self) -> dict[str, int]:
+        depths: dict[str, int] = {}
+        for queue in self.queues:
+            channel = self._open()
             try:
-                depths: dict[str, int] = {}
-                for queue in self.queues:
-                    channel = self._open()
-                    try:
-                        _, messages, _ = channel.queue_declare(queue, passive=True)
-                    except self._connection.channel_errors as exc:
-                        if getattr(exc, "code", None) != NOT_FOUND:
-                            raise
-                        self._channel, messages = None, 0  # RabbitMQ closed the channel: open another
-                    depths[queue] = int(messages)
-                return depths
-            except Exception:
-                self.close()
-                raise
+                _, messages, _ = channel.queue_declare(queue, passive=True)
+            except self._connection.channel_errors as exc:
+                if getattr(exc, "code", None) != NOT_FOUND:
+                    raise
+                self._channel, messages = None, 0  # RabbitMQ closed the channel: open another
+            depths[queue] = int(messages)
+        return depths
 
     def _open(self) -> Any:
         """The channel of the reads, connecting first when there is none."""

@@ -104,3 +104,21 @@ def test_a_rabbitmq_queue_not_declared_yet_holds_nothing(vhost_url: str) -> None
         assert reader.read() == {"celery": 0, "thinker": 0, "actor": 1}
     finally:
         reader.close()
+
+
+def test_a_connection_the_broker_closed_is_replaced_within_the_read(vhost_url: str) -> None:
+    """RabbitMQ (or a proxy) closes the reader's idle connection between two scrapes: the next read
+    opens another and answers, rather than leave that scrape without a depth."""
+    from tests.integration.rabbitmq import ctl
+
+    vhost = vhost_url.rsplit("/", 1)[1]
+    reader = AmqpQueueDepths(vhost_url, ("celery", "thinker"))
+    try:
+        assert reader.read() == {"celery": 0, "thinker": 0}
+        listed = ctl("list_connections", "-q", "--no-table-headers", "pid", "vhost")
+        pids = [line.split("\t")[0] for line in listed.splitlines() if line.endswith("\t" + vhost)]
+        assert len(pids) == 1, listed
+        ctl("close_connection", pids[0], "closed by the test")
+        assert reader.read() == {"celery": 0, "thinker": 0}
+    finally:
+        reader.close()
