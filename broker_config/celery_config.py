@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from tandem.broker_config.settings import Settings
 from tandem.broker_config.transport import TRANSPORT
@@ -21,6 +21,39 @@ TASK_QUEUES: dict[str, str] = {
     "tandem.collect_tools": "tools",
 }
 """Where each step runs; ``tandem.infer`` goes to the intake queue (``celery`` by default)."""
+
+STEP_EXCHANGE = "tandem.steps"
+"""The topic exchange of the role queues when they are quorum queues (see ``task_queues``)."""
+
+
+def task_queues(settings: Settings) -> list[Queue]:
+    """The intake queue and the three role queues, declared as the broker needs them.
+
+    - Redis: plain queues; kombu keeps ten lists per queue, one per priority level.
+    - RabbitMQ, classic queues: the role queues carry ``x-max-priority`` (``JobSpec.priority``).
+      The intake queue is declared without arguments: a plain Celery client (any service sending
+      ``tandem.infer`` by name) declares that queue itself, with none, and RabbitMQ refuses a
+      declaration whose arguments differ from the queue's.
+    - RabbitMQ, quorum queues (``TANDEM_RABBITMQ_QUEUE_TYPE=quorum``): every queue carries
+      ``x-queue-type: quorum`` and nothing else. RabbitMQ 3 refuses ``x-max-priority`` on a quorum
+      queue (RabbitMQ 4 favours priority 5 and up 2:1 over the rest, without it), and a plain
+      client must declare the intake queue the same way (``task_default_queue_type = "quorum"``).
+      The role queues are bound to a topic exchange, not a direct one, so that a step sent with a
+      countdown (a parked or backed-off step) waits in RabbitMQ's delay queues (Celery's native
+      delayed delivery) instead of in a worker, where it would hold one of the worker's fixed
+      prefetch slots until its time came.
+    """
+    intake = settings.intake_queue
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return [Queue(intake), *(Queue(name) for name in ROLE_QUEUES)]
+    if settings.rabbitmq_queue_type == "classic":
+        return [Queue(intake), *(Queue(name, queue_arguments={"x-max-priority": 9}) for name in ROLE_QUEUES)]
+    quorum = {"x-queue-type": "quorum"}
+    steps = Exchange(STEP_EXCHANGE, type="topic")
+    return [
+        Queue(intake, queue_arguments=quorum),
+        *(Queue(name, steps, routing_key=name, queue_arguments=quorum) for name in ROLE_QUEUES),
+    ]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -45,12 +78,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "health_check_interval": 30,
     }
     amqp = settings.broker_url.startswith(("amqp", "pyamqp"))
-    # Priority (``JobSpec.priority``): RabbitMQ queues are declared with ``x-max-priority``;
-    # Celery's Redis transport keeps one list per priority level and serves level 0 first. The
-    # intake queue is declared without it on RabbitMQ: a plain Celery client (any service sending
-    # ``tandem.infer`` by name) declares that queue itself, with no arguments, and RabbitMQ refuses
-    # a declaration whose arguments differ from the queue's.
-    step_args = {"x-max-priority": 9} if amqp else None
+    # Priority (``JobSpec.priority``): classic RabbitMQ queues are declared with ``x-max-priority``
+    # (``task_queues``); Celery's Redis transport keeps one list per priority level and serves
+    # level 0 first.
     transport: dict[str, Any] = {"visibility_timeout": visibility}
     broker: dict[str, Any] = {}
     if not amqp:
@@ -86,10 +116,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_default_queue": settings.intake_queue,
-        "task_queues": [
-            Queue(settings.intake_queue),
-            *(Queue(name, queue_arguments=step_args) for name in ROLE_QUEUES),
-        ],
+        "task_queues": task_queues(settings),
         "task_inherit_parent_priority": True,
         "task_routes": routes,
         # Nobody reads a step task's own result (a job's result is stored under the job id when it
@@ -124,6 +151,20 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Celery's consumer, but a malformed task message drops that message, not the worker.
         "worker_consumer": "tandem.broker_config.consumer:Consumer",
         **_signing(settings),
+        **_quorum(settings),
+    }
+
+
+def _quorum(settings: Settings) -> dict[str, Any]:
+    """What quorum queues need of Celery (``task_queues`` declares them): per-consumer QoS, which
+    Celery picks when it detects them (a quorum queue refuses a global prefetch limit); queues it
+    creates on demand and its delay queues of the same type."""
+    if settings.rabbitmq_queue_type != "quorum":
+        return {}
+    return {
+        "worker_detect_quorum_queues": True,
+        "task_default_queue_type": "quorum",
+        "broker_native_delayed_delivery_queue_type": "quorum",
     }
 
 

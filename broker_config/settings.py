@@ -164,6 +164,18 @@ def _metrics_port(env: Mapping[str, str]) -> int | None:
     return port
 
 
+def _queue_type(env: Mapping[str, str], broker: str) -> Literal["classic", "quorum"]:
+    raw = env.get("TANDEM_RABBITMQ_QUEUE_TYPE", "").strip() or "classic"
+    if raw not in ("classic", "quorum"):
+        raise SettingsError(f"TANDEM_RABBITMQ_QUEUE_TYPE={raw!r} must be 'classic' or 'quorum' (replicated)")
+    if raw == "quorum" and not broker.startswith(("amqp://", "pyamqp://")):
+        raise SettingsError(
+            f"TANDEM_RABBITMQ_QUEUE_TYPE={raw!r} needs a RabbitMQ broker: set TANDEM_BROKER_URL to an "
+            "amqp:// URL, or leave TANDEM_RABBITMQ_QUEUE_TYPE unset (quorum queues are RabbitMQ's)"
+        )
+    return raw  # type: ignore[return-value]
+
+
 def _burst_seconds(env: Mapping[str, str]) -> float:
     burst = _number(env, "TANDEM_RATE_BURST_SECONDS", 1.0, minimum=0.0) or 0.0
     if burst > 30:  # the pace is the limit less the burst: past half a minute it starves
@@ -425,6 +437,9 @@ class Settings:
     """``TANDEM_RATE_BURST_SECONDS``: how many seconds' worth of ``TANDEM_<ROLE>_RPM``/``_TPM`` may
     go to a host at once (a request budget: at least one request); the rest is paced, and no 60 s
     window gets more than the limit (``tandem.tasks.rate_buckets``)."""
+    rabbitmq_queue_type: Literal["classic", "quorum"] = "classic"
+    """``TANDEM_RABBITMQ_QUEUE_TYPE``: ``quorum`` declares tandem's queues as RabbitMQ quorum queues,
+    replicated on a majority of the cluster's nodes (see ``tandem.broker_config.celery_config``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -491,6 +506,7 @@ class Settings:
             direct_http=_flag(env, "TANDEM_DIRECT_HTTP") is not False,
             retry_hold_seconds=_number(env, "TANDEM_RETRY_HOLD_SECONDS", 5.0, minimum=0.0) or 0.0,
             rate_burst_seconds=_burst_seconds(env),
+            rabbitmq_queue_type=_queue_type(env, broker),
         )
 
     def register_secrets(self) -> None:

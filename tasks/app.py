@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery import Celery
 
 from tandem.broker_config import Settings, celery_config
+from tandem.broker_config.delays import Celery as QuorumCelery
 
 
 def create_app(settings: Settings) -> Celery:
@@ -20,7 +21,9 @@ def create_app(settings: Settings) -> Celery:
     signed messages are accepted; the credentials in ``settings`` are registered for redaction.
     """
     settings.register_secrets()
-    celery_app = Celery("tandem", task_cls="tandem.tasks.task_base:TandemTask")
+    # Quorum queues delay messages in RabbitMQ, in whole seconds (``tandem.broker_config.delays``).
+    app_cls = QuorumCelery if settings.rabbitmq_queue_type == "quorum" else Celery
+    celery_app = app_cls("tandem", task_cls="tandem.tasks.task_base:TandemTask")
     celery_app.conf.update(celery_config(settings))
     if settings.signing is not None:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")

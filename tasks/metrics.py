@@ -21,6 +21,9 @@ Names (all prefixed ``tandem_``)::
     tool_call_seconds{tool,status}             histogram  one tool call (status: succeeded, failed)
     host_in_flight{host}                       gauge      calls under way to the host, fleet-wide
     host_waiting_steps{host}                   gauge      steps waiting for one of its slots, fleet-wide
+    queue_depth{queue}                         gauge      messages waiting in the broker queue (intake,
+                                                          thinker, actor, tools), fleet-wide: what an
+                                                          autoscaler reads (tandem.broker_config.queue_depth)
 """
 
 from __future__ import annotations
@@ -106,13 +109,50 @@ class FleetCollector:
         yield waiting
 
 
-def serve(port: int, snapshots: Callable[[], list[HostSnapshot]] | None = None) -> int:
+class QueueDepthCollector:
+    """``tandem_queue_depth{queue}``, read from the broker at each scrape (one round trip on Redis).
+
+    It describes itself, so registering it reads nothing, and a scrape restricted to other names
+    (``/metrics?name[]=python_info``, the workers' liveness probe) never reaches the broker.
+    """
+
+    def __init__(self, depths: Callable[[], Mapping[str, int]]) -> None:
+        self.depths = depths
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "tandem_queue_depth", "Messages waiting in the broker queue, fleet-wide.", labels=["queue"]
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The gauge, without samples (what the registry needs to know of it)."""
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The gauge (with no samples when the broker cannot be read: never a false zero)."""
+        family = self._family()
+        try:
+            for queue, depth in self.depths().items():
+                family.add_metric([queue], depth)
+        except Exception:
+            log.warning("could not read the queue depths for /metrics", exc_info=True)
+        yield family
+
+
+def serve(
+    port: int,
+    snapshots: Callable[[], list[HostSnapshot]] | None = None,
+    depths: Callable[[], Mapping[str, int]] | None = None,
+) -> int:
     """Serve ``/metrics`` on ``port`` (0: any free port) in a daemon thread; the port it got.
 
-    ``snapshots`` adds the fleet-wide gauges of ``FleetCollector``.
+    ``snapshots`` adds the fleet-wide gauges of ``FleetCollector``, ``depths`` the queue depths of
+    ``QueueDepthCollector``.
     """
     if snapshots is not None:
         REGISTRY.register(FleetCollector(snapshots))
+    if depths is not None:
+        REGISTRY.register(QueueDepthCollector(depths))
     server, _thread = start_http_server(port)
     bound = int(server.server_address[1])
     log.info("Prometheus metrics on port %d", bound)

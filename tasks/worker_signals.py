@@ -199,10 +199,11 @@ def _serve_metrics(**_: Any) -> None:
     rt = get_runtime()
     port = rt.settings.metrics_port
     if port is not None:
+        from tandem.broker_config.queue_depth import queue_depths
         from tandem.tasks.capacity import host_snapshots
         from tandem.tasks.metrics import serve
 
-        serve(port, lambda: host_snapshots(rt.redis, rt.settings))
+        serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)
 
 
 @task_prerun.connect

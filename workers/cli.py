@@ -10,8 +10,6 @@ from typing import Any
 
 from tandem.broker_config.errors import SettingsError
 from tandem.reasoner.errors import ReasonerError
-from tandem.tasks.errors import JobError, RedisUnavailable
-from tandem.toolkit.errors import ToolkitError
 from tandem.workers.errors import WorkerError
 
 ROLES = ("thinker", "actor", "tools", "all")
@@ -56,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="show a job's status and result")
     s.add_argument("job_id")
+
+    he = sub.add_parser(
+        "health",
+        help="exit 0 when Redis (the job store) and the broker answer, else 3 (a container probe)",
+        description="Prints one line: how long each took to answer, and the messages waiting in each "
+        "queue; or which does not answer and why. Imports neither Celery nor LiteLLM.",
+    )
+    he.add_argument("--timeout", type=float, default=3.0, help="seconds each may take to answer (default 3)")
 
     h = sub.add_parser("hosts", help="show each model host's in-flight calls, budgets and back-off")
     h.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -305,7 +311,7 @@ def _approve(args: argparse.Namespace) -> int:
         try:
             edited = json.loads(args.args)
         except ValueError as exc:
-            return refuse(f"--args is not JSON ({exc}): write an object, e.g. '{{\"to\": \"a@b.c\"}}'")
+            return refuse(f'--args is not JSON ({exc}): write an object, e.g. \'{{"to": "a@b.c"}}\'')
         if not isinstance(edited, dict):
             return refuse(f"--args must be a JSON object of the tool's arguments, got {args.args!r}")
     if args.reject is not None and not args.reject.strip():
@@ -414,6 +420,13 @@ def _flower(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tandem`` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "health":  # a probe run every few seconds in each pod: light imports only
+        from tandem.workers.health import run_health
+
+        return run_health(args.timeout)
+    from tandem.tasks.errors import JobError, RedisUnavailable
+    from tandem.toolkit.errors import ToolkitError
+
     try:
         if args.command == "worker":
             return _worker(args)

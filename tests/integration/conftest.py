@@ -24,6 +24,7 @@ from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.store import JobStore
 from tandem.workers.embedded import WorkerGroup, redis_answers
 from tests.integration import plan_model
+from tests.integration.rabbitmq import vhost_url  # noqa: F401 - a fixture: a RabbitMQ vhost per test
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
 BASE_URL = os.environ.get("TANDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")

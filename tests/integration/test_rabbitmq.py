@@ -1,18 +1,15 @@
 """RabbitMQ as the broker: a plain Celery client enqueues ``tandem.infer`` with the configuration
 the README shows, and a malformed message harms no worker.
 
-Each test gets a virtual host of its own on the local RabbitMQ (made with ``rabbitmqctl`` and
-deleted after), so its queues are new. Skipped where no RabbitMQ answers on 127.0.0.1:5672.
+Each test gets a virtual host of its own on the local RabbitMQ (``tests.integration.rabbitmq``), so
+its queues are new. Skipped where no RabbitMQ answers on 127.0.0.1:5672.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -35,31 +32,6 @@ app = Celery(broker=sys.argv[1], backend=sys.argv[2])
 result = app.send_task("tandem.infer", kwargs={"spec": json.loads(sys.argv[3])})
 print(json.dumps({"id": result.id, "result": result.get(timeout=90)}))
 """
-
-
-def _rabbitmq_answers() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5672), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def _ctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture
-def vhost_url() -> Iterator[str]:
-    if not _rabbitmq_answers() or shutil.which("rabbitmqctl") is None:
-        pytest.skip("no RabbitMQ (with rabbitmqctl) on 127.0.0.1:5672")
-    vhost = f"tandem-test-{uuid.uuid4().hex[:8]}"
-    _ctl("add_vhost", vhost)
-    try:
-        _ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-        yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
-    finally:
-        _ctl("delete_vhost", vhost)
 
 
 @pytest.fixture

@@ -54,3 +54,39 @@ def test_tool_calls_are_timed_by_tool_and_status() -> None:
     assert REGISTRY.get_sample_value(
         "tandem_tool_call_seconds_count", {"tool": "(unknown)", "status": "failed"}
     )
+
+
+def test_the_queue_depth_gauge_reads_the_broker_only_when_scraped() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tandem.tasks.metrics import QueueDepthCollector
+
+    reads: list[int] = []
+
+    def depths() -> dict[str, int]:
+        reads.append(1)
+        return {"celery": 0, "thinker": 7, "actor": 2, "tools": 0}
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(QueueDepthCollector(depths))
+    assert reads == []  # registering describes it: nothing read
+    body = generate_latest(registry).decode()
+    assert 'tandem_queue_depth{queue="thinker"} 7.0' in body
+    assert 'tandem_queue_depth{queue="celery"} 0.0' in body
+    assert len(reads) == 1
+    restricted = generate_latest(registry.restricted_registry(["python_info"])).decode()
+    assert restricted == "" and len(reads) == 1  # a scrape of other names never reaches the broker
+
+
+def test_a_broker_that_cannot_be_read_gives_no_depth_rather_than_zero() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tandem.tasks.metrics import QueueDepthCollector
+
+    def broken() -> dict[str, int]:
+        raise ConnectionError("broker down")
+
+    registry = CollectorRegistry()
+    registry.register(QueueDepthCollector(broken))
+    body = generate_latest(registry).decode()
+    assert "# TYPE tandem_queue_depth gauge" in body and "tandem_queue_depth{" not in body

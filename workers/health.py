@@ -1,0 +1,129 @@
+"""``tandem health``: do Redis (the job store) and the broker answer? A container's readiness probe.
+
+A worker whose Redis or broker does not answer cannot make progress, so it should not count as
+ready (a rolling update waits for it, a PodDisruptionBudget counts it as down). The two checks run
+at once, each bounded by the timeout:
+
+- **Redis**: ``PING`` on ``TANDEM_REDIS_URL``, where the jobs' records live.
+- **The broker**: the depth of tandem's four queues (``tandem.broker_config.queue_depth``): one
+  pipelined round trip on a Redis broker, a connection and a passive declare per queue on
+  RabbitMQ. What an autoscaler reads is thereby known to be readable.
+
+Exit codes follow the CLI's: 0 both answered, 3 one did not (the line says which, and why),
+2 a setting is invalid. The line never shows a password. Neither Celery nor LiteLLM is imported:
+the probe runs every few seconds in every pod and must cost little.
+
+It is deliberately not the liveness probe: a Redis outage would then restart every worker of the
+fleet at once, and a worker rides out such an outage by itself (docs/durability.md). Liveness asks
+the worker's own process instead (docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.broker_config.errors import SettingsError
+from tandem.broker_config.settings import Settings
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one check found: whether it answered in time, how long it took, and what it said."""
+
+    name: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+
+
+def _sanitize(url: str) -> str:
+    from kombu.utils.url import maybe_sanitize_url
+
+    return str(maybe_sanitize_url(url))
+
+
+def _ping_redis(settings: Settings, timeout: float) -> str:
+    from redis import Redis
+
+    client = Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return ""
+
+
+def _read_broker(settings: Settings, timeout: float) -> str:
+    from tandem.broker_config.queue_depth import AmqpQueueDepths, queue_depths
+
+    reader = queue_depths(settings)
+    if isinstance(reader, AmqpQueueDepths):
+        reader.timeout = timeout
+        try:
+            depths = reader.read()
+        finally:
+            reader.close()
+    else:
+        depths = reader.read()
+    return ", ".join(f"{queue} {n}" for queue, n in depths.items())
+
+
+def check(settings: Settings, timeout: float = 3.0) -> list[Answer]:
+    """Ask Redis and the broker at once; each gets ``timeout`` seconds. A check still waiting at
+    the end counts as not answering (its thread is a daemon: the process does not wait for it)."""
+    checks: dict[str, Callable[[Settings, float], str]] = {
+        f"Redis ({_sanitize(settings.redis_url)})": _ping_redis,
+        f"the broker ({_sanitize(settings.broker_url)})": _read_broker,
+    }
+    found: dict[str, Answer] = {}
+    started = time.monotonic()
+
+    def run(name: str, probe: Callable[[Settings, float], str]) -> None:
+        try:
+            detail = probe(settings, timeout)
+            found[name] = Answer(name, True, time.monotonic() - started, detail)
+        except Exception as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            found[name] = Answer(name, False, time.monotonic() - started, reason)
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in checks.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, started + timeout + 0.5 - time.monotonic()))
+    return [
+        found.get(name) or Answer(name, False, timeout, f"no answer within {timeout:g} s") for name in checks
+    ]
+
+
+def summary(answers: list[Answer]) -> str:
+    """The one line ``tandem health`` prints: what failed first, then what answered."""
+    failed = [a for a in answers if not a.ok]
+    parts = [f"{a.name} failed: {a.detail}" for a in failed]
+    for a in answers:
+        if a.ok:
+            waiting = f" (messages waiting: {a.detail})" if a.detail else ""
+            parts.append(f"{a.name} answered in {a.seconds * 1000:.0f} ms{waiting}")
+    return ("ok: " if not failed else "") + "; ".join(parts)
+
+
+def run_health(timeout: float, env: Any = None) -> int:
+    """``tandem health``: print the summary; 0 when both answer, 3 when one does not, 2 on a bad
+    setting or timeout."""
+    if not timeout > 0:
+        print(f"tandem health: --timeout {timeout!r} must be a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError as exc:
+        print(f"tandem health: {exc}", file=sys.stderr)
+        return 2
+    answers = check(settings, timeout)
+    ok = all(a.ok for a in answers)
+    print(f"tandem health: {summary(answers)}", file=sys.stdout if ok else sys.stderr, flush=True)
+    return 0 if ok else 3
