@@ -146,6 +146,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         # A worker never gives up on its broker: it reconnects after an outage of any length.
         "broker_connection_max_retries": None,
+        # A channel error while (re)connecting is retried like a lost connection: after a network
+        # cut RabbitMQ may hold the dead connection's exclusive queues (Celery's remote-control
+        # queue) until it notices, and refuses their new declaration with RESOURCE_LOCKED.
+        "broker_channel_error_retry": True,
+        # After a reconnect Celery would take one message at a time until the messages of the lost
+        # connection are acknowledged, which they cannot be: the worker stalled at one.
+        "worker_enable_prefetch_count_reduction": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
         # Celery's consumer, but a malformed task message drops that message, not the worker.

@@ -26,7 +26,29 @@ log = logging.getLogger("tandem.broker")
 
 class Consumer(CeleryConsumer):
     """Celery's consumer whose task-message handler never raises into the event loop but for a
-    lost connection (which Celery's reconnect handles)."""
+    lost connection (which Celery's reconnect handles), and that keeps every message Celery drops
+    as malformed (a body it cannot decode, no task name, an unknown task, arguments its protocol
+    refuses) in the dead-letter list before Celery drops it."""
+
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        """Dead-letter a message whose body cannot be decoded, then let Celery drop it."""
+        keep(message, f"a body that cannot be decoded: {type(exc).__name__}: {exc}")
+        super().on_decode_error(message, exc)
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        """Dead-letter a message that is not a task message, then let Celery drop it."""
+        keep(message, "not a task message (no task name)")
+        super().on_unknown_message(body, message)
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        """Dead-letter a message for a task no worker knows, then let Celery drop it."""
+        keep(message, f"an unknown task: {exc}")
+        super().on_unknown_task(body, message, exc)
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        """Dead-letter a task message Celery's protocol refuses, then let Celery drop it."""
+        keep(message, f"an invalid task message: {type(exc).__name__}: {exc}")
+        super().on_invalid_task(body, message, exc)
 
     def create_task_handler(self, promise: Any = promise) -> Callable[[Any], Any]:
         """Celery's handler of task messages, guarded (see the module docstring)."""
@@ -54,18 +76,26 @@ def lost_connection_errors(errors: Any) -> tuple[type[BaseException], ...]:
     return tuple(e for e in errors if not issubclass(e, LookupError))
 
 
+def keep(message: Any, reason: str) -> None:
+    """Log ``message`` as malformed, and keep it in the dead-letter list where its channel keeps
+    one (tandem's Redis channel; on RabbitMQ it is logged only). Never raises."""
+    try:
+        info = message.delivery_info or {}
+        queue = str(info.get("routing_key") or "?")
+        dead_letter = getattr(message.channel, "dead_letter", None)
+        if callable(dead_letter):
+            raw = getattr(message, "_raw", None)
+            dead_letter(json.dumps(raw, default=str) if raw is not None else message.body, queue, reason)
+        else:
+            body = message.body if isinstance(message.body, bytes | str) else repr(message.body)
+            log.error("dropped a malformed message from queue %r (%s), starting %r", queue, reason, body[:80])
+    except Exception:
+        log.warning("could not keep a malformed message", exc_info=True)
+
+
 def drop(message: Any, exc: Exception, connection_errors: tuple[type[BaseException], ...] = ()) -> None:
     """Log ``message`` as malformed (``exc`` says why), dead-letter it where its channel keeps
     dead letters, and reject it without requeue unless it was acknowledged already."""
-    info = message.delivery_info or {}
-    queue = str(info.get("routing_key") or "?")
-    reason = f"{type(exc).__name__}: {exc}"
-    dead_letter = getattr(message.channel, "dead_letter", None)
-    if callable(dead_letter):
-        raw = getattr(message, "_raw", None)
-        dead_letter(json.dumps(raw, default=str) if raw is not None else message.body, queue, reason)
-    else:
-        body = message.body if isinstance(message.body, bytes | str) else repr(message.body)
-        log.error("dropped a malformed message from queue %r (%s), starting %r", queue, reason, body[:80])
+    keep(message, f"{type(exc).__name__}: {exc}")
     if not message.acknowledged:
         message.reject_log_error(log, connection_errors)

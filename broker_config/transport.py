@@ -55,7 +55,21 @@ DEAD_LETTERS_KEPT = 1000
 DEAD_LETTER_TTL = 7 * 86400
 """How long the dead-letter list lives after its last entry (seconds)."""
 DEAD_LETTER_EXCERPT = 4096
-"""How much of a malformed message is kept (characters)."""
+"""How much of a malformed message is kept (bytes of its UTF-8 text)."""
+
+
+def dead_letter_entry(text: str, queue: str, reason: str) -> bytes:
+    """The dead-letter list's entry for a malformed message: JSON of its queue, the reason, the
+    time and the message's first ``DEAD_LETTER_EXCERPT`` bytes (UTF-8, never cut inside a
+    character), at most ``DEAD_LETTER_EXCERPT`` + 512 bytes in all whatever the text holds."""
+    excerpt = text.encode("utf-8", "replace")[:DEAD_LETTER_EXCERPT].decode("utf-8", "ignore")
+    reason = reason[:256]
+    while True:
+        entry = {"queue": queue[:128], "reason": reason, "at": time.time(), "message": excerpt}
+        encoded = json.dumps(entry, ensure_ascii=False).encode("utf-8")
+        if len(encoded) <= DEAD_LETTER_EXCERPT + 512 or not excerpt:
+            return encoded
+        excerpt = excerpt[: len(excerpt) // 2]  # escapes (control characters) made it longer
 
 
 class MalformedMessage(ValueError):
@@ -258,11 +272,11 @@ class Channel(redis.Channel):
         )
         if not self.dead_letter_key:
             return
-        entry = {"queue": queue, "reason": reason, "at": time.time(), "message": text[:DEAD_LETTER_EXCERPT]}
+        entry = dead_letter_entry(text, queue, reason)
         try:
             with self.conn_or_acquire() as client:
                 pipe = client.pipeline(transaction=False)
-                pipe.lpush(self.dead_letter_key, json.dumps(entry))
+                pipe.lpush(self.dead_letter_key, entry)
                 pipe.ltrim(self.dead_letter_key, 0, DEAD_LETTERS_KEPT - 1)
                 pipe.expire(self.dead_letter_key, DEAD_LETTER_TTL)
                 pipe.execute()

@@ -31,6 +31,7 @@ from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.outages import (
     CONNECTION_ERRORS,
     Reconnect,
+    bounded,
     lost_error,
     redis_address,
     restart_note,
@@ -71,7 +72,7 @@ class JobHandle:
         aredis: AsyncRedisFactory | None = None,
     ) -> None:
         self.id = job_id
-        self._store = store
+        self._store = bounded(store)  # a hung Redis is noticed within the handle's windows
         self._app = app
         self._submitted = submitted
         self._submitted_at = time.time()

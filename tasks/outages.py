@@ -12,6 +12,11 @@ when Redis stayed unreachable for the call's whole window:
 - any other call (``status``, ``astatus``, ``cancel``, ``acancel``, ``job``):
   ``JobHandle.reconnect_call`` seconds (15).
 
+A hung Redis (a network cut, a paused server: connections neither answer nor fail) is noticed by
+the socket timeout of the command that waits on it: a handle's commands wait at most
+``CLIENT_SOCKET_TIMEOUT`` (5 s; ``bounded``), not the workers' ``TANDEM_REDIS_SOCKET_TIMEOUT``, so
+the windows hold there too (and ``reconnect_call = 0`` answers within those 5 s).
+
 Every command repeated is a read, or a write that is idempotent (the cancel flag; the first
 result stored wins), so a repeat after a lost reply changes nothing. A waiting call resumes from
 what it had: a stream read goes on after the last event id it returned.
@@ -24,16 +29,22 @@ restart erased it.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kombu.exceptions import OperationalError
+from redis import BlockingConnectionPool, ConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.tasks.errors import JobLostError, RedisUnavailable
 from tandem.toolkit.redaction import redact
+
+if TYPE_CHECKING:
+    from tandem.tasks.store import JobStore
 
 T = TypeVar("T")
 
@@ -45,6 +56,39 @@ FIRST_PAUSE = 0.1
 """Seconds before the first repeat of a command that failed; doubled after each failure..."""
 LONGEST_PAUSE = 1.0
 """...up to this: a restart is noticed within a second of Redis answering again."""
+
+
+CLIENT_SOCKET_TIMEOUT = 5.0
+"""The longest a client handle's Redis command waits for its answer (seconds). A handle's commands
+are quick (its stream reads block 1 s at most): a longer silence is a hung Redis."""
+
+_bounded: weakref.WeakKeyDictionary[ConnectionPool, Redis] = weakref.WeakKeyDictionary()
+_bounded_lock = threading.Lock()
+
+
+def bounded(store: JobStore, timeout: float = CLIENT_SOCKET_TIMEOUT) -> JobStore:
+    """``store`` over a client whose commands wait at most ``timeout`` seconds for an answer (one
+    such client per connection pool, kept while the pool lives). A client whose socket timeout is
+    shorter already, or unset (its owner's choice), is kept as it is."""
+    from tandem.tasks.store import JobStore
+
+    pool = getattr(store.redis, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    current = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
+    if pool is None or not isinstance(kwargs, dict) or current is None or current <= timeout:
+        return store
+    with _bounded_lock:
+        client = _bounded.get(pool)
+        if client is None:
+            extra = {"timeout": pool.timeout} if isinstance(pool, BlockingConnectionPool) else {}
+            copy = type(pool)(
+                connection_class=pool.connection_class,
+                max_connections=pool.max_connections,
+                **extra,
+                **{**kwargs, "socket_timeout": timeout},
+            )
+            client = _bounded[pool] = Redis(connection_pool=copy)
+    return JobStore(client, store.prefix, store.ttl, stream=store.stream)
 
 
 def redis_address(redis: Any) -> str:

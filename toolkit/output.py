@@ -10,6 +10,7 @@ line that tells the model it saw only a part.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -36,21 +37,85 @@ def render_head(value: Any, limit: int) -> tuple[str, int | None]:
         value = "(no output)"
     if isinstance(value, str):
         return (value[:limit] if 0 < limit < len(value) else value), len(value)
-    try:
-        parts: list[str] = []
-        size = 0
-        # ``iterencode`` (unlike ``dumps``) is lazy: the pure-Python encoder yields chunk by chunk.
-        for chunk in json.JSONEncoder(ensure_ascii=False, default=str).iterencode(value):
-            parts.append(chunk)
-            size += len(chunk)
-            if 0 < limit < size:
-                return "".join(parts)[:limit], None
-        text = "".join(parts)
-        return text, len(text)
-    except Exception:  # not JSON (a circular list, a huge int): its ``str``
-        pass
+    for encode in (_stdlib_chunks, iter_json):  # the second for values nested past the recursion limit
+        try:
+            parts: list[str] = []
+            size = 0
+            for chunk in encode(value):
+                parts.append(chunk)
+                size += len(chunk)
+                if 0 < limit < size:
+                    return "".join(parts)[:limit], None
+            text = "".join(parts)
+            return text, len(text)
+        except RecursionError:
+            continue
+        except Exception:  # not JSON (a circular list, a huge int): its ``str``
+            break
     text = render_text(value)
     return (text[:limit] if 0 < limit < len(text) else text), len(text)
+
+
+def _stdlib_chunks(value: Any) -> Iterator[str]:
+    # ``iterencode`` (unlike ``dumps``) is lazy: the pure-Python encoder yields chunk by chunk.
+    return json.JSONEncoder(ensure_ascii=False, default=str).iterencode(value)
+
+
+def iter_json(value: Any) -> Iterator[str]:
+    """``value`` as JSON, chunk by chunk, as ``json.dumps(value, ensure_ascii=False, default=str)``
+    writes it, but with a stack of its own instead of recursion: a value nested deeper than
+    Python's recursion limit is rendered too (as far as it is read). ``ValueError`` for a value
+    that contains itself."""
+    stack: list[Iterator[Any]] = [iter([value])]
+    closers: list[str] = [""]
+    path: list[int] = []
+    firsts: list[bool] = [True]
+    while stack:
+        try:
+            item = next(stack[-1])
+        except StopIteration:
+            stack.pop()
+            firsts.pop()
+            yield closers.pop()
+            if path:
+                path.pop()
+            continue
+        if len(stack) > 1:
+            if not firsts[-1]:
+                yield ", "
+            firsts[-1] = False
+        if closers[-1] == "}":
+            key, item = item
+            yield _key(key) + ": "
+        if isinstance(item, dict | list | tuple):
+            if id(item) in path:
+                raise ValueError("Circular reference detected")
+            path.append(id(item))
+            if isinstance(item, dict):
+                yield "{"
+                stack.append(iter(item.items()))
+                closers.append("}")
+            else:
+                yield "["
+                stack.append(iter(item))
+                closers.append("]")
+            firsts.append(True)
+        else:
+            yield _scalar(item)
+
+
+def _scalar(value: Any) -> str:
+    if value is None or isinstance(value, bool | int | float | str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return json.dumps(key, ensure_ascii=False)
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(json.dumps(key), ensure_ascii=False)
+    return json.dumps(str(key), ensure_ascii=False)
 
 
 def cut_note(limit: int, size: int | None, shown: int) -> str:

@@ -200,11 +200,6 @@ def test_events_and_result_ride_out_two_restarts() -> None:
         assert got["result"].status == "completed", got["result"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on a hung Redis, status() and result(timeout=5) block for the 30 s socket timeout "
-    "(TANDEM_REDIS_SOCKET_TIMEOUT), past reconnect_call (15 s, or 0: 'at once') and their own timeout",
-)
 def test_a_hung_redis_bounds_status_and_result_by_their_windows() -> None:
     """Redis hung (SIGSTOP: connections neither answer nor fail) for 40 s. Handles built like the
     product's (``redis_options``: the default 30 s socket timeout) must give up within their

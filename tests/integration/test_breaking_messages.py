@@ -183,10 +183,6 @@ def test_hostile_messages_mixed_into_a_live_run_harm_nothing() -> None:
         assert cluster.redis.ttl(DEAD_LETTERS) > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an envelope whose body kombu cannot decode is logged by Celery and dropped, never dead-lettered",
-)
 def test_a_body_kombu_cannot_decode_is_dead_lettered() -> None:
     """README: a message "that has a body kombu cannot decode ... is logged with an excerpt, kept
     in the Redis list tandem:dead-letters ... and dropped". Bodies that are not JSON, garbage
@@ -232,10 +228,6 @@ def test_a_flood_of_malformed_messages_keeps_the_newest_thousand() -> None:
         assert handle.result(timeout=90).status == "completed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a dead letter's excerpt is 4096 characters JSON-escaped: 6 to 12 bytes each when not ASCII",
-)
 def test_a_dead_letter_of_text_that_is_not_ascii_is_kept_within_4_kb() -> None:
     """README: dead letters are kept "up to 4 KB each". Messages of accented letters, emoji and
     bytes that are not UTF-8 (each 20 KB long) must be kept within that bound too, or 1,000 of
