@@ -150,6 +150,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # cut RabbitMQ may hold the dead connection's exclusive queues (Celery's remote-control
         # queue) until it notices, and refuses their new declaration with RESOURCE_LOCKED.
         "broker_channel_error_retry": True,
+        # Celery's remote-control queue is exclusive by default: after a network cut RabbitMQ did
+        # not notice, the dead connection holds it, and the worker could not reconnect until
+        # RabbitMQ's heartbeat timeout dropped that connection (minutes). Shared, it is taken again
+        # at once (it still expires when no worker uses it).
+        "control_queue_exclusive": False,
         # After a reconnect Celery would take one message at a time until the messages of the lost
         # connection are acknowledged, which they cannot be: the worker stalled at one.
         "worker_enable_prefetch_count_reduction": False,

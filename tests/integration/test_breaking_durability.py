@@ -374,27 +374,7 @@ def test_a_job_store_outage_under_a_rabbitmq_broker() -> None:
         assert [line for h in handles for line in _each_event_once(cluster, h.id)] == []
 
 
-@pytest.mark.parametrize(
-    "broker_side",
-    [
-        pytest.param(
-            "reset",
-            marks=pytest.mark.xfail(
-                strict=False,  # about 7 runs in 10: a second, lucky reconnect unblocks the worker
-                reason="after reconnecting to RabbitMQ, the tools worker holds the step messages "
-                "redelivered to it ('ignored') unacknowledged and takes no more: the jobs stall",
-            ),
-        ),
-        pytest.param(
-            "silent",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="after a network cut RabbitMQ did not see, a worker's reconnect meets its old "
-                "exclusive pidbox queue: RESOURCE_LOCKED, the worker exits 1",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("broker_side", ["reset", "silent"])
 def test_a_network_cut_to_rabbitmq(redis_base: str, broker_side: str) -> None:
     """Every connection to RabbitMQ cut, and new ones refused, for 10 s while tool calls run. The
     workers see their connections reset at once; RabbitMQ sees them reset too (``reset``, as when
