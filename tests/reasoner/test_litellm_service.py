@@ -15,7 +15,7 @@ from tandem.reasoner.errors import ConfigurationError, ModelCallError, Transient
 from tandem.reasoner.litellm_service import LiteLlmModelService, parse_retry_after
 from tandem.reasoner.model_service import ModelService
 from tandem.toolkit.tool import Tool
-from tests.openai_server import OpenAIServer, Reply
+from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
 API_KEY = "sk-test-secret-4242"
 MODEL = "openai/test-model"
@@ -601,7 +601,16 @@ def test_the_connection_pool_is_sized_to_the_worker(server: OpenAIServer) -> Non
         assert size_connection_pool(10) is False and litellm.client_session is client
 
         model, _ = make(server)
-        server.latency = 0.3
+
+        def together(request: RecordedRequest) -> Reply:
+            # Answered once all 30 were in at once (a pool of fewer connections never gets there):
+            # a fixed latency proved it only when the machine started every call within it.
+            deadline = time.monotonic() + 30
+            while server.in_flight_max < 30 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return Reply(content="4")
+
+        server.set_script(together)
         threads = [threading.Thread(target=model.generate, args=("", USER)) for _ in range(30)]
         for t in threads:
             t.start()
