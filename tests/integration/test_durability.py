@@ -4,6 +4,7 @@ a rate-limited model host. Each test injects the fault on purpose (see the READM
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 pytestmark = pytest.mark.integration
 
 Hosts = tuple[Cluster, OpenAIServer, OpenAIServer]
+TASK_ENDED = re.compile(r"Task tandem\.run_tool\[[^\]]+\] (succeeded|ignored|raised|retry|rejected)")
+"""A line of a worker's log (INFO) for a ``run_tool`` message it has done with, whatever the end."""
 FAST = {
     "TANDEM_STALL_SECONDS": "3",
     "TANDEM_TOOL_TIMEOUT": "30",
@@ -161,7 +164,12 @@ def test_a_worker_paused_past_its_lease_runs_no_at_most_once_call_twice(fresh_cl
         os.kill(paused, signal.SIGCONT)
     result = handle.result(timeout=90)
     assert result.status == "completed", result
-    time.sleep(8)  # the paused worker finishes its calls and tries to report them
+    # The paused worker finishes its two calls and tries to report them: Celery logs each end.
+    wait_for(
+        lambda: len(TASK_ENDED.findall(tools.log_dir.joinpath("tools.log").read_text())) >= 2,
+        60,
+        "the paused worker to end both calls",
+    )
 
     charges = runs(cluster, job, "charge_card")
     assert len(charges) == 1 and charges[0]["pid"] == paused, charges
