@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/tandem demo
 
+# The suite on TEST_WORKERS pytest processes, a module whole on one (see tests/conftest.py): most
+# of a test's time is spent waiting for celery workers, so more processes than the 2 cores pay.
+TEST_WORKERS ?= 6
 test: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,27 +29,41 @@ from tests.integration.rabbitmq import vhost_url  # noqa: F401 - a fixture: a Ra
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
 BASE_URL = os.environ.get("TANDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-TEST_DBS = range(10, 16)
+TEST_DBS = (1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15)
+"""The databases clusters take, one each: not 0 (the default URL, and unit tests under their own
+key prefixes), 4 (``bench``, flushed by every benchmark) or 8 (the state-machine unit tests).
+Parallel runs (``make test`` runs several pytest processes) and other engineers' runs share them."""
+DB_WAIT_SECONDS = 600.0
+"""How long a cluster waits for a free database before the test fails: on a machine where every
+database is taken, one frees when another test ends, so waiting beats failing."""
 
 
 @contextmanager
 def _exclusive_db() -> Iterator[int]:
-    """A Redis database number no other test process on this machine is using: queues are
-    per database, so two runs sharing one would take each other's tasks."""
-    for db in TEST_DBS:
-        handle = open(f"/tmp/tandem-test-redis-db-{db}.lock", "w")  # noqa: SIM115 - held while in use
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        try:
-            yield db
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
-        return
-    raise RuntimeError(f"every test Redis database {list(TEST_DBS)} is in use by other test runs")
+    """A Redis database number no other test process on this machine is using (a lock file per
+    database, held while in use): queues are per database, so two clusters sharing one would take
+    each other's tasks. Waits for one to free when all are taken."""
+    deadline = time.monotonic() + DB_WAIT_SECONDS
+    while True:
+        for db in TEST_DBS:
+            handle = open(f"/tmp/tandem-test-redis-db-{db}.lock", "w")  # noqa: SIM115 - held while in use
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield db
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"every test Redis database {list(TEST_DBS)} was in use by other tests for "
+                f"{DB_WAIT_SECONDS:g} s (lock files /tmp/tandem-test-redis-db-*.lock)"
+            )
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +92,8 @@ class Cluster:
         self.settings = Settings.from_env(env)
         self.app = create_app(self.settings)
         self.redis = Redis.from_url(url)
+        self.calls = Redis.from_url(env.get("TEST_CALLS_REDIS_URL") or url)
+        """Where the test tools record their calls (``tests.integration.tools``)."""
         self.store = JobStore(self.redis, self.settings.prefix)
         self.groups: list[WorkerGroup] = []
         self.killed: set[int] = set()
@@ -105,7 +122,7 @@ class Cluster:
 
     def tool_calls(self) -> list[dict[str, Any]]:
         """What the test tools recorded, in order."""
-        return [json.loads(x) for x in self.redis.lrange("test:calls", 0, -1)]
+        return [json.loads(x) for x in self.calls.lrange("test:calls", 0, -1)]
 
     def kill(self, group: WorkerGroup, role: str) -> None:
         """SIGKILL a worker process (on purpose: it does not count as a worker that exited)."""

@@ -4,6 +4,7 @@ a rate-limited model host. Each test injects the fault on purpose (see the READM
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -11,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from tandem.broker_config import Settings
+from tandem.tasks import runtime as runtime_module
+from tandem.tasks.runtime import Runtime
 from tests.integration.conftest import Cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
@@ -18,6 +22,8 @@ from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 pytestmark = pytest.mark.integration
 
 Hosts = tuple[Cluster, OpenAIServer, OpenAIServer]
+TASK_ENDED = re.compile(r"Task tandem\.run_tool\[[^\]]+\] (succeeded|ignored|raised|retry|rejected)")
+"""A line of a worker's log (INFO) for a ``run_tool`` message it has done with, whatever the end."""
 FAST = {
     "TANDEM_STALL_SECONDS": "3",
     "TANDEM_TOOL_TIMEOUT": "30",
@@ -64,10 +70,14 @@ def test_a_lost_run_tool_message_is_sent_again(fresh_cluster: Hosts) -> None:
     assert len(runs(cluster, handle.id, "add")) == 1
 
 
-def test_a_lost_intake_message_is_sent_again(fresh_cluster: Hosts) -> None:
+def test_a_lost_intake_message_is_sent_again(fresh_cluster: Hosts, monkeypatch: pytest.MonkeyPatch) -> None:
     """``tandem.infer`` lost before any worker created the job's record (no worker yet, then the
     intake queue emptied): the reconciler sends it again from the spec ``submit`` stored."""
     cluster, _, _ = fresh_cluster
+    # The client indexes the job for a look after its own TANDEM_STALL_SECONDS: the workers' 3 s
+    # here (the default, 60 s, would only make the test wait).
+    client = Runtime(Settings.from_env({**cluster.env, **FAST}))
+    monkeypatch.setattr(runtime_module, "_runtime", client)
     plan = [[{"name": "add", "args": {"a": 2, "b": 5}}]]
     handle = cluster.submit(goal=goal_with_plan("lost intake message", plan), max_rounds=4)
     intake = cluster.settings.intake_queue
@@ -154,7 +164,12 @@ def test_a_worker_paused_past_its_lease_runs_no_at_most_once_call_twice(fresh_cl
         os.kill(paused, signal.SIGCONT)
     result = handle.result(timeout=90)
     assert result.status == "completed", result
-    time.sleep(8)  # the paused worker finishes its calls and tries to report them
+    # The paused worker finishes its two calls and tries to report them: Celery logs each end.
+    wait_for(
+        lambda: len(TASK_ENDED.findall(tools.log_dir.joinpath("tools.log").read_text())) >= 2,
+        60,
+        "the paused worker to end both calls",
+    )
 
     charges = runs(cluster, job, "charge_card")
     assert len(charges) == 1 and charges[0]["pid"] == paused, charges
@@ -186,14 +201,17 @@ def test_a_killed_worker_with_a_backlog_fails_no_healthy_job(fresh_cluster: Host
 
 
 def test_a_rate_limited_model_host_parks_jobs_until_it_answers(fresh_cluster: Hosts) -> None:
-    """The Actor's host answers 429 with Retry-After: 40 for 60 s: jobs wait (holding no worker
-    thread: two jobs wait at once on one single-threaded worker) and then complete."""
+    """The Actor's host answers 429 with Retry-After: 20 for 15 s from its first request: jobs wait
+    (holding no worker thread: two jobs wait at once on one single-threaded worker) as long as the
+    host said, past the time the host refuses, and then complete."""
     cluster, _, actor = fresh_cluster
-    opened = time.monotonic()
+    opened: list[float] = []  # when the first request came: the workers' start takes no part
 
     def limited(request: RecordedRequest) -> Reply:
-        if time.monotonic() - opened < 60:
-            return Reply(status=429, error="rate limited", headers={"Retry-After": "40"})
+        if not opened:
+            opened.append(time.monotonic())
+        if time.monotonic() - opened[0] < 15:
+            return Reply(status=429, error="rate limited", headers={"Retry-After": "20"})
         return actor_host(request)
 
     actor.set_script(limited)
@@ -208,7 +226,7 @@ def test_a_rate_limited_model_host_parks_jobs_until_it_answers(fresh_cluster: Ho
     wait_for(both_waiting, 50, "both jobs to wait")
     status = handles[0].status()
     assert status.waiting_for == "the model host" and "429" in (status.error or "")
-    assert status.until is not None and status.until > time.time() + 20
+    assert status.until is not None and status.until > time.time() + 10  # Retry-After, not a back-off
     events = [e["type"] for e in handles[0].events(timeout=1)]
     assert "waiting" in events
     results = [h.result(timeout=200) for h in handles]

@@ -41,11 +41,15 @@ CONCURRENCY = {"thinker": 16, "actor": 16, "tools": 16}
 
 def _own(appendonly: bool) -> Iterator[tuple[Hosts, OwnRedis]]:
     server = OwnRedis(appendonly=appendonly).start()
+    # The tools record their calls in a Redis that stays up: a SIGKILL of the job store's loses
+    # its last second of writes, and with it the record of a call that ran (the job completes).
+    calls = OwnRedis(appendonly=False).start()
     try:
-        for hosts in _cluster_on(f"{server.base}/0", **CHAOS_ENV):
+        for hosts in _cluster_on(f"{server.base}/0", TEST_CALLS_REDIS_URL=f"{calls.base}/0", **CHAOS_ENV):
             yield hosts, server
     finally:
         server.stop()
+        calls.stop()
 
 
 @pytest.fixture

@@ -2,8 +2,10 @@
 
 Workers load it with ``TANDEM_TOOLKIT=tests.integration.tools:toolkit``.
 
-Every call records itself in Redis (``TANDEM_REDIS_URL``) so tests can count runs and see when
-each ran: ``{prefix}:test:calls`` (a list of JSON entries).
+Every call records itself in Redis (``TANDEM_REDIS_URL``, or ``TEST_CALLS_REDIS_URL`` when set) so
+tests can count runs and see when each ran: ``test:calls`` (a list of JSON entries). A test that
+crashes the job store's Redis records the calls elsewhere: a crash may lose the last writes, the
+record of a call that ran among them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ _redis: Redis | None = None
 def _record(ctx: ToolCallContext | None, name: str, started: float, **extra: object) -> None:
     global _redis
     if _redis is None:
-        _redis = Redis.from_url(os.environ["TANDEM_REDIS_URL"])
+        _redis = Redis.from_url(os.environ.get("TEST_CALLS_REDIS_URL") or os.environ["TANDEM_REDIS_URL"])
     entry = {
         "name": name,
         "job": ctx.job_id if ctx else "",
