@@ -14,6 +14,9 @@ class Odd:
     def __str__(self) -> str:
         return "odd"
 
+    def __repr__(self) -> str:  # the test's id: the same in every pytest process (xdist)
+        return "Odd()"
+
 
 @pytest.mark.parametrize(
     "value",
