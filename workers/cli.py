@@ -468,7 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _say(exc, line, exit_codes.UNREACHABLE, debug)
     except (RedisConnectionError, RedisTimeoutError, OperationalError) as exc:
         return _say(exc, _unreachable_line(exc), exit_codes.UNREACHABLE, debug)
-    except (JobTimeout, JobLostError) as exc:  # the job did not complete (in the time given)
+    except JobTimeout as exc:  # the job did not complete in the time given, and goes on
+        line = f"{exc}: it goes on (`tandem watch JOB_ID` follows it, `tandem cancel JOB_ID` stops it)"
+        return _say(exc, line, exit_codes.JOB_FAILED, debug)
+    except JobLostError as exc:
         return _say(exc, str(exc), exit_codes.JOB_FAILED, debug)
     except (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError) as exc:
         return _say(exc, str(exc), exit_codes.USAGE, debug)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from tandem.workers import exit_codes
@@ -23,12 +24,21 @@ def show_to_end(handle: Any, after: str, args: argparse.Namespace) -> int:
     """Show the job's events live until it ends, then its exit status (``exit_codes.for_state``);
     on stderr, a hint when no worker consumes the queue it waits on (``queue_hint``)."""
     from tandem.tasks.app import app, settings
+    from tandem.tasks.errors import JobTimeout
     from tandem.workers.display import show_events
     from tandem.workers.queue_hint import for_handle
 
+    deadline = time.monotonic() + args.timeout
     with for_handle(handle, app, settings.intake_queue):
         final = show_events(handle.events(after=after, timeout=args.timeout), tokens=not args.no_tokens)
-        result = handle.result(timeout=5 if final else args.timeout)
+        # --timeout bounds the whole wait: the events' wait and then the result's
+        try:
+            result = handle.result(timeout=5 if final else max(0.1, deadline - time.monotonic()))
+        except JobTimeout:
+            state = handle.status().state
+            raise JobTimeout(
+                f"job {handle.id} has not ended after {args.timeout:g} s (state: {state})"
+            ) from None
     if args.json:
         print(result.model_dump_json(indent=2))
     return exit_codes.for_state(result.status)
