@@ -10,6 +10,8 @@ import contextlib
 import gc
 import json
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -151,7 +153,7 @@ def _size_redis_pool(sender: Any = None, **_: Any) -> None:
 
 
 @worker_init.connect
-def _warm_up(**_: Any) -> None:
+def _warm_up(sender: Any = None, **_: Any) -> None:
     """Import LiteLLM before taking work when a real model is configured: the import takes a
     second or two of CPU, which would otherwise land inside the first step (and its lease)."""
     settings = get_runtime().settings
@@ -169,6 +171,7 @@ def _warm_up(**_: Any) -> None:
     import_litellm()
     from tandem.tasks.model_loop import threads_are_green
 
+    _warm_up_streams(settings, models, sender)
     threads = get_runtime().concurrency
     if not settings.model_loop or threads_are_green():
         # Calls in the step threads: one connection per thread (and a few for the in-call
@@ -192,6 +195,35 @@ def _warm_up(**_: Any) -> None:
             threads,
             threads,
         )
+
+
+def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
+    """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
+    (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
+    its processes fork, so each inherits it; any other in a thread, so the worker's start does not
+    wait for it (a first step that comes sooner waits only for what is left of it)."""
+    from tandem.reasoner.models.litellm_setup import warm_up_streaming
+    from tandem.tasks.model_loop import threads_are_green
+
+    streamed = [r for r in models if settings.role(r).stream]
+    if not streamed:
+        return
+    model = settings.role(streamed[0]).model or ""
+    on_loop = bool(settings.model_loop) and not threads_are_green()
+
+    def warm() -> None:
+        started = time.monotonic()
+        try:
+            warm_up_streaming(model, use_async=on_loop)
+        except Exception:  # a missed warm-up only makes the first reply slower
+            log.warning("could not warm up LiteLLM's streaming", exc_info=True)
+            return
+        log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
+
+    if "prefork" in str(getattr(worker, "pool_cls", "")):
+        warm()
+    else:
+        threading.Thread(target=warm, name="tandem-warm-up", daemon=True).start()
 
 
 @worker_ready.connect

@@ -2,17 +2,25 @@
 
 Everything here acts on the LiteLLM module, which is process-wide: ``import_litellm`` (on first use,
 not with this module: it costs a second or two of CPU), ``price_unpriced_model`` (a self-hosted
-model entered at 0 a token), ``size_connection_pool`` and ``async_connection_cap`` (what a worker
-sets or checks at start). ``LiteLlmModelService`` calls LiteLLM through ``import_litellm``.
+model entered at 0 a token), ``size_connection_pool``, ``async_connection_cap`` and
+``warm_up_streaming`` (what a worker sets, checks or does at start). ``LiteLlmModelService`` calls
+LiteLLM through ``import_litellm``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from types import ModuleType
 
-__all__ = ["async_connection_cap", "import_litellm", "price_unpriced_model", "size_connection_pool"]
+__all__ = [
+    "async_connection_cap",
+    "import_litellm",
+    "price_unpriced_model",
+    "size_connection_pool",
+    "warm_up_streaming",
+]
 
 _litellm: ModuleType | None = None
 _litellm_lock = threading.Lock()
@@ -100,3 +108,42 @@ def async_connection_cap() -> int | None:
 
     caps = [int(c) for c in (AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST) if int(c) > 0]
     return min(caps) if caps else None
+
+
+def warm_up_streaming(model: str, *, use_async: bool) -> None:
+    """Make one streamed completion of ``model`` that LiteLLM answers itself (``mock_response``: no
+    request leaves the process, no key is needed) and read it to its end: ``litellm.acompletion``
+    on a loop of its own when ``use_async`` (the worker's model loop calls that way), else
+    ``litellm.completion``.
+
+    LiteLLM sets up much of its streaming on the first stream of the process: it imports more of
+    itself and loads the model's tokenizer to count the prompt's tokens (0.5 to 3 s of CPU),
+    before the first chunk is handed over. The model is priced first (``price_unpriced_model``), as
+    a worker does before its calls: which tokenizer LiteLLM picks depends on it. Without this, a fresh worker's first reply arrives in one lump
+    after that pause. What it loads is process-wide, not tied to the loop used here, so the calls
+    later made on the worker's own loop find it ready. Raises whatever LiteLLM raises.
+    """
+    litellm = import_litellm()
+    price_unpriced_model(model)  # as before every real call: the prompt's tokenizer depends on it
+    request = {
+        "model": model,
+        "messages": [{"role": "user", "content": "warm-up"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "mock_response": "warm-up",
+    }
+    if not use_async:
+        for _ in litellm.completion(**request):
+            pass
+        return
+
+    async def read() -> None:
+        async for _ in await litellm.acompletion(**request):
+            pass
+
+    loop = asyncio.new_event_loop()  # not set as the thread's loop: nothing else sees it
+    try:
+        loop.run_until_complete(read())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
