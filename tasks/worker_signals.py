@@ -33,6 +33,9 @@ from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
+_warming: threading.Thread | None = None
+WARM_UP_WAIT = 30.0
+"""The longest a worker waits for its warm-up before it takes messages (seconds)."""
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
@@ -200,8 +203,9 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
 def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
     """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
     (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
-    its processes fork, so each inherits it; any other in a thread, so the worker's start does not
-    wait for it (a first step that comes sooner waits only for what is left of it)."""
+    its processes fork, so each inherits it; any other in a thread while the worker connects to
+    its broker, waited for (``_wait_for_warm_up``) before the worker takes its first message."""
+    global _warming
     from tandem.reasoner.models.litellm_setup import warm_up_streaming
     from tandem.tasks.model_loop import threads_are_green
 
@@ -223,7 +227,16 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
     if "prefork" in str(getattr(worker, "pool_cls", "")):
         warm()
     else:
-        threading.Thread(target=warm, name="tandem-warm-up", daemon=True).start()
+        _warming = threading.Thread(target=warm, name="tandem-warm-up", daemon=True)
+        _warming.start()
+
+
+@worker_ready.connect
+def _wait_for_warm_up(**_: Any) -> None:
+    """The worker takes messages (and answers pings) once its warm-up is over: its start costs the
+    longer of the two, not their sum, and its first streamed reply streams like the rest."""
+    if _warming is not None:
+        _warming.join(WARM_UP_WAIT)
 
 
 @worker_ready.connect

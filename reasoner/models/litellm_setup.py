@@ -118,10 +118,11 @@ def warm_up_streaming(model: str, *, use_async: bool) -> None:
 
     LiteLLM sets up much of its streaming on the first stream of the process: it imports more of
     itself and loads the model's tokenizer to count the prompt's tokens (0.5 to 3 s of CPU),
-    before the first chunk is handed over. The model is priced first (``price_unpriced_model``), as
-    a worker does before its calls: which tokenizer LiteLLM picks depends on it. Without this, a fresh worker's first reply arrives in one lump
-    after that pause. What it loads is process-wide, not tied to the loop used here, so the calls
-    later made on the worker's own loop find it ready. Raises whatever LiteLLM raises.
+    before the first chunk is handed over, so a fresh worker's first reply arrived in one lump
+    after that pause. The model is priced first (``price_unpriced_model``), as a worker does
+    before its calls: which tokenizer LiteLLM picks depends on it. What is loaded is
+    process-wide, not tied to the loop used here: the calls later made on the worker's own loop
+    find it ready. Raises whatever LiteLLM raises.
     """
     litellm = import_litellm()
     price_unpriced_model(model)  # as before every real call: the prompt's tokenizer depends on it
