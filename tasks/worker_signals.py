@@ -10,7 +10,6 @@ import contextlib
 import gc
 import json
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -33,9 +32,6 @@ from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
-_warming: threading.Thread | None = None
-WARM_UP_WAIT = 30.0
-"""The longest a worker waits for its warm-up before it takes messages (seconds)."""
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
@@ -203,10 +199,10 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
 def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
     """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
     (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
-    its processes fork, so each inherits it; any other in a thread while the worker connects to
-    its broker, waited for (``_wait_for_warm_up``) before the worker takes its first message."""
-    global _warming
-    from tandem.reasoner.models.litellm_setup import warm_up_streaming
+    its processes fork, so each inherits it; any other in a thread while it connects to its broker
+    (its start does not wait for it; a streamed call that comes sooner waits for what is left of
+    it before sending its request, so its reply still streams from its first chunk)."""
+    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up, warm_up_streaming
     from tandem.tasks.model_loop import threads_are_green
 
     streamed = [r for r in models if settings.role(r).stream]
@@ -214,29 +210,16 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
         return
     model = settings.role(streamed[0]).model or ""
     on_loop = bool(settings.model_loop) and not threads_are_green()
-
-    def warm() -> None:
-        started = time.monotonic()
-        try:
-            warm_up_streaming(model, use_async=on_loop)
-        except Exception:  # a missed warm-up only makes the first reply slower
-            log.warning("could not warm up LiteLLM's streaming", exc_info=True)
-            return
-        log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
-
-    if "prefork" in str(getattr(worker, "pool_cls", "")):
-        warm()
-    else:
-        _warming = threading.Thread(target=warm, name="tandem-warm-up", daemon=True)
-        _warming.start()
-
-
-@worker_ready.connect
-def _wait_for_warm_up(**_: Any) -> None:
-    """The worker takes messages (and answers pings) once its warm-up is over: its start costs the
-    longer of the two, not their sum, and its first streamed reply streams like the rest."""
-    if _warming is not None:
-        _warming.join(WARM_UP_WAIT)
+    if "prefork" not in str(getattr(worker, "pool_cls", "")):
+        start_streaming_warm_up(model, use_async=on_loop)
+        return
+    started = time.monotonic()
+    try:
+        warm_up_streaming(model, use_async=on_loop)
+    except Exception:  # a missed warm-up only makes the first reply slower
+        log.warning("could not warm up LiteLLM's streaming", exc_info=True)
+        return
+    log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
 
 
 @worker_ready.connect

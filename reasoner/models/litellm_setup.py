@@ -3,8 +3,9 @@
 Everything here acts on the LiteLLM module, which is process-wide: ``import_litellm`` (on first use,
 not with this module: it costs a second or two of CPU), ``price_unpriced_model`` (a self-hosted
 model entered at 0 a token), ``size_connection_pool``, ``async_connection_cap`` and
-``warm_up_streaming`` (what a worker sets, checks or does at start). ``LiteLlmModelService`` calls
-LiteLLM through ``import_litellm``.
+``warm_up_streaming`` / ``start_streaming_warm_up`` (what a worker sets, checks or does at start).
+``LiteLlmModelService`` calls LiteLLM through ``import_litellm``, and a streamed call first waits for
+a warm-up in progress (``wait_for_warm_up``).
 """
 
 from __future__ import annotations
@@ -12,20 +13,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
 import threading
+import time
 from types import ModuleType
 
 __all__ = [
+    "WARM_UP_WAIT",
     "async_connection_cap",
     "import_litellm",
     "price_unpriced_model",
     "size_connection_pool",
+    "start_streaming_warm_up",
+    "wait_for_warm_up",
     "warm_up_streaming",
 ]
 
 _litellm: ModuleType | None = None
 _litellm_lock = threading.Lock()
+_warmed = threading.Event()
+_warmed.set()  # set while no warm-up is in progress
+
+WARM_UP_WAIT = 30.0
+"""The longest a streamed call waits for a warm-up in progress (seconds)."""
 
 
 def import_litellm() -> ModuleType:
@@ -151,6 +162,35 @@ def warm_up_streaming(model: str, *, use_async: bool) -> None:
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         loop.close()
+
+
+def start_streaming_warm_up(model: str, *, use_async: bool) -> threading.Thread:
+    """Run ``warm_up_streaming`` in a daemon thread; until it ends, a streamed call waits for it
+    before sending its request (``wait_for_warm_up``), so its reply streams from its first chunk
+    rather than pausing mid-stream while LiteLLM loads what the warm-up is loading. A failure is
+    logged, and the calls go on without it."""
+    log = logging.getLogger("tandem.worker")
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            warm_up_streaming(model, use_async=use_async)
+            log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
+        except Exception:  # a missed warm-up only makes the first reply slower
+            log.warning("could not warm up LiteLLM's streaming", exc_info=True)
+        finally:
+            _warmed.set()
+
+    _warmed.clear()
+    thread = threading.Thread(target=run, name="tandem-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for_warm_up(timeout: float = WARM_UP_WAIT) -> bool:
+    """Wait for a warm-up in progress (``start_streaming_warm_up``), at most ``timeout`` seconds;
+    ``True`` when none is (any more)."""
+    return _warmed.wait(timeout)
 
 
 def _import_http_logging() -> None:

@@ -71,7 +71,6 @@ def test_a_worker_whose_role_streams_warms_the_streamed_path_up_before_it_takes_
         worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=4)
     )
     monkeypatch.setattr(litellm_setup, "size_connection_pool", lambda n: True)
-    monkeypatch.setattr(worker_signals, "_warming", None)
     calls: list[tuple[str, bool]] = []
 
     def warm(model: str, *, use_async: bool) -> None:
@@ -81,7 +80,8 @@ def test_a_worker_whose_role_streams_warms_the_streamed_path_up_before_it_takes_
     monkeypatch.setattr(litellm_setup, "warm_up_streaming", warm)
     worker_signals._warm_up(sender=SimpleNamespace(pool_cls=pool))
     if pool == "prefork":  # before the processes fork: each inherits what it loaded
-        assert calls == warmed and worker_signals._warming is None
+        assert calls == warmed
         return
-    worker_signals._wait_for_warm_up()  # the worker's ready signal: it takes work after this
+    assert calls == []  # in a thread: the worker's start does not wait for it
+    assert litellm_setup.wait_for_warm_up(5)  # what a streamed call does before its request
     assert calls == warmed

@@ -3,13 +3,19 @@ it sent no request. Each case runs in a fresh process: what LiteLLM loads is pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tandem.reasoner.models import litellm_setup
+from tandem.reasoner.models.litellm_service import LiteLlmModelService
+from tests.openai_server import OpenAIServer, Reply
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -70,3 +76,32 @@ def test_after_the_warm_up_the_first_stream_loads_nothing_and_none_was_sent(mode
 def test_without_it_the_first_stream_loads_the_tokenizer() -> None:
     found = first_call(False, "async")  # what the warm-up spares the first reply
     assert found["new_encodings"] != [] and found["content"] == "four words of reply"
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_streamed_call_waits_for_a_warm_up_in_progress_before_its_request(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    ended: list[float] = []
+
+    def slow_warm_up(model: str, *, use_async: bool) -> None:
+        time.sleep(0.5)
+        ended.append(time.monotonic())
+
+    monkeypatch.setattr(litellm_setup, "warm_up_streaming", slow_warm_up)
+    arrived: list[float] = []
+
+    def reply(request: object) -> Reply:
+        arrived.append(time.monotonic())
+        return Reply("streamed after the warm-up")
+
+    with OpenAIServer(reply) as host:
+        service = LiteLlmModelService("openai/m", api_base=host.url, api_key="k", stream=True)
+        litellm_setup.start_streaming_warm_up("openai/m", use_async=mode == "async")
+        messages = [{"role": "user", "content": "hello"}]
+        if mode == "async":
+            message = asyncio.run(service.agenerate("system", messages))
+        else:
+            message = service.generate("system", messages)
+    assert message.content == "streamed after the warm-up"
+    assert len(ended) == 1 and arrived[0] >= ended[0]
