@@ -9,6 +9,8 @@ Thinker (what a client following the job sees). The figures are the medians over
 
 - ``first_stream_ttft_s_first``: the first job on a fresh worker;
 - ``first_stream_ttft_s_later``: the later jobs (the median of their medians);
+- ``first_stream_submit_to_token_s_first`` / ``_later``: the same from the job's submission (a first
+  job sent right after the workers are ready also waits for what is left of the warm-up);
 - ``first_stream_worker_ready_s``: from launching the three workers together to the slowest of them
   answering a ping (the goal of issue 27: at most 3 s).
 
@@ -55,8 +57,9 @@ def _first_thinker_delta(cluster: Cluster, job_id: str) -> float:
     raise RuntimeError(f"job {job_id} has no model_delta event of the Thinker: is streaming on?")
 
 
-def sample(jobs: int) -> tuple[float, list[float]]:
-    """One fresh cluster: its ready time and the Thinker's time to first token of each job."""
+def sample(jobs: int) -> tuple[float, list[float], list[float]]:
+    """One fresh cluster: its ready time, and for each job the Thinker's time to first token
+    from its request reaching the host, and from the job's submission."""
     server = RedisServer()
     hosts = StreamingHosts()
     arrivals = Arrivals()
@@ -72,12 +75,15 @@ def sample(jobs: int) -> tuple[float, list[float]]:
                 TANDEM_ACTOR_STREAM="true",
             )
             ready = max(cluster.start(timeout=180).values())
-            ttft = []
+            ttft, from_submit = [], []
             for _ in range(jobs):
                 seen = len(arrivals.times)
-                _took, result = cluster.run(plan_goal([]), 2, timeout=300)
-                ttft.append(_first_thinker_delta(cluster, result.job_id) - arrivals.times[seen])
-            return ready, ttft
+                job_id, sent = cluster.submit(plan_goal([]), 2)
+                cluster.wait([job_id], 300)
+                first = _first_thinker_delta(cluster, job_id)
+                ttft.append(first - arrivals.times[seen])
+                from_submit.append(first - sent)
+            return ready, ttft, from_submit
     finally:
         if cluster is not None:
             cluster.stop()
@@ -87,15 +93,19 @@ def sample(jobs: int) -> tuple[float, list[float]]:
 def run(quick: bool, samples: int | None = None) -> dict[str, float]:
     """The figures (see the module docstring)."""
     count = samples or (2 if quick else 3)
-    ready, first, later = [], [], []
+    ready, first, later, submit_first, submit_later = [], [], [], [], []
     for _ in range(count):
-        took, ttft = sample(JOBS)
+        took, ttft, from_submit = sample(JOBS)
         ready.append(took)
         first.append(ttft[0])
         later.append(median(ttft[1:]))
+        submit_first.append(from_submit[0])
+        submit_later.append(median(from_submit[1:]))
     return {
         "first_stream_ttft_s_first": median(first),
         "first_stream_ttft_s_later": median(later),
+        "first_stream_submit_to_token_s_first": median(submit_first),
+        "first_stream_submit_to_token_s_later": median(submit_later),
         "first_stream_worker_ready_s": median(ready),
     }
 

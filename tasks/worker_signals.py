@@ -32,6 +32,8 @@ from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
+_streams_to_warm: tuple[str, bool] | None = None
+"""The model whose streamed path a thread-pool worker warms up once ready, and whether on a loop."""
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
@@ -199,10 +201,12 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
 def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
     """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
     (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
-    its processes fork, so each inherits it; any other in a thread while it connects to its broker
-    (its start does not wait for it; a streamed call that comes sooner waits for what is left of
-    it before sending its request, so its reply still streams from its first chunk)."""
-    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up, warm_up_streaming
+    its processes fork, so each inherits it. Any other starts it in a thread once it is ready
+    (``_start_warm_up``), so its start does not wait for it; a streamed call that comes sooner
+    waits for what is left of it before sending its request, and its reply still streams from
+    its first chunk."""
+    global _streams_to_warm
+    from tandem.reasoner.models.litellm_setup import warm_up_streaming
     from tandem.tasks.model_loop import threads_are_green
 
     streamed = [r for r in models if settings.role(r).stream]
@@ -211,7 +215,7 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
     model = settings.role(streamed[0]).model or ""
     on_loop = bool(settings.model_loop) and not threads_are_green()
     if "prefork" not in str(getattr(worker, "pool_cls", "")):
-        start_streaming_warm_up(model, use_async=on_loop)
+        _streams_to_warm = (model, on_loop)
         return
     started = time.monotonic()
     try:
@@ -220,6 +224,18 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
         log.warning("could not warm up LiteLLM's streaming", exc_info=True)
         return
     log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
+
+
+@worker_ready.connect
+def _start_warm_up(**_: Any) -> None:
+    """Start the warm-up ``_warm_up_streams`` left for this moment (before any message is taken)."""
+    global _streams_to_warm
+    if _streams_to_warm is None:
+        return
+    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up
+
+    (model, on_loop), _streams_to_warm = _streams_to_warm, None
+    start_streaming_warm_up(model, use_async=on_loop)
 
 
 @worker_ready.connect

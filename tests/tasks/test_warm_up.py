@@ -12,6 +12,12 @@ from tandem.reasoner.models import litellm_setup
 from tandem.tasks import worker_signals
 
 
+@pytest.fixture(autouse=True)
+def _no_warm_up_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``_warm_up`` leaves for the worker's ready signal is dropped after each test."""
+    monkeypatch.setattr(worker_signals, "_streams_to_warm", None)
+
+
 @pytest.mark.parametrize(("env", "sized"), [({}, False), ({"TANDEM_MODEL_LOOP": "0"}, True)])
 def test_only_a_worker_calling_models_in_its_threads_sizes_their_pool(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, env: dict[str, str], sized: bool
@@ -82,6 +88,7 @@ def test_a_worker_whose_role_streams_warms_the_streamed_path_up_before_it_takes_
     if pool == "prefork":  # before the processes fork: each inherits what it loaded
         assert calls == warmed
         return
-    assert calls == []  # in a thread: the worker's start does not wait for it
+    assert calls == []  # the worker's start does not wait for it
+    worker_signals._start_warm_up()  # the worker is ready: in a thread, before it takes messages
     assert litellm_setup.wait_for_warm_up(5)  # what a streamed call does before its request
     assert calls == warmed
