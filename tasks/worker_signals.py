@@ -227,18 +227,6 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
 
 
 @worker_ready.connect
-def _start_warm_up(**_: Any) -> None:
-    """Start the warm-up ``_warm_up_streams`` left for this moment (before any message is taken)."""
-    global _streams_to_warm
-    if _streams_to_warm is None:
-        return
-    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up
-
-    (model, on_loop), _streams_to_warm = _streams_to_warm, None
-    start_streaming_warm_up(model, use_async=on_loop)
-
-
-@worker_ready.connect
 def _serve_metrics(**_: Any) -> None:
     rt = get_runtime()
     port = rt.settings.metrics_port
@@ -303,6 +291,19 @@ def _freeze_startup_objects(**_: Any) -> None:
     gc.collect()
     gc.freeze()
     gc.collect()  # counts the (now small) old generation afresh
+
+
+@worker_ready.connect
+def _start_warm_up(**_: Any) -> None:
+    """Start the warm-up ``_warm_up_streams`` left for this moment: the last of the ready
+    handlers (its thread would slow theirs down), before any message is taken."""
+    global _streams_to_warm
+    if _streams_to_warm is None:
+        return
+    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up
+
+    (model, on_loop), _streams_to_warm = _streams_to_warm, None
+    start_streaming_warm_up(model, use_async=on_loop)
 
 
 @worker_shutdown.connect
