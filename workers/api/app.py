@@ -287,8 +287,11 @@ class Api:
         key = self.store.key(job_id, "events")
         yield f"retry: 2000\n: job {job_id} events after {after}\n\n"
         block_ms = max(1, int(self.heartbeat * 1000))
+        ending = False
         while True:
-            batch = await self.async_redis.xread({key: after}, count=200, block=block_ms)
+            # Once the job is seen ended, one more read without waiting: events written between
+            # the last empty read and that look (its ``final`` among them) are sent, not lost.
+            batch = await self.async_redis.xread({key: after}, count=200, block=None if ending else block_ms)
             for _stream, entries in batch or []:
                 for entry_id, fields in entries:
                     event = decode_entry(entry_id, fields)
@@ -301,8 +304,11 @@ class Api:
             # Idle: end if the job ended (every event was read) or its records are gone.
             ended = await self.async_redis.exists(self.store.key(job_id, "result"))
             known = await self.async_redis.exists(self.store.key(job_id, "state"))
-            if ended or not known:
+            if ending:
                 return
+            if ended or not known:
+                ending = True
+                continue
             if await request.is_disconnected():
                 return
             yield ": heartbeat\n\n"
