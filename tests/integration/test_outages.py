@@ -103,7 +103,8 @@ def _all_complete(cluster: Cluster, handles: list[JobHandle], *, crash: bool = F
             assert charges, f"{h.id}: charge_card never ran"
             continue
         outputs = cluster.redis.hvals(cluster.store.key(h.id, "tools"))
-        assert any(INTERRUPTED.encode() in o for o in outputs), f"{h.id}: charge_card neither ran nor was reported"
+        reported = any(INTERRUPTED.encode() in o for o in outputs)
+        assert reported, f"{h.id}: charge_card neither ran nor was reported interrupted"
 
 
 def _survives(cluster: Cluster, fault: Callable[[], None]) -> None:
