@@ -124,7 +124,7 @@ WORKER_UP = Gauge(
     "tandem_worker_up",
     "1 for a worker that is up, with the queues (roles) it consumes and its pool.",
     ("role", "pool"),
-    multiprocess_mode="liveall",
+    multiprocess_mode="livemax",
 )
 TOOL_CALL_SECONDS = Histogram(
     "tandem_tool_call_seconds", "Duration of one tool call.", ("tool", "status"), buckets=_TOOL_BUCKETS
