@@ -40,7 +40,7 @@ def serve(host: str, port: int, *, log_level: str = "info", settings: Settings |
 
     settings = settings or Settings.from_env()
     check_exposure(host, settings)
-    app = create_api(settings)
+    app = create_api(settings, bound_host=host)
     print(
         f"tandem api: listening on http://{host}:{port} (console at /, OpenAPI at /openapi.json); "
         f"{'bearer tokens required' if settings.api_tokens else 'no tokens: loopback only'}",
