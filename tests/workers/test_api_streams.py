@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -31,7 +31,8 @@ def _api(fixture: Fixture) -> Api:
     app: Any = fixture.app
     while not hasattr(app, "state"):
         app = app.app
-    return app.state.api  # type: ignore[no-any-return]
+    api: Api = app.state.api
+    return api
 
 
 async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -171,8 +172,7 @@ async def test_past_the_jobs_one_process_follows_a_new_job_gets_503(monkeypatch:
     async with _client(fixture) as client:
         held = asyncio.create_task(client.get("/v1/jobs/a/events"))
         await _until(lambda: api.hub.readers == 1)
-        second: Awaitable[httpx.Response] = client.get("/v1/jobs/a/events")  # the same job shares it
-        shared = asyncio.create_task(second)
+        shared = asyncio.create_task(client.get("/v1/jobs/a/events"))  # the same job shares its reader
         await _until(lambda: sum(api.slots.open.values()) == 2)
         full = await client.get("/v1/jobs/b/events")
         assert full.status_code == 503 and full.json()["error"]["code"] == "too_many_jobs_streamed"

@@ -296,7 +296,9 @@ class Api:
                 f"Last-Event-ID {after[:60]!r} is not a stream id: send the id of the last event "
                 "received (like '1700000000000-0'), or '0' for the first event",
             )
-        await run_in_threadpool(self.handle, job_id)
+        # A crowd of clients arriving at once must not take a thread and a connection each.
+        if not (_JOB_ID.match(job_id) and await self.async_redis.exists(self.store.key(job_id, "state"))):
+            await run_in_threadpool(self.handle, job_id)  # 404, or a job refused at intake
         who = _client_identity(request)
         if not self.slots.acquire(who):
             limit = self.settings.api.max_streams

@@ -217,20 +217,25 @@ class EventHub:
                     if sub.failure is not None:
                         raise sub.failure
                     return
-                try:
-                    batch = await asyncio.wait_for(sub.queue.get(), self.heartbeat)
-                except TimeoutError:
-                    if await disconnected():
-                        return
-                    yield ": heartbeat\n\n"
-                    continue
-                for chunk_id, text, ends in batch or ():
-                    if chunk_id <= last:
+                batches: list[list[Chunk] | None] = []
+                if sub.queue.empty():
+                    try:
+                        async with asyncio.timeout(self.heartbeat):
+                            batches.append(await sub.queue.get())
+                    except TimeoutError:
+                        if await disconnected():
+                            return
+                        yield ": heartbeat\n\n"
                         continue
-                    last = chunk_id
-                    yield text
-                    if ends:
-                        return
+                while not sub.queue.empty():
+                    batches.append(sub.queue.get_nowait())
+                # Everything queued goes out as one write: a busy process sends fewer, larger ones.
+                texts, ends = _newer(batches, last)
+                if texts:
+                    last = texts[-1][0]
+                    yield "".join(text for _id, text in texts)
+                if ends:
+                    return
         finally:
             self.unsubscribe(sub)
 
@@ -279,6 +284,20 @@ class EventStreamResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.on_close()
+
+
+def _newer(batches: list[list[Chunk] | None], last: StreamId) -> tuple[list[tuple[StreamId, str]], bool]:
+    """The chunks of ``batches`` after ``last`` up to the first that ends the stream, and whether
+    one does."""
+    texts: list[tuple[StreamId, str]] = []
+    for batch in batches:
+        for chunk_id, text, ends in batch or ():
+            if chunk_id > last:
+                texts.append((chunk_id, text))
+                last = chunk_id
+                if ends:
+                    return texts, True
+    return texts, False
 
 
 def _text(value: Any) -> str:
