@@ -278,10 +278,13 @@ class RoleSettings:
 
     @property
     def host_id(self) -> str:
-        """The model host this role calls, as capacity limits name it: the ``API_BASE`` without a
-        trailing slash, else the LiteLLM model string (a provider's own endpoint), else ``demo``."""
+        """The model host this role calls, as capacity limits, metric labels and ``tandem hosts`` name
+        it: the ``API_BASE`` without a trailing slash and with its password masked
+        (``https://user:***@host/v1``), else the LiteLLM model string, else ``demo``."""
         if self.api_base:
-            return self.api_base.rstrip("/")
+            from tandem.toolkit.redaction import masked_url
+
+            return masked_url(self.api_base.rstrip("/"))
         return self.model or "demo"
 
     @property
