@@ -431,6 +431,37 @@ class JobHandle:
         if last_type != "final" and early and await asyncio.to_thread(reach.call, self._vanished):
             raise await asyncio.to_thread(self._lost)
 
+    async def apending_approval(self) -> ApprovalRecord | None:
+        """``pending_approval`` for asyncio."""
+        return await asyncio.to_thread(self.pending_approval)
+
+    async def adecide(self, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
+        """``decide`` for asyncio: the ``tandem.decide`` task is sent and its reply awaited
+        without blocking the event loop."""
+        return await asyncio.to_thread(self.decide, decisions, timeout=timeout)
+
+    async def aapprove(
+        self, call: int | None = None, *, args: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> list[Decision]:
+        """``approve`` for asyncio."""
+        return await asyncio.to_thread(self.approve, call, args=args, timeout=timeout)
+
+    async def areject(
+        self, reason: str, call: int | None = None, *, timeout: float = 30.0
+    ) -> list[Decision]:
+        """``reject`` for asyncio."""
+        return await asyncio.to_thread(self.reject, reason, call, timeout=timeout)
+
+    async def aresume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
+        """``resume`` for asyncio; this handle."""
+        return await asyncio.to_thread(self.resume, max_rounds, timeout=timeout)
+
+    async def afork(
+        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+    ) -> JobHandle:
+        """``fork`` for asyncio; the new job's handle."""
+        return await asyncio.to_thread(self.fork, round, goal, max_rounds=max_rounds, timeout=timeout)
+
     async def acancel(self) -> None:
         """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has
         started yet is ended and revoked through Celery, in a thread)."""

@@ -424,6 +424,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tandem.workers.health import run_health
 
         return run_health(args.timeout)
+    if args.command == "worker":  # before anything imports prometheus_client
+        from tandem.broker_config import process_metrics
+
+        process_metrics.prepare(args.pool)
     from tandem.tasks.errors import JobError, RedisUnavailable
     from tandem.toolkit.errors import ToolkitError
 

@@ -180,3 +180,36 @@ async def test_past_the_jobs_one_process_follows_a_new_job_gets_503(monkeypatch:
         _finish(fixture, "a")
         assert [r.status_code for r in await asyncio.gather(held, shared)] == [200, 200]
     assert json.loads(json.dumps(api.slots.open)) == {}
+
+
+class _LateWrites:
+    """The feed's Redis, with ``write`` run right after its first empty read: as if the job's last
+    events and its end landed between that read and the feed's look at whether the job ended."""
+
+    def __init__(self, inner: Any, write: Callable[[], None]) -> None:
+        self.inner = inner
+        self.write: Callable[[], None] | None = write
+
+    async def xread(self, *args: Any, **kwargs: Any) -> Any:
+        got = await self.inner.xread(*args, **kwargs)
+        if not got and self.write is not None:
+            write, self.write = self.write, None
+            write()
+        return got
+
+
+async def test_events_written_just_before_the_end_is_seen_are_still_sent() -> None:
+    fixture = Fixture()
+    api = _api(fixture)
+    first = _live_job(fixture, "job", 1)
+
+    def end() -> None:
+        fixture.store.publish("job", RoundStarted(round=1, max_rounds=20))
+        _finish(fixture, "job")
+
+    api.hub.wait_redis = _LateWrites(api.hub.wait_redis, end)  # type: ignore[assignment]
+    async with _client(fixture) as client:
+        response = await client.get("/v1/jobs/job/events", headers={"Last-Event-ID": first[0]})
+    events, _ = sse(response.text)
+    assert [e["event"] for e in events] == ["round_started", "final"]
+    assert api.hub.wait_redis.write is None  # the late writes happened where they were meant to
