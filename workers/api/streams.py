@@ -16,6 +16,8 @@ The job's Redis stream is the truth; what a reader hands its clients is a fast p
   so that events written between its last read and that look (``final`` among them) still go
   out, and then tells its clients it is done. A ``final`` event ends a client's stream unless the
   job was resumed since (``final_ends``); the feed works that out once for all its clients.
+* A feed wakes its clients a slice at a time (``FANOUT_SLICE``), so that other requests are
+  served between their writes.
 * If Redis fails under a feed, its clients' responses are cut (never a clean end without
   ``final``): they reconnect with ``Last-Event-ID`` and get 503 until Redis is back.
 
@@ -41,6 +43,10 @@ PAGE = 200
 """Events read per ``XREAD``/``XRANGE``."""
 QUEUE_BATCHES = 64
 """Batches a client's queue holds before the client is marked lagging."""
+FANOUT_SLICE = 16
+"""Clients a feed wakes per turn of the event loop: each woken client writes to its socket in the
+next turn, so a job with 1,000 clients would otherwise hold one turn for 1,000 writes, and every
+other request (``/healthz`` first) would wait behind them."""
 
 StreamId = tuple[int, int]
 Chunk = tuple[StreamId, str, bool]
@@ -100,8 +106,10 @@ class JobFeed:
                 if entries:
                     chunks = await hub.render(self.job_id, entries)
                     cursor = _text(entries[-1][0])
-                    for sub in list(self.subscribers):
+                    for count, sub in enumerate(list(self.subscribers), 1):
                         sub.offer(chunks)
+                        if count % FANOUT_SLICE == 0:
+                            await asyncio.sleep(0)  # let other requests in between the clients' writes
                     continue
                 if ending:
                     break
