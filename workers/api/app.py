@@ -38,6 +38,8 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from redis import Redis
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -359,9 +361,11 @@ class Api:
 
 def _pooled(url: str, size: int, wait: float, options: dict[str, Any]) -> AsyncRedis:
     """An async client on a pool of at most ``size`` connections; a command waits ``wait`` seconds
-    for a free one (then ``ConnectionError``: 503)."""
+    for a free one (then ``ConnectionError``: 503). The API only reads with it: a command whose
+    pooled connection turns out dead (Redis restarted) is sent once more, on a new connection, at
+    once; Redis down still answers 503 at once."""
     pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
-        url, max_connections=size, timeout=wait, **options
+        url, max_connections=size, timeout=wait, retry=Retry(NoBackoff(), 1), **options
     )
     return AsyncRedis.from_pool(pool)  # type: ignore[attr-defined]  # (stubs predate from_pool)
 
