@@ -278,11 +278,9 @@ class RoleSettings:
 
     @property
     def host_id(self) -> str:
-        """The model host this role calls, as capacity limits, metric labels and ``tandem hosts`` name
-        it: the ``API_BASE`` without a trailing slash and with its password masked
-        (``https://user:***@host/v1``), else the LiteLLM model string, else ``demo``."""
+        """The host as limits and metrics name it: ``API_BASE`` (password masked), the model, or ``demo``."""
         if self.api_base:
-            from tandem.toolkit.redaction import masked_url
+            from tandem.toolkit.redaction import masked_url  # (lazily: the toolkit takes 0.5 s)
 
             return masked_url(self.api_base.rstrip("/"))
         return self.model or "demo"
