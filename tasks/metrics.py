@@ -52,6 +52,7 @@ from tandem.reasoner.messages import FunctionCallResult
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.capacity import HostSnapshot
 from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.redaction import masked_url
 from tandem.toolkit.tool import Tool
 
 log = logging.getLogger("tandem.metrics")
@@ -148,8 +149,9 @@ class FleetCollector:
         )
         try:
             for snap in self.snapshots():
-                in_flight.add_metric([snap.host], snap.in_flight)
-                waiting.add_metric([snap.host], snap.waiting)
+                host = masked_url(snap.host)  # (registered by a worker older than host_id's mask)
+                in_flight.add_metric([host], snap.in_flight)
+                waiting.add_metric([host], snap.waiting)
         except Exception:
             log.warning("could not read the hosts' capacity for /metrics", exc_info=True)
         yield in_flight

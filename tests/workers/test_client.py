@@ -34,7 +34,7 @@ from tests.workers.test_api import TOKEN, Fixture
 def api() -> Iterator[tuple[Fixture, Client]]:
     fixture = Fixture()
     with fixture.client:
-        yield fixture, Client("http://testserver", http=fixture.client, retry_for=0.5)
+        yield fixture, Client("http://localhost", http=fixture.client, retry_for=0.5)
 
 
 def test_submit_read_list_and_cancel(api: tuple[Fixture, Client]) -> None:
@@ -98,11 +98,11 @@ def test_a_job_id_cannot_reach_another_path(api: tuple[Fixture, Client]) -> None
 
 def test_a_token_is_sent_and_a_missing_one_is_unauthorized() -> None:
     fixture = Fixture(tokens=(TOKEN,))
-    with TestClient(fixture.app) as bare:  # sends no token of its own
+    with TestClient(fixture.app, base_url="http://localhost") as bare:  # sends no token of its own
         with pytest.raises(Unauthorized) as refused:
-            Client("http://testserver", http=bare).jobs()
+            Client("http://localhost", http=bare).jobs()
         assert refused.value.status == 401
-        assert Client("http://testserver", TOKEN, http=bare).jobs() == []
+        assert Client("http://localhost", TOKEN, http=bare).jobs() == []
 
 
 # -- faults of the link, on scripted transports ---------------------------------------------------
@@ -177,8 +177,8 @@ def test_the_async_client_does_what_the_blocking_one_does() -> None:
 
     async def run() -> None:
         transport = httpx.ASGITransport(app=fixture.app)
-        http = httpx.AsyncClient(base_url="http://testserver", transport=transport)
-        async with AsyncClient("http://testserver", http=http, retry_for=0.5) as client:
+        http = httpx.AsyncClient(base_url="http://localhost", transport=transport)
+        async with AsyncClient("http://localhost", http=http, retry_for=0.5) as client:
             assert [e.id async for e in client.events("done-1")] == ids
             assert (await client.result("done-1")).deliverable == "Hello"
             job_id = await client.submit(goal="g")
