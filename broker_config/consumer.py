@@ -28,27 +28,28 @@ class Consumer(CeleryConsumer):
     """Celery's consumer whose task-message handler never raises into the event loop but for a
     lost connection (which Celery's reconnect handles), and that keeps every message Celery drops
     as malformed (a body it cannot decode, no task name, an unknown task, arguments its protocol
-    refuses) in the dead-letter list before Celery drops it."""
+    refuses) in the dead-letter list once Celery dropped it (after: when Celery's own handling of it
+    raises, the guard keeps it, once)."""
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
-        """Dead-letter a message whose body cannot be decoded, then let Celery drop it."""
-        keep(message, f"a body that cannot be decoded: {type(exc).__name__}: {exc}")
+        """Let Celery drop a message whose body cannot be decoded, then dead-letter it."""
         super().on_decode_error(message, exc)
+        keep(message, f"a body that cannot be decoded: {type(exc).__name__}: {exc}")
 
     def on_unknown_message(self, body: Any, message: Any) -> None:
-        """Dead-letter a message that is not a task message, then let Celery drop it."""
-        keep(message, "not a task message (no task name)")
+        """Let Celery drop a message that is not a task message, then dead-letter it."""
         super().on_unknown_message(body, message)
+        keep(message, "not a task message (no task name)")
 
     def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
-        """Dead-letter a message for a task no worker knows, then let Celery drop it."""
-        keep(message, f"an unknown task: {exc}")
+        """Let Celery drop a message for a task no worker knows, then dead-letter it."""
         super().on_unknown_task(body, message, exc)
+        keep(message, f"an unknown task: {exc}")
 
     def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
-        """Dead-letter a task message Celery's protocol refuses, then let Celery drop it."""
-        keep(message, f"an invalid task message: {type(exc).__name__}: {exc}")
+        """Let Celery drop a task message its protocol refuses, then dead-letter it."""
         super().on_invalid_task(body, message, exc)
+        keep(message, f"an invalid task message: {type(exc).__name__}: {exc}")
 
     def create_task_handler(self, promise: Any = promise) -> Callable[[Any], Any]:
         """Celery's handler of task messages, guarded (see the module docstring)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -41,6 +42,8 @@ from tandem.tasks.results import ResultDelivery
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
 from tandem.tasks.store import JobStore
 from tandem.toolkit.redaction import redact
+
+log = logging.getLogger("tandem.client")
 
 
 class JobHandle:
@@ -258,8 +261,11 @@ class JobHandle:
             self._cancel_queued(reach)
 
     def _cancel_queued(self, reach: Reconnect) -> None:
-        """No worker has started the job: it ends here, and its intake message is revoked."""
-        reach.call(lambda: self._app.control.revoke(self.id))
+        """No worker has started the job: it ends here, and its intake message is revoked.
+
+        The revoke is best effort: a worker that takes the message finds the job ended and does
+        nothing, so a failed broadcast (a client whose Redis user may not broadcast to workers'
+        control queues, see docs/security.md, or a broker outage) loses nothing."""
         reach.call(
             lambda: self._store.finish(
                 JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
@@ -267,6 +273,10 @@ class JobHandle:
                 delivery=ResultDelivery.for_store(self._app, self._store),
             )
         )
+        try:
+            self._app.control.revoke(self.id)
+        except Exception as exc:
+            log.info("job %s: intake message not revoked (%s); a worker taking it ends", self.id, exc)
 
     # -- approval ----------------------------------------------------------------------------
 
@@ -430,6 +440,37 @@ class JobHandle:
         early = deadline is None or time.monotonic() < deadline
         if last_type != "final" and early and await asyncio.to_thread(reach.call, self._vanished):
             raise await asyncio.to_thread(self._lost)
+
+    async def apending_approval(self) -> ApprovalRecord | None:
+        """``pending_approval`` for asyncio."""
+        return await asyncio.to_thread(self.pending_approval)
+
+    async def adecide(self, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
+        """``decide`` for asyncio: the ``tandem.decide`` task is sent and its reply awaited
+        without blocking the event loop."""
+        return await asyncio.to_thread(self.decide, decisions, timeout=timeout)
+
+    async def aapprove(
+        self, call: int | None = None, *, args: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> list[Decision]:
+        """``approve`` for asyncio."""
+        return await asyncio.to_thread(self.approve, call, args=args, timeout=timeout)
+
+    async def areject(
+        self, reason: str, call: int | None = None, *, timeout: float = 30.0
+    ) -> list[Decision]:
+        """``reject`` for asyncio."""
+        return await asyncio.to_thread(self.reject, reason, call, timeout=timeout)
+
+    async def aresume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
+        """``resume`` for asyncio; this handle."""
+        return await asyncio.to_thread(self.resume, max_rounds, timeout=timeout)
+
+    async def afork(
+        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+    ) -> JobHandle:
+        """``fork`` for asyncio; the new job's handle."""
+        return await asyncio.to_thread(self.fork, round, goal, max_rounds=max_rounds, timeout=timeout)
 
     async def acancel(self) -> None:
         """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has

@@ -13,9 +13,10 @@ Every change is one Lua script over the job's keys, which all share the hash tag
   bumps the epoch and counts a lease that ran out as a *lease expiry*;
 - ``transition`` stores the step's memory writes and moves to the next step, only for the
   claim's epoch and holder (a step that lost its lease stores nothing); it writes the outbox;
-- ``claim_call`` / ``call_done`` run one tool call of a ``tools`` step: its start is recorded
-  (the attempt) before it runs, its result is stored once, and the call that counts the round's
-  pending calls down to zero moves the job to ``collect``;
+- ``claim_call`` / ``call_started`` / ``call_done`` run one tool call of a ``tools`` step: its
+  claim is counted (the attempt), ``call_started`` marks it right before the tool runs (what an
+  ``at_most_once`` tool's later attempt checks), its result is stored once, and the call that
+  counts the round's pending calls down to zero moves the job to ``collect``;
 - a ``transition`` to a ``tools`` step may *park* the job (state ``awaiting_approval``): the calls
   that need a person's decision are ``held`` (never claimed, never sent again), the approval
   record (``approval`` key) is written with the move, and the deadline is pushed back by the
@@ -244,9 +245,16 @@ local attempt = redis.call('HINCRBY', KEYS[5], i .. ':attempts', 1)
 redis.call('HSET', KEYS[5], i .. ':holder', ARGV[3], i .. ':until', fmt(t + tonumber(ARGV[4])))
 redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
 if attempt == 1 then expire_key(KEYS[5], t, s[4], s[6]) end
-return {'ok', tostring(attempt)}
+return {'ok', tostring(attempt), redis.call('HGET', KEYS[5], i .. ':started') or ''}
 """
 )
+
+# ARGV: index, token. Marks the call started (its tool is about to run) while the token holds it.
+_CALL_STARTED = """
+if redis.call('HGET', KEYS[5], ARGV[1] .. ':holder') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[5], ARGV[1] .. ':started', '1')
+return 1
+"""
 
 # ARGV: round, index, token, result, collect outbox, outbox id.
 _CALL_DONE = (
@@ -447,6 +455,8 @@ class Claim:
     epoch: int = 0
     index: int = 0
     attempt: int = 1
+    started: bool = False
+    """For a tool call: an earlier attempt was marked started (its tool may have run)."""
 
 
 @dataclass(frozen=True)
@@ -529,6 +539,7 @@ class JobMachine:
                 "sent": _SENT,
                 "reschedule": _RESCHEDULE,
                 "claim_call": _CLAIM_CALL,
+                "call_started": _CALL_STARTED,
                 "call_done": _CALL_DONE,
                 "settle": _SETTLE,
                 "finish": _FINISH,
@@ -611,7 +622,16 @@ class JobMachine:
         reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries)
         if _text(reply[0]) != "ok":
             return ClaimRefused(_text(reply[0]))
-        return Claim(job_id, round_no, "tools", token, index=index, attempt=int(_text(reply[1])))
+        started = len(reply) > 2 and _text(reply[2]) != ""
+        return Claim(
+            job_id, round_no, "tools", token, index=index, attempt=int(_text(reply[1])), started=started
+        )
+
+    def call_started(self, claim: Claim) -> bool:
+        """Mark the claimed call started, right before its tool runs; ``False`` (nothing marked) if
+        the claim was lost. A later attempt of an ``at_most_once`` call runs its tool again only if
+        no earlier attempt got this far."""
+        return bool(self._run("call_started", claim.job_id, claim.index, claim.token))
 
     def renew(self, claim: Claim, lease: float) -> bool:
         """Extend the claim's lease; ``False`` once the claim was lost."""

@@ -53,7 +53,8 @@ if ARGV[6] == 'tools' then
   for _, i in ipairs(cjson.decode(ARGV[16])) do
     local k = tostring(i)
     redis.call('HDEL', KEYS[4], ARGV[5] .. ':' .. k)
-    redis.call('HDEL', KEYS[5], k .. ':holder', k .. ':until', k .. ':attempts', k .. ':expiries')
+    redis.call('HDEL', KEYS[5], k .. ':holder', k .. ':until', k .. ':attempts', k .. ':expiries',
+      k .. ':started')
   end
 else
   redis.call('DEL', KEYS[5])

@@ -461,7 +461,9 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
 
     The call's start (its attempt) is recorded before it runs; its result is stored once; the
     call that stores the round's last result moves the job to ``collect``. An ``at_most_once``
-    tool whose earlier attempt was interrupted is not run again: its result is a failure saying so.
+    tool is marked started right before it runs; one whose earlier attempt got that far and was
+    interrupted is not run again (its result is a failure saying so), while one interrupted before
+    (a Redis outage while the call was loaded, say) runs.
     """
     rt = get_runtime()
     got = rt.machine.claim_call(
@@ -487,12 +489,14 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
             cleared = approved_call(rt.store, job_id, round_no, index, call, tool, task)
             if view.cancelled:
                 result = _call_failed(index, call.name or "(cancelled)", CANCELLED_CALL)
-            elif claim.attempt > 1 and tool is not None and tool.at_most_once:
+            elif claim.started and tool is not None and tool.at_most_once:
                 result = _call_failed(index, call.name, INTERRUPTED)
             elif isinstance(cleared, str):
                 result = _call_failed(index, call.name, cleared)
             else:
                 call, approved = cleared
+                if tool is not None and tool.at_most_once and not rt.machine.call_started(claim):
+                    raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
                 hooks.tool_called(round_no, index, call)
                 ctx = call_context(task, round_no, index, claim.attempt)
                 result = plan.run_call(

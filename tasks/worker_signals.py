@@ -10,6 +10,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -20,10 +21,12 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     worker_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
 )
 
+from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, process_metrics
 from tandem.tasks.app import app
 from tandem.tasks.jobstate import Reconciled
 from tandem.tasks.reconciler import Reconciler
@@ -227,31 +230,60 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
 
 
 @worker_ready.connect
-def _serve_metrics(**_: Any) -> None:
+def _serve_metrics(sender: Any = None, **_: Any) -> None:
     rt = get_runtime()
     port = rt.settings.metrics_port
     if port is not None:
         from tandem.broker_config.queue_depth import queue_depths
         from tandem.tasks.capacity import host_snapshots
-        from tandem.tasks.metrics import serve
+        from tandem.tasks.metrics import WORKER_UP, serve
 
         serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)
+        role, pool = worker_labels(sender)
+        WORKER_UP.labels(role, pool).set(1)
+
+
+def worker_labels(consumer: Any) -> tuple[str, str]:
+    """The ``role`` (the role queues the worker consumes, comma-separated; ``intake`` for none)
+    and ``pool`` (``threads``, ``prefork``, ``gevent``, ``solo``) labels of a worker."""
+    try:
+        queues = set(consumer.app.amqp.queues.consume_from or ())
+        pool = type(consumer.pool).__module__.rsplit(".", 1)[-1]
+    except AttributeError:
+        return "unknown", "unknown"
+    role = ",".join(q for q in ROLE_QUEUES if q in queues) or "intake"
+    return role, pool
+
+
+_STARTED: dict[str, float] = {}
+"""When each running task of this process started (by task id), for ``tandem_step_seconds``."""
 
 
 @task_prerun.connect
-def _step_started(task: Any = None, **_: Any) -> None:
+def _step_started(task_id: str | None = None, task: Any = None, **_: Any) -> None:
     from tandem.tasks.metrics import STEPS_RUNNING
 
     STEPS_RUNNING.labels(getattr(task, "name", "?")).inc()
+    if task_id is not None:
+        _STARTED[task_id] = time.perf_counter()
 
 
 @task_postrun.connect
-def _step_ended(task: Any = None, state: str | None = None, **_: Any) -> None:
-    from tandem.tasks.metrics import STEP_OUTCOMES, STEPS_RUNNING
+def _step_ended(task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+    from tandem.tasks.metrics import STEP_OUTCOMES, STEP_SECONDS, STEPS_RUNNING
 
     name = getattr(task, "name", "?")
     STEPS_RUNNING.labels(name).dec()
     STEP_OUTCOMES.labels(name, (state or "unknown").lower()).inc()
+    started = _STARTED.pop(task_id, None) if task_id is not None else None
+    if started is not None:
+        role = TASK_QUEUES.get(name, "intake" if name == "tandem.infer" else "control")
+        STEP_SECONDS.labels(role, name).observe(time.perf_counter() - started)
+
+
+@worker_process_shutdown.connect
+def _pool_process_ended(pid: int | None = None, **_: Any) -> None:
+    process_metrics.process_ended(pid or os.getpid())
 
 
 @worker_ready.connect

@@ -450,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tandem.workers.health import run_health
 
         return run_health(args.timeout)
+    if args.command == "worker":  # before anything imports prometheus_client
+        from tandem.broker_config import process_metrics
+
+        process_metrics.prepare(args.pool)
     from kombu.exceptions import OperationalError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError

@@ -67,6 +67,7 @@ from tandem.reasoner.models.litellm_errors import (
     failure_kind,
     is_call_failure,
     parse_retry_after,
+    shown_host,
     translate,
 )
 from tandem.reasoner.models.litellm_replies import (
@@ -171,8 +172,7 @@ class LiteLlmModelService(BaseModelService):
         LiteLLM (``tandem.reasoner.models.direct_http``); ``None``: always through LiteLLM."""
 
     def __repr__(self) -> str:
-        host = self.api_base or "provider default"
-        return f"LiteLlmModelService(model={self.model!r}, api_base={host!r}, stream={self.stream!r})"
+        return f"LiteLlmModelService(model={self.model!r}, api_base={self.host!r}, stream={self.stream!r})"
 
     # -- configuration -----------------------------------------------------------------
 
@@ -205,8 +205,8 @@ class LiteLlmModelService(BaseModelService):
 
     @property
     def host(self) -> str:
-        """The host named in errors: ``api_base``, or ``"provider default"``."""
-        return self.api_base or "provider default"
+        """The host named in errors: ``api_base`` (its password masked), or ``"provider default"``."""
+        return shown_host(self.api_base)
 
     # -- ModelService ------------------------------------------------------------------
 

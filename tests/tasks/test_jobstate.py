@@ -17,8 +17,6 @@ JOB = "job-1"
 LEASE = 30.0
 
 
-
-
 def create(machine: JobMachine, kind: str = "thinker", timeout: float = 3600.0) -> None:
     outbox = [{"task": f"tandem.{kind}", "args": [JOB, 0]}]
     assert machine.create(JOB, '{"goal": "g"}', "dual", (0, kind), outbox, timeout=timeout, ttl_after=600)
@@ -166,6 +164,16 @@ def test_a_call_runs_once_at_a_time_and_a_reported_call_is_done(machine: JobMach
     assert machine.record(JOB)["pending"] == "1"
 
 
+def test_a_call_lost_before_its_tool_started_is_not_reported_started(machine: JobMachine) -> None:
+    to_tools(machine, 1)
+    call(machine, 1)  # claimed, then lost (a Redis outage while the call loaded) before the mark
+    expire_lease(machine, "1:until", "calls")
+    again = call(machine, 1)
+    assert (again.attempt, again.started) == (2, False)  # an at_most_once tool runs on this attempt
+    assert machine.call_started(again)
+    assert machine.redis.hget(machine.store.key(JOB, "calls"), "1:started") == b"1"
+
+
 def test_a_renewed_lease_keeps_a_call_and_a_step_claimed(machine: JobMachine) -> None:
     to_tools(machine, 1)
     held = call(machine, 1)
@@ -185,8 +193,11 @@ def test_a_call_taken_over_knows_its_attempt_and_the_old_worker_stores_nothing(m
     to_tools(machine, 1)
     paused = call(machine, 1)
     expire_lease(machine, "1:until", "calls")
+    assert machine.call_started(paused)  # its tool ran, or may have
+    expire_lease(machine, "1:until", "calls")
     again = call(machine, 1)
-    assert again.attempt == 2  # an at_most_once tool is not run again on this attempt
+    assert (again.attempt, again.started) == (2, True)  # an at_most_once tool is not run again
+    assert not machine.call_started(paused)  # the old holder marks nothing
     assert machine.call_done(paused, '{"from": "paused"}', []) == 0
     assert machine.redis.hget(machine.store.key(JOB, "tools"), "0:1") is None
     assert machine.call_done(again, '{"from": "again"}', []) == 2

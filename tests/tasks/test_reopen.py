@@ -16,7 +16,6 @@ LEASE = 30.0
 RESULT = '{"job_id": "job-1", "status": "failed"}'
 
 
-
 def key(machine: JobMachine, part: str, job_id: str = JOB) -> str:
     return machine.store.key(job_id, part)
 
@@ -43,7 +42,14 @@ def reopen(
     expected = machine.record(JOB).get("updated_at", "") if expected is None else expected
     spec = '{"goal": "g", "max_rounds": 9}'
     return Reopener(machine).reopen(
-        JOB, expected, spec, "dual", at or at_actor(), timeout=120, ttl_after=600, **kw  # type: ignore[arg-type]
+        JOB,
+        expected,
+        spec,
+        "dual",
+        at or at_actor(),
+        timeout=120,
+        ttl_after=600,
+        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -112,13 +118,24 @@ def test_a_tool_step_keeps_its_results_and_forgets_the_placeholders(machine: Job
     ended(machine, "cancelled", kind="actor")
     tools, calls = key(machine, "tools"), key(machine, "calls")
     machine.redis.hset(tools, mapping={"1:1": "ran", "1:2": "cancelled placeholder"})
-    machine.redis.hset(calls, mapping={"1:attempts": 1, "2:attempts": 1, "3:attempts": 1, "3:holder": ""})
+    machine.redis.hset(
+        calls,
+        mapping={
+            "1:attempts": 1,
+            "2:attempts": 1,
+            "2:started": 1,
+            "3:attempts": 1,
+            "3:started": 1,
+            "3:holder": "",
+        },
+    )
     sends = [{"task": "tandem.run_tool", "args": [JOB, 1, i]} for i in (2, 3)]
     at = Placement(1, "tools", sends, calls=3, pending=2)
     assert reopen(machine, at=at, forget=[2]).outcome == "ok"
     assert machine.redis.hgetall(tools) == {b"1:1": b"ran"}
     # Call 3 was interrupted: its attempt stays (an at_most_once tool is not run twice); call 2 never ran.
     assert machine.redis.hget(calls, "3:attempts") == b"1" and machine.redis.hget(calls, "2:attempts") is None
+    assert machine.redis.hget(calls, "3:started") == b"1" and machine.redis.hget(calls, "2:started") is None
     assert machine.record(JOB)["pending"] == "2"
     first = machine.claim_call(JOB, 1, 2, LEASE, 5)
     assert isinstance(first, Claim) and first.attempt == 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tandem.broker_config import process_metrics
 from tandem.workers import cli
 
 
@@ -235,7 +236,12 @@ def test_a_gevent_pool(worker_main: Captured, monkeypatch: pytest.MonkeyPatch) -
     assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("gevent", "200")
 
 
-def test_an_all_worker_without_intake(worker_main: Captured) -> None:
+def test_an_all_worker_without_intake(
+    worker_main: Captured, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A prefork worker's processes write their metric samples to files (process_metrics): the
+    # directory is the test's, and the variable goes with it.
+    monkeypatch.setenv(process_metrics.ENV, str(tmp_path))
     assert cli.main(["worker", "all", "--no-intake", "-c", "2", "-P", "prefork", "-n", "w1@h"]) == 0
     argv = worker_main.argv
     assert argv is not None

@@ -38,7 +38,8 @@ def test_hosts_table_and_json() -> None:
     assert "s left" in row and row.split()[-1] == "1"
     data = json.loads(hosts_json(host_snapshots(redis, settings)))
     assert data[0]["in_flight"] == 2 and 29 < data[0]["backoff_seconds_left"] <= 30
-    assert data[0]["requests_burst"] == 10 and 7 <= data[0]["requests_available"] < 7.1
+    # 7 left of the burst, plus what refilled since (1.5 a second: under a second on a slow machine)
+    assert data[0]["requests_burst"] == 10 and 7 <= data[0]["requests_available"] < 8
 
 
 def test_hosts_without_limits_say_how_to_set_them() -> None:
