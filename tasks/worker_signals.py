@@ -35,6 +35,8 @@ from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
+_streams_to_warm: tuple[str, bool] | None = None
+"""The model whose streamed path a thread-pool worker warms up once ready, and whether on a loop."""
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
@@ -155,7 +157,7 @@ def _size_redis_pool(sender: Any = None, **_: Any) -> None:
 
 
 @worker_init.connect
-def _warm_up(**_: Any) -> None:
+def _warm_up(sender: Any = None, **_: Any) -> None:
     """Import LiteLLM before taking work when a real model is configured: the import takes a
     second or two of CPU, which would otherwise land inside the first step (and its lease)."""
     settings = get_runtime().settings
@@ -173,6 +175,7 @@ def _warm_up(**_: Any) -> None:
     import_litellm()
     from tandem.tasks.model_loop import threads_are_green
 
+    _warm_up_streams(settings, models, sender)
     threads = get_runtime().concurrency
     if not settings.model_loop or threads_are_green():
         # Calls in the step threads: one connection per thread (and a few for the in-call
@@ -196,6 +199,34 @@ def _warm_up(**_: Any) -> None:
             threads,
             threads,
         )
+
+
+def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
+    """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
+    (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
+    its processes fork, so each inherits it. Any other starts it in a thread once it is ready
+    (``_start_warm_up``), so its start does not wait for it; a streamed call that comes sooner
+    waits for what is left of it before sending its request, and its reply still streams from
+    its first chunk."""
+    global _streams_to_warm
+    from tandem.reasoner.models.litellm_setup import warm_up_streaming
+    from tandem.tasks.model_loop import threads_are_green
+
+    streamed = [r for r in models if settings.role(r).stream]
+    if not streamed:
+        return
+    model = settings.role(streamed[0]).model or ""
+    on_loop = bool(settings.model_loop) and not threads_are_green()
+    if "prefork" not in str(getattr(worker, "pool_cls", "")):
+        _streams_to_warm = (model, on_loop)
+        return
+    started = time.monotonic()
+    try:
+        warm_up_streaming(model, use_async=on_loop)
+    except Exception:  # a missed warm-up only makes the first reply slower
+        log.warning("could not warm up LiteLLM's streaming", exc_info=True)
+        return
+    log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
 
 
 @worker_ready.connect
@@ -292,6 +323,19 @@ def _freeze_startup_objects(**_: Any) -> None:
     gc.collect()
     gc.freeze()
     gc.collect()  # counts the (now small) old generation afresh
+
+
+@worker_ready.connect
+def _start_warm_up(**_: Any) -> None:
+    """Start the warm-up ``_warm_up_streams`` left for this moment: the last of the ready
+    handlers (its thread would slow theirs down), before any message is taken."""
+    global _streams_to_warm
+    if _streams_to_warm is None:
+        return
+    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up
+
+    (model, on_loop), _streams_to_warm = _streams_to_warm, None
+    start_streaming_warm_up(model, use_async=on_loop)
 
 
 @worker_shutdown.connect

@@ -77,7 +77,7 @@ from tandem.reasoner.models.litellm_replies import (
     raw_message,
     usage_of,
 )
-from tandem.reasoner.models.litellm_setup import import_litellm
+from tandem.reasoner.models.litellm_setup import import_litellm, wait_for_warm_up
 from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
 from tandem.reasoner.models.model_service import BaseModelService
 from tandem.reasoner.models.retry_policy import RetryPolicy
@@ -418,6 +418,7 @@ class LiteLlmModelService(BaseModelService):
         return self._reply(content, provider_reasoning, tool_calls, usage_of(data.get("usage")), on_delta)
 
     def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        wait_for_warm_up()  # a worker's warm-up in progress: else this reply would pause mid-stream
         stream = import_litellm().completion(**request)
         reader = self._reader(on_delta)
         iterator = iter(stream)
@@ -433,6 +434,8 @@ class LiteLlmModelService(BaseModelService):
         return self._message(*reader.finish(stream))
 
     async def _astreamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        if not wait_for_warm_up(0):  # as ``_streamed``, without holding up the loop's other calls
+            await asyncio.to_thread(wait_for_warm_up)
         stream = await import_litellm().acompletion(**request)
         reader = self._reader(on_delta)
         iterator = stream.__aiter__()

@@ -350,14 +350,19 @@ def test_watch_and_api_arguments() -> None:
 
 
 @pytest.fixture
-def fake_runtime() -> Any:
+def fake_runtime(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A runtime over fakeredis; the commands' check that Redis and the broker answer (which asks
+    the real servers of the settings) records what it would ask instead."""
     import fakeredis
 
     from tandem.broker_config import Settings
     from tandem.tasks import runtime as runtime_module
+    from tandem.workers import reach
 
     runtime = runtime_module.Runtime(Settings.from_env({}))
     runtime.__dict__["redis"] = fakeredis.FakeRedis()
+    runtime.preflights = []
+    monkeypatch.setattr(reach, "preflight", lambda settings, broker=True: runtime.preflights.append(broker))
     saved = runtime_module._runtime
     runtime_module._runtime = runtime
     yield runtime
