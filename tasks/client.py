@@ -15,6 +15,9 @@ from functools import partial
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.reasoner.approval import Decision
 from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
@@ -508,6 +511,10 @@ def submit(
     """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``JobSpecError``
     naming the field (``SpecLimitError`` naming the limit), and nothing is enqueued.
 
+    Once the job's record is stored the job is accepted: if the broker then fails to take its
+    message, the handle is returned all the same (a warning is logged) and the reconciler sends
+    the message once the broker answers, so a caller never submits the same job twice.
+
     With ``TANDEM_SECRETS_KEY`` the spec's ``secrets`` are sealed here, so the broker message never
     holds them in clear; the message's display form (Flower, worker logs) shows them as ``***``.
     """
@@ -528,7 +535,19 @@ def submit(
     store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire))
     timeout = job_spec.timeout_s or rt.settings.job_timeout
     store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
-    send_intake(app, job_id, wire)
+    try:
+        send_intake(app, job_id, wire)
+    except (OperationalError, RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        # The job is stored and indexed: the reconciler sends its intake message once the broker
+        # answers. Raising here would make a caller submit it again, and run it twice.
+        log.warning(
+            "job %s is stored as queued, but its message could not be sent now (%s: %s); it is "
+            "sent again within TANDEM_STALL_SECONDS (%gs) of the broker answering",
+            job_id,
+            type(exc).__name__,
+            exc,
+            rt.settings.stall_seconds,
+        )
     return JobHandle(job_id, store, app, submitted=True)
 
 
