@@ -16,9 +16,7 @@ from typing import Any
 from celery import Celery
 
 from tandem.reasoner.approval import Decision
-from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
-from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
-from tandem.tasks.budgets import message_priority
+from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.errors import (
     DecisionRefused,
     JobLostError,
@@ -27,6 +25,7 @@ from tandem.tasks.errors import (
     ResumeRefused,
     UnknownJobError,
 )
+from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.outages import (
     CONNECTION_ERRORS,
@@ -37,9 +36,10 @@ from tandem.tasks.outages import (
     restart_note,
     server_info,
 )
-from tandem.tasks.results import ResultDelivery
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
+from tandem.tasks.state.results import ResultDelivery
+from tandem.tasks.state.store import JobStore
 from tandem.toolkit.redaction import redact
 
 

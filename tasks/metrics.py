@@ -1,6 +1,6 @@
 """Prometheus metrics of a worker process, served on ``TANDEM_METRICS_PORT`` (``/metrics``).
 
-Model-call metrics are recorded by ``tandem.tasks.host_model.HostModel`` (it wraps every model a
+Model-call metrics are recorded by ``tandem.tasks.hosts.host_model.HostModel`` (it wraps every model a
 worker calls), tool latency by ``MeteredToolRunner``, step outcomes by Celery's task signals
 (``tandem.tasks.worker_signals``). Labels: ``role`` (``thinker``/``actor``), ``host`` (the model
 host as capacity limits name it: ``API_BASE``, or the model string), ``task`` (a tandem task name).
@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.reasoner.tool_runner import ToolRunner
-from tandem.tasks.capacity import HostSnapshot
+from tandem.tasks.hosts.capacity import HostSnapshot
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.tool import Tool
 

@@ -44,7 +44,7 @@ from tandem.tasks.errors import JobLostError, RedisUnavailable
 from tandem.toolkit.redaction import redact
 
 if TYPE_CHECKING:
-    from tandem.tasks.store import JobStore
+    from tandem.tasks.state.store import JobStore
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ def bounded(store: JobStore, timeout: float = CLIENT_SOCKET_TIMEOUT) -> JobStore
     """``store`` over a client whose commands wait at most ``timeout`` seconds for an answer (one
     such client per connection pool, kept while the pool lives). A client whose socket timeout is
     shorter already, or unset (its owner's choice), is kept as it is."""
-    from tandem.tasks.store import JobStore
+    from tandem.tasks.state.store import JobStore
 
     pool = getattr(store.redis, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)

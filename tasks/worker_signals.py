@@ -1,5 +1,5 @@
 """Worker start-up: the toolkit is loaded (a broken one stops the start), log lines are redacted,
-every worker process runs the reconciler (see ``tandem.tasks.reconciler``), warns when Redis
+every worker process runs the reconciler (see ``tandem.tasks.state.reconciler``), warns when Redis
 would lose jobs on a restart, sizes its Redis pools to its threads, warms LiteLLM up where a model
 is called (its HTTP connection pool sized to the threads too), and serves Prometheus metrics on
 ``TANDEM_METRICS_PORT``."""
@@ -24,9 +24,9 @@ from celery.signals import (
 )
 
 from tandem.tasks.app import app
-from tandem.tasks.jobstate import Reconciled
-from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.runtime import get_runtime
+from tandem.tasks.state.claims import Reconciled
+from tandem.tasks.state.reconciler import Reconciler
 from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
@@ -38,8 +38,8 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
     worker (or was lost), so it goes ahead of its own priority's backlog instead of behind it.
     A job still queued gets its intake message again (same job id, same spec)."""
     from tandem.reasoner.loop.step import Step
-    from tandem.tasks.budgets import message_priority
-    from tandem.tasks.turns import send, step_messages
+    from tandem.tasks.hosts.budgets import message_priority
+    from tandem.tasks.steps.turns import send, step_messages
 
     rt = get_runtime()
     if verdict.action == "intake":  # a job still queued: its intake message was lost
@@ -60,22 +60,22 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
 def _end(job_id: str, verdict: Reconciled) -> None:
     from celery.exceptions import Ignore
 
-    from tandem.tasks.turns import end_job
+    from tandem.tasks.steps.turns import end_job
 
     with contextlib.suppress(Ignore):
         end_job(job_id, verdict.action)
 
 
 def _deliver(job_id: str, mark: str) -> bool:
-    from tandem.tasks.results import deliver
+    from tandem.tasks.state.results import deliver
 
     rt = get_runtime()
     return deliver(rt.store, rt.delivery, job_id, mark)
 
 
 def _expire(job_id: str) -> None:
-    from tandem.tasks.approvals import ApprovalStore
-    from tandem.tasks.turns import send_outbox
+    from tandem.tasks.control.approvals import ApprovalStore
+    from tandem.tasks.steps.turns import send_outbox
 
     rt = get_runtime()
     ApprovalStore(rt.store).expire_if_due(job_id)
@@ -167,7 +167,7 @@ def _warm_up(**_: Any) -> None:
     )
 
     import_litellm()
-    from tandem.tasks.model_loop import threads_are_green
+    from tandem.tasks.hosts.model_loop import threads_are_green
 
     threads = get_runtime().concurrency
     if not settings.model_loop or threads_are_green():
@@ -200,7 +200,7 @@ def _serve_metrics(**_: Any) -> None:
     port = rt.settings.metrics_port
     if port is not None:
         from tandem.broker_config.queue_depth import queue_depths
-        from tandem.tasks.capacity import host_snapshots
+        from tandem.tasks.hosts.capacity import host_snapshots
         from tandem.tasks.metrics import serve
 
         serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)

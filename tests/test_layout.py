@@ -47,7 +47,7 @@ def test_the_wheels_package_list_is_every_folder_with_an_init() -> None:
         assert (Path(mapping[parent]) / rest).as_posix().rstrip("/") == folder, name
 
 
-@pytest.mark.parametrize("name", [*CARD_FOLDERS, "reasoner.errors", "tasks.store"])
+@pytest.mark.parametrize("name", [*CARD_FOLDERS, "reasoner.errors", "tasks.state.store"])
 def test_a_bare_import_from_the_repository_root_is_refused(name: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True, timeout=60

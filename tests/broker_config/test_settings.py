@@ -243,10 +243,10 @@ def test_steps_are_acknowledged_late_one_at_a_time() -> None:
 
 
 def test_every_task_has_a_route() -> None:
-    import tandem.tasks.turns  # noqa: F401  (what a worker imports through ``conf.imports``)
+    import tandem.tasks.steps.turns  # noqa: F401  (what a worker imports through ``conf.imports``)
     from tandem.tasks.app import app  # builds the app from the environment; no worker, no connection
 
-    assert "tandem.tasks.turns" in app.conf.imports
+    assert "tandem.tasks.steps.turns" in app.conf.imports
     config = celery_config(Settings(intake_queue="jobs"))
     routes = config["task_routes"]
     registered = {name for name in app.tasks if name.startswith("tandem.")}

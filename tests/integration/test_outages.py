@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tandem.tasks.client import JobHandle
-from tandem.tasks.turns import INTERRUPTED
+from tandem.tasks.steps.turns import INTERRUPTED
 from tests.integration.chaos import CHAOS_ENV, OwnRedis
 from tests.integration.conftest import Cluster, _cluster_on
 from tests.integration.plan_model import goal_with_plan
@@ -103,7 +103,8 @@ def _all_complete(cluster: Cluster, handles: list[JobHandle], *, crash: bool = F
             assert charges, f"{h.id}: charge_card never ran"
             continue
         outputs = cluster.redis.hvals(cluster.store.key(h.id, "tools"))
-        assert any(INTERRUPTED.encode() in o for o in outputs), f"{h.id}: charge_card neither ran nor was reported"
+        reported = any(INTERRUPTED.encode() in o for o in outputs)
+        assert reported, f"{h.id}: charge_card neither ran nor was reported"
 
 
 def _survives(cluster: Cluster, fault: Callable[[], None]) -> None:

@@ -14,11 +14,12 @@ from kombu.exceptions import OperationalError
 from tandem.broker_config import Settings
 from tandem.reasoner.loop.step import Step
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks import turns, worker_signals
+from tandem.tasks import worker_signals
 from tandem.tasks.client import send_intake
-from tandem.tasks.jobstate import Reconciled
-from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.runtime import Runtime
+from tandem.tasks.state.claims import Reconciled
+from tandem.tasks.state.reconciler import Reconciler
+from tandem.tasks.steps import turns
 
 JOB = "job-7"
 

@@ -12,13 +12,13 @@ import pytest
 
 from tandem.broker_config import Settings
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
-from tandem.tasks import resume as resume_module
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks import turns
+from tandem.tasks.control import resume as resume_module
+from tandem.tasks.control.resume import fork_job, resume_job
 from tandem.tasks.errors import ResumeRefused
-from tandem.tasks.resume import fork_job, resume_job
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
+from tandem.tasks.steps import turns
 
 JOB = "job-9"
 CALL = '<function_call>{"name": "calculate", "args": {"expression": "%s"}}</function_call>'
@@ -230,7 +230,7 @@ def test_a_resumed_jobs_stream_goes_on_after_its_first_final(rt: Runtime, sent: 
     ],
 )
 def test_when_a_final_event_ends_the_stream(following: list[str], state: bytes | None, ends: bool) -> None:
-    from tandem.tasks.store import final_ends
+    from tandem.tasks.state.store import final_ends
 
     assert final_ends(following, state) is ends
 

@@ -16,13 +16,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tandem.broker_config import Settings
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks import turns
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
-from tandem.tasks.host_model import CapacityWait
-from tandem.tasks.jobstate import Claim, ClaimRefused
+from tandem.tasks.control.waiting import wait_for_capacity
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
+from tandem.tasks.hosts.host_model import CapacityWait
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
-from tandem.tasks.waiting import wait_for_capacity
+from tandem.tasks.state.claims import Claim, ClaimRefused
+from tandem.tasks.steps import turns
 from tandem.workers.embedded import redis_answers
 
 JOB = "job-w"

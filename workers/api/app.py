@@ -42,13 +42,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
-from tandem.tasks.approvals import ApprovalStore
 from tandem.tasks.client import JobHandle, submit
+from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.job_events import decode_entry, event_json
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
-from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
+from tandem.tasks.state.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit, too_large
 from tandem.workers.api.openapi import openapi_document

@@ -9,7 +9,7 @@ job's durable end, like the ``final`` event:
   no moment at which the job has ended and its result is not there;
 - otherwise the job's record keeps a ``deliver`` mark and the job stays in the reconciler's index
   until the result is stored: the step that ended the job tries at once, and every worker's
-  reconciler tries again (``tandem.tasks.reconciler``) until the backend takes it.
+  reconciler tries again (``tandem.tasks.state.reconciler``) until the backend takes it.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from celery import Celery
 
 from tandem.tasks.job_events import Final
-from tandem.tasks.jobstate import CeleryWrite, Claim, FinalEntry
 from tandem.tasks.spec import JobResult
+from tandem.tasks.state.claims import CeleryWrite, Claim, FinalEntry
 
 if TYPE_CHECKING:
-    from tandem.tasks.store import JobStore
+    from tandem.tasks.state.store import JobStore
 
 log = logging.getLogger("tandem.tasks")
 

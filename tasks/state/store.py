@@ -2,9 +2,9 @@
 
 Every key of a job is ``{prefix}:{<job_id>}:{part}`` (one hash tag per job, so the state
 machine's scripts touch one Redis Cluster slot): ``state`` (the record of
-``tandem.tasks.jobstate``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
+``tandem.tasks.state.machine``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
 calls' attempts and leases), ``events``, ``result``, ``cancel``, ``approval`` (the calls awaiting a
-decision, ``tandem.tasks.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
+decision, ``tandem.tasks.control.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
 starts the job: the reconciler sends a lost intake message again from it). Every key has a TTL from
 the moment it is written.
 """
@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
@@ -27,25 +27,10 @@ from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
+from tandem.tasks.state.keys import job_key, job_keys
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.toolkit.redaction import redact, redact_data, redact_known
-
-if TYPE_CHECKING:
-    from tandem.tasks.jobstate import JobMachine
-    from tandem.tasks.results import ResultDelivery
-
-JOB_PARTS = (
-    "state",
-    "spec",
-    "memory",
-    "tools",
-    "calls",
-    "events",
-    "result",
-    "cancel",
-    "approval",
-    "intake",
-)
-"""A job's keys, in the order the state machine's scripts take them (``state`` first)."""
 
 
 def _text(value: Any) -> str:
@@ -170,18 +155,16 @@ class JobStore:
 
     def key(self, job_id: str, part: str) -> str:
         """The Redis key of ``part`` of a job."""
-        return f"{self.prefix}:{{{job_id}}}:{part}"
+        return job_key(self.prefix, job_id, part)
 
     def keys(self, job_id: str) -> list[str]:
         """Every key of a job, in ``JOB_PARTS`` order."""
-        return [self.key(job_id, part) for part in JOB_PARTS]
+        return job_keys(self.prefix, job_id)
 
     @property
     def machine(self) -> JobMachine:
         """The state machine over this store's jobs."""
         if self._machine is None:
-            from tandem.tasks.jobstate import JobMachine
-
             self._machine = JobMachine(self)
         return self._machine
 
@@ -351,9 +334,7 @@ class JobStore:
     ) -> JobResult:
         """End the job with ``result`` whatever step it is at (the first result stored wins),
         expire its keys ``ttl`` seconds from now, and return the stored result (secrets redacted).
-        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.results``)."""
-        from tandem.tasks.results import end_job
-
+        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.state.results``)."""
         ttl = self.ttl if ttl is None else ttl
         result = result.model_copy(
             update={

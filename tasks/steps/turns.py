@@ -1,4 +1,4 @@
-"""The Celery tasks of a job: thin wake-ups of the state machine (``tandem.tasks.jobstate``).
+"""The Celery tasks of a job: thin wake-ups of the state machine (``tandem.tasks.state.machine``).
 
 ``tandem.infer`` (intake) creates the job's record at its first step and sends that step.
 Every other task names a step, ``(job, round)`` plus its kind by the task's name:
@@ -12,7 +12,7 @@ outbox for the reconciler until they commit: ``collect`` (run by the call that s
 last result) and ``finalize``.
 
 So a duplicated, stale, forged or wrong-round message does nothing, a lost one is sent again by
-the reconciler (``tandem.tasks.reconciler``), and a worker that lost its lease stores nothing.
+the reconciler (``tandem.tasks.state.reconciler``), and a worker that lost its lease stores nothing.
 Transient failures (a model host's 429/5xx/time-out, Redis or broker errors) park the step in
 ``waiting`` and send it again after a back-off, until the job's deadline.
 """
@@ -37,19 +37,19 @@ from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.step import Step, StepInputs
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.tasks.app import app
-from tandem.tasks.budgets import budget_spent, message_priority
+from tandem.tasks.control.parking import announce, approved_call, park_for
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks, streams
-from tandem.tasks.host_model import CapacityWait
+from tandem.tasks.hosts.budgets import budget_spent, message_priority
+from tandem.tasks.hosts.host_model import CapacityWait
 from tandem.tasks.job_events import JobStarted, Waiting
-from tandem.tasks.jobstate import Claim, ClaimRefused, Message, Park
-from tandem.tasks.leases import Heartbeat
-from tandem.tasks.parking import announce, approved_call, park_for
-from tandem.tasks.pending import DeferredHooks, PendingMemory
-from tandem.tasks.results import end_job as end_job_durably
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec, validate_spec
-from tandem.tasks.store import StepView
+from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
+from tandem.tasks.state.leases import Heartbeat
+from tandem.tasks.state.pending import DeferredHooks, PendingMemory
+from tandem.tasks.state.results import end_job as end_job_durably
+from tandem.tasks.state.store import StepView
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -244,7 +244,7 @@ def reschedule(
     fails with ``error``. Also the path for a step that cannot get model-host capacity.
 
     ``send_now`` may be a callable, asked only once the step is parked (a step waiting for a
-    slot registers for its wake-up then, ``tandem.tasks.waiting``): ``False`` leaves the copy in
+    slot registers for its wake-up then, ``tandem.tasks.control.waiting``): ``False`` leaves the copy in
     the outbox."""
     step = Step(claim.round, claim.kind)  # type: ignore[arg-type]
     outbox = [{**m, "countdown": round(delay, 3)} for m in step_messages(claim.job_id, step)]
@@ -366,7 +366,7 @@ def model_step(job_id: str, round_no: int, kind: str) -> dict[str, Any] | None:
             wait_at_most = spec.approval_timeout_s or rt.settings.memory_ttl
             park = park_for(job_id, plan, nxt, reply, task, tools, max_wait=wait_at_most)
         except CapacityWait as wait:
-            from tandem.tasks.waiting import wait_for_capacity
+            from tandem.tasks.control.waiting import wait_for_capacity
 
             return wait_for_capacity(rt, claim, spec, wait)
         except Exception as exc:
