@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from celery.exceptions import Ignore
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -23,10 +24,17 @@ from celery.signals import (
     worker_shutdown,
 )
 
+from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
+from tandem.tasks.client import send_intake
+from tandem.tasks.control.approvals import ApprovalStore
+from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
+from tandem.tasks.state.results import deliver
+from tandem.tasks.steps.dispatch import send, send_outbox, step_messages
+from tandem.tasks.steps.guard import end_job
 from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
@@ -37,14 +45,8 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
     """Send a stalled step again one priority level up: its first message already reached a
     worker (or was lost), so it goes ahead of its own priority's backlog instead of behind it.
     A job still queued gets its intake message again (same job id, same spec)."""
-    from tandem.reasoner.loop.step import Step
-    from tandem.tasks.hosts.budgets import message_priority
-    from tandem.tasks.steps.turns import send, step_messages
-
     rt = get_runtime()
     if verdict.action == "intake":  # a job still queued: its intake message was lost
-        from tandem.tasks.client import send_intake
-
         intake = rt.machine.intake(job_id)
         if intake is not None:
             send_intake(app, job_id, json.loads(intake))
@@ -58,25 +60,16 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
 
 
 def _end(job_id: str, verdict: Reconciled) -> None:
-    from celery.exceptions import Ignore
-
-    from tandem.tasks.steps.turns import end_job
-
     with contextlib.suppress(Ignore):
         end_job(job_id, verdict.action)
 
 
 def _deliver(job_id: str, mark: str) -> bool:
-    from tandem.tasks.state.results import deliver
-
     rt = get_runtime()
     return deliver(rt.store, rt.delivery, job_id, mark)
 
 
 def _expire(job_id: str) -> None:
-    from tandem.tasks.control.approvals import ApprovalStore
-    from tandem.tasks.steps.turns import send_outbox
-
     rt = get_runtime()
     ApprovalStore(rt.store).expire_if_due(job_id)
     send_outbox(rt, job_id)

@@ -36,12 +36,14 @@ from tandem.reasoner.approval import (
     validate_decisions,
 )
 from tandem.reasoner.errors import ApprovalError
+from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import ApprovalDecided
 from tandem.tasks.state.claims import Message
 from tandem.tasks.state.store import JobStore
+from tandem.tasks.steps.dispatch import step_messages
 from tandem.toolkit.tool import Tool
 
 __all__ = ["ApprovalRecord", "ApprovalStore", "rejected_results"]
@@ -257,9 +259,6 @@ def rejected_results(record: ApprovalRecord) -> list[FunctionCallResult]:
 def _moves(job_id: str, record: ApprovalRecord) -> dict[str, Any]:
     """What settling a complete ``record`` writes: the rejected calls' results, the approved
     calls' messages, and the collect step's messages (used when no call is left to run)."""
-    from tandem.reasoner.loop.step import Step
-    from tandem.tasks.steps.turns import step_messages
-
     if not record.decided:
         return {"rejected": [], "approved": [], "collect": []}
     approved = [d.index for d in record.decisions if d.approve]

@@ -19,7 +19,7 @@ from tandem.tasks.client import send_intake
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
-from tandem.tasks.steps import turns
+from tandem.tasks.steps import dispatch, turns
 
 JOB = "job-7"
 
@@ -42,7 +42,7 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
         '{"goal": "g"}',
         "dual",
         (0, "thinker"),
-        turns.step_messages(JOB, first),
+        dispatch.step_messages(JOB, first),
         timeout=3600,
         ttl_after=600,
     )
@@ -52,7 +52,7 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
         raise OperationalError("Error 111 connecting to the broker")
 
     monkeypatch.setattr(turns.app, "send_task", broker_down)
-    assert turns.send_outbox(rt, JOB) is False
+    assert dispatch.send_outbox(rt, JOB) is False
     assert machine.outbox(JOB)[1] == [{"task": "tandem.thinker_turn", "args": [JOB, 0]}]  # kept
 
     sent: list[tuple[str, list[Any]]] = []
