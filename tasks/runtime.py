@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import BlockingConnectionPool, Redis
 
@@ -20,6 +20,7 @@ from tandem.tasks.errors import JobSpecError
 from tandem.tasks.hosts.capacity import HostCapacity, HostLimits, SlotKeeper
 from tandem.tasks.hosts.host_model import BACKOFF_STATUSES, HostModel
 from tandem.tasks.hosts.model_loop import MODEL_LOOP
+from tandem.tasks.job_cache import JobCache
 from tandem.tasks.metrics import MeteredToolRunner
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
@@ -29,6 +30,9 @@ from tandem.tasks.state.store import JobStore
 from tandem.toolkit.graph import Toolkit
 from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
+
+if TYPE_CHECKING:
+    from tandem.tasks.steps.context import JobFixtures
 
 log = logging.getLogger("tandem.runtime")
 
@@ -61,6 +65,8 @@ class Runtime:
         self._toolkit: Toolkit | None = None
         self._toolkit_loaded = False
         self._toolkit_error: Exception | None = None
+        self.jobs: JobCache[JobFixtures] = JobCache()
+        """What is fixed per job (plan, ``Task``, recommended tools), kept between its steps."""
 
     @property
     def pool_size(self) -> int:

@@ -50,7 +50,7 @@ from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
 from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
 from tandem.tasks.steps.dispatch import send_outbox, step_messages
-from tandem.tasks.steps.turns import CANCELLED_CALL
+from tandem.tasks.steps.tools import CANCELLED_CALL
 from tandem.toolkit.errors import ToolkitError
 
 _FORK_IDS = uuid.UUID("8f1d7f0e-3c55-4c1e-9a52-6f0c1f2b7d11")

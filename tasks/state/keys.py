@@ -27,19 +27,26 @@ LIVE_SHARDS = 16
 """The live-job index is this many sorted sets, so no single key is hot."""
 
 
+JOB_KEY = "{prefix}:{{{job_id}}}:{part}"
+"""The Redis key of ``part`` (one of ``JOB_PARTS``) of a job (a ``str.format`` template)."""
+
+LIVE_SHARD_KEY = "{prefix}:live:{shard}"
+"""The key of one shard of the live-job index (a ``str.format`` template)."""
+
+
 def job_key(prefix: str, job_id: str, part: str) -> str:
     """The Redis key of ``part`` (one of ``JOB_PARTS``) of a job."""
-    return f"{prefix}:{{{job_id}}}:{part}"
+    return JOB_KEY.format(prefix=prefix, job_id=job_id, part=part)
 
 
 def job_keys(prefix: str, job_id: str) -> list[str]:
     """Every key of a job, in ``JOB_PARTS`` order."""
-    return [job_key(prefix, job_id, part) for part in JOB_PARTS]
+    return [JOB_KEY.format(prefix=prefix, job_id=job_id, part=part) for part in JOB_PARTS]
 
 
 def live_shard_key(prefix: str, shard: int) -> str:
     """The key of one shard of the live-job index."""
-    return f"{prefix}:live:{shard}"
+    return LIVE_SHARD_KEY.format(prefix=prefix, shard=shard)
 
 
 def live_shard_of(job_id: str) -> int:

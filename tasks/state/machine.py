@@ -55,7 +55,7 @@ from tandem.tasks.state.claims import (
     Reconciled,
     claim_token,
 )
-from tandem.tasks.state.keys import live_shard_key, live_shard_of
+from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, live_shard_key, live_shard_of
 from tandem.tasks.state.scripts import lua
 
 if TYPE_CHECKING:
@@ -89,16 +89,23 @@ class JobMachine:
     def __init__(self, store: JobStore) -> None:
         self.store = store
         self.redis: Redis = store.redis
+        self.prefix = store.prefix
         self._scripts = {name: self.redis.register_script(lua(name)) for name in SCRIPTS}
 
     def _run(self, name: str, job_id: str, *args: Any) -> Any:
-        return self._scripts[name](keys=self.store.keys(job_id), args=list(args))
+        return self._scripts[name](keys=self._keys(job_id), args=list(args))
+
+    def _keys(self, job_id: str) -> list[str]:
+        return [JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part) for part in JOB_PARTS]
+
+    def _key(self, job_id: str, part: str) -> str:
+        return JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part)
 
     # -- the live-job index ----------------------------------------------------------------
 
     def shard_key(self, shard: int) -> str:
         """The key of one shard of the live-job index."""
-        return live_shard_key(self.store.prefix, shard)
+        return live_shard_key(self.prefix, shard)
 
     def shard_of(self, job_id: str) -> int:
         """The shard a job is indexed in."""
@@ -227,7 +234,7 @@ class JobMachine:
 
     def outbox(self, job_id: str) -> tuple[str, list[Message]]:
         """The outbox id and the messages not yet known to be sent."""
-        raw_id, raw = self.redis.hmget(self.store.key(job_id, "state"), ["outbox_id", "outbox"])
+        raw_id, raw = self.redis.hmget(self._key(job_id, "state"), ["outbox_id", "outbox"])
         return ("" if raw_id is None else _text(raw_id)), ([] if raw is None else json.loads(raw))
 
     def mark_sent(self, job_id: str, outbox_id: str) -> None:
@@ -330,7 +337,7 @@ class JobMachine:
         else:
             args = ["0", claim.round, claim.kind, claim.epoch, claim.token]
         entry = final or FinalEntry(json.dumps({"job_id": job_id, "status": status}), f"{time.time():.3f}")
-        keys = self.store.keys(job_id)
+        keys = self._keys(job_id)
         if celery is None:
             tail: list[Any] = ["", "", 0]
         elif celery.key:
@@ -368,10 +375,10 @@ class JobMachine:
 
     def intake(self, job_id: str) -> str | None:
         """The spec ``submit`` sent for a job no worker has started yet (JSON), or ``None``."""
-        raw = self.redis.get(self.store.key(job_id, "intake"))
+        raw = self.redis.get(self._key(job_id, "intake"))
         return None if raw is None else _text(raw)
 
     def record(self, job_id: str) -> dict[str, str]:
         """The raw record (empty for an unknown job)."""
-        raw = self.redis.hgetall(self.store.key(job_id, "state"))
+        raw = self.redis.hgetall(self._key(job_id, "state"))
         return {_text(k): _text(v) for k, v in raw.items()}

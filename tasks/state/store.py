@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from redis import Redis
@@ -27,7 +28,7 @@ from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
-from tandem.tasks.state.keys import job_key, job_keys
+from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.toolkit.redaction import redact, redact_data, redact_known
@@ -117,11 +118,17 @@ class StepView:
     the messages asked for by key (those stored).
     """
 
-    spec: JobSpec | None
+    spec_json: str | None
+    """The spec as stored (JSON), ``None`` for an unknown or expired job."""
     cancelled: bool
     record: dict[str, str]
     messages: list[ModelMessage] | None
     complete: bool = True
+
+    @cached_property
+    def spec(self) -> JobSpec | None:
+        """The job's spec, parsed on first use (a step whose job is cached never parses it)."""
+        return None if self.spec_json is None else JobSpec.model_validate_json(self.spec_json)
 
 
 class JobStore:
@@ -155,11 +162,11 @@ class JobStore:
 
     def key(self, job_id: str, part: str) -> str:
         """The Redis key of ``part`` of a job."""
-        return job_key(self.prefix, job_id, part)
+        return JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part)
 
     def keys(self, job_id: str) -> list[str]:
         """Every key of a job, in ``JOB_PARTS`` order."""
-        return job_keys(self.prefix, job_id)
+        return [JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part) for part in JOB_PARTS]
 
     @property
     def machine(self) -> JobMachine:
@@ -279,7 +286,7 @@ class JobStore:
         if messages is True or messages:
             found = [ModelMessage.model_validate_json(r) for r in replies[-1] if r is not None]
         return StepView(
-            spec=None if raw_spec is None else JobSpec.model_validate_json(raw_spec),
+            spec_json=None if raw_spec is None else _text(raw_spec),
             cancelled=bool(cancelled),
             record={k: _text(v) for k, v in fields.items() if v is not None},
             messages=found,

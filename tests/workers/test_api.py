@@ -371,13 +371,13 @@ def test_resume_and_fork_go_through_the_tasks_and_refusals_map_to_codes(
     from tandem.tasks import runtime as runtime_module
     from tandem.tasks.control import resume as resume_module
     from tandem.tasks.runtime import Runtime
-    from tandem.tasks.steps import turns
+    from tandem.tasks.steps import dispatch
 
     rt = Runtime(api.settings)
     rt.__dict__["redis"] = fakeredis.FakeRedis(server=api.server)
     monkeypatch.setattr(runtime_module, "_runtime", rt)
     sent: list[Any] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: sent.append((name, args)))
+    monkeypatch.setattr(dispatch.app, "send_task", lambda name, args, **kw: sent.append((name, args)))
     monkeypatch.setattr(resume_module.app.backend, "forget", lambda job_id: None)
     tasks = {"tandem.resume": resume_module.resume, "tandem.fork": resume_module.fork}
     monkeypatch.setattr(
