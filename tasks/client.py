@@ -162,9 +162,7 @@ class JobHandle:
                 if reach.call(self._vanished):
                     raise self._lost()
             if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(
-                    f"job {self.id} has not ended after {timeout:g} s (state: {self._state()})"
-                )
+                raise JobTimeout(f"job {self.id} has not ended after {timeout:g} s (state: {self._state()})")
             time.sleep(poll)
 
     def _poll_result(self) -> JobResult | None:

@@ -32,6 +32,7 @@ from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
+from tandem.tasks.state.record import step_kind
 from tandem.tasks.state.results import deliver
 from tandem.tasks.steps.dispatch import send, send_outbox, step_messages
 from tandem.tasks.steps.guard import end_job
@@ -52,7 +53,7 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
             send_intake(app, job_id, json.loads(intake))
         return
     outbox_id, _ = rt.machine.outbox(job_id)
-    step = Step(verdict.round, verdict.kind)  # type: ignore[arg-type]
+    step = Step(verdict.round, step_kind(verdict.kind))
     spec = rt.store.spec(job_id)
     priority = None if spec is None else message_priority(spec.priority, rt.settings.broker_url, boost=1)
     send(step_messages(job_id, step, verdict.indices or None), priority)

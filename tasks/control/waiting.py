@@ -70,7 +70,7 @@ class SlotWaiter:
         self.fallback = fallback
         self.priority = spec.priority
         self.waiter_id = f"{claim.job_id}:{claim.round}:{claim.kind}"
-        self.message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]  # type: ignore[arg-type]
+        self.message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]
         self.options = wake_options(rt, claim, spec)
 
     def __call__(self) -> bool:

@@ -12,7 +12,9 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+from tandem.reasoner.loop.step import StepKind
 
 _HOST = socket.gethostname()
 
@@ -36,7 +38,7 @@ class Claim:
 
     job_id: str
     round: int
-    kind: str
+    kind: StepKind
     token: str
     epoch: int = 0
     index: int = 0
@@ -85,8 +87,13 @@ class Park:
     until: float
 
 
-Message = dict[str, Any]
-"""An outbox entry: ``{"task": name, "args": [...], "countdown": seconds}``."""
+class Message(TypedDict):
+    """An outbox entry (JSON in the record): the task that wakes a step, its arguments (job id,
+    round, and a tool call's index) and, for a step sent again later, its countdown in seconds."""
+
+    task: str
+    args: list[Any]
+    countdown: NotRequired[float]
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 
+from tandem.reasoner.loop.step import StepKind
 from tandem.tasks.state.claims import (
     CeleryWrite,
     Claim,
@@ -56,6 +57,7 @@ from tandem.tasks.state.claims import (
     claim_token,
 )
 from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, live_shard_key, live_shard_of
+from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.scripts import lua
 
 if TYPE_CHECKING:
@@ -155,7 +157,7 @@ class JobMachine:
         )
 
     def claim(
-        self, job_id: str, round_no: int, kind: str, lease: float, max_expiries: int
+        self, job_id: str, round_no: int, kind: StepKind, lease: float, max_expiries: int
     ) -> Claim | ClaimRefused:
         """Take step ``(round_no, kind)`` for this worker, or say why not."""
         token = claim_token()
@@ -378,7 +380,11 @@ class JobMachine:
         raw = self.redis.get(self._key(job_id, "intake"))
         return None if raw is None else _text(raw)
 
+    def job(self, job_id: str) -> JobRecord | None:
+        """The job's record, typed (``None`` for an unknown job)."""
+        return JobRecord.parse(self.redis.hgetall(self._key(job_id, "state")))
+
     def record(self, job_id: str) -> dict[str, str]:
-        """The raw record (empty for an unknown job)."""
+        """The raw record, every field as the scripts wrote it (empty for an unknown job)."""
         raw = self.redis.hgetall(self._key(job_id, "state"))
         return {_text(k): _text(v) for k, v in raw.items()}

@@ -158,8 +158,8 @@ def end_job(
     )
     if not first:  # another end came first: the reconciler unindexes the job once it is out
         return False, store.result(job_id)
-    pending = delivery is not None and write is not None and write.mark
-    if pending and not deliver(store, delivery, job_id, write.mark):  # type: ignore[arg-type, union-attr]
+    mark = write.mark if write is not None else ""
+    if mark and delivery is not None and not deliver(store, delivery, job_id, mark):
         return True, result
     store.machine.unindex(job_id)
     return True, result

@@ -30,6 +30,7 @@ from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_en
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
 from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS
 from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
@@ -48,40 +49,28 @@ def _undecided(approval: Any) -> list[PendingCall]:
 def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None) -> JobStatus | None:
     """A ``JobStatus`` from the raw fields of a job's record (``None`` for no record) and, for a
     job awaiting approval, its raw approval record."""
-    if not raw:
+    rec = JobRecord.parse(raw)
+    if rec is None:
         return None
-    rec = {_text(k): _text(v) for k, v in raw.items()}
-    parked = rec.get("state") == "awaiting_approval"
-
-    def number(name: str) -> float:
-        try:
-            return float(rec.get(name) or 0)
-        except ValueError:
-            return 0.0
-
-    waiting = rec.get("state") == "waiting"
+    parked = rec.state == "awaiting_approval"
+    waiting = rec.state == "waiting"
     return JobStatus(
         job_id=job_id,
-        state=rec.get("state", "queued"),  # type: ignore[arg-type]
-        reasoner=rec.get("reasoner") or "dual",  # type: ignore[arg-type]
-        round=int(number("round")),
-        step=rec.get("kind", ""),
-        error=rec.get("error") or (rec.get("last_error") or None if waiting else None),
-        updated_at=number("updated_at"),
-        waiting_for=rec.get("wait_for") or None if waiting else None,
-        until=number("wait_until") if waiting else None,
-        epoch=int(number("epoch")),
-        deadline=number("deadline") or None,
-        waiting=Waiting(
-            reason=rec.get("wait_for", ""),
-            host="",
-            until=number("wait_until"),
-            detail=rec.get("last_error", ""),
-        )
+        state=rec.state,
+        reasoner=rec.reasoner,
+        round=rec.round,
+        step=rec.kind or "",
+        error=rec.error or (rec.last_error or None if waiting else None),
+        updated_at=rec.updated_at,
+        waiting_for=rec.wait_for or None if waiting else None,
+        until=rec.wait_until if waiting else None,
+        epoch=rec.epoch,
+        deadline=rec.deadline or None,
+        waiting=Waiting(reason=rec.wait_for, host="", until=rec.wait_until, detail=rec.last_error)
         if waiting
         else None,
         pending_approval=_undecided(approval) if parked and approval is not None else None,
-        approval_until=number("approval_until") or None if parked else None,
+        approval_until=rec.approval_until or None if parked else None,
     )
 
 

@@ -22,16 +22,18 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from tandem.reasoner.errors import ReasonerError, TransientModelError
-from tandem.reasoner.loop.step import Step
+from tandem.reasoner.loop.step import Step, StepKind
 from tandem.reasoner.models.retry_policy import RetryPolicy
+from tandem.reasoner.task import OutcomeStatus
 from tandem.tasks.control.parking import announce
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import Waiting
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.state.claims import Claim, ClaimRefused, Park
+from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
+from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
 from tandem.tasks.steps.dispatch import send_outbox, step_messages
 from tandem.toolkit.errors import ToolkitError
@@ -69,7 +71,7 @@ def retrying(rt: Runtime, action: Callable[[], T]) -> T:
 
 def finish(
     job_id: str,
-    status: str,
+    status: EndStatus,
     error: str | None = None,
     *,
     claim: Claim | None = None,
@@ -85,9 +87,9 @@ def finish(
     spec = spec or rt.store.spec(job_id)
     memory = rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
-    outcome_status = status if status in ("completed", "truncated") else "failed"
+    outcome_status: OutcomeStatus = status if status in ("completed", "truncated") else "failed"
     if plan is not None:
-        outcome = plan.outcome(memory, outcome_status, error)  # type: ignore[arg-type]
+        outcome = plan.outcome(memory, outcome_status, error)
         deliverable, rounds, usage = outcome.deliverable, outcome.rounds, outcome.usage
         error = error or outcome.error
     else:
@@ -95,7 +97,7 @@ def finish(
     error = error if status != "completed" else None
     result = JobResult(
         job_id=job_id,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         deliverable=redact_known(deliverable) if status in ("completed", "truncated") else "",
         rounds=rounds,
         error=redact(error) if error else None,
@@ -116,10 +118,10 @@ def end_job(job_id: str, reason: str, detail: str = "") -> dict[str, Any] | None
     rt = get_runtime()
     if reason == "cancel":
         return finish(job_id, "cancelled")
-    record = rt.machine.record(job_id)
-    where = f"step {record.get('kind', '?')} of round {record.get('round', '?')}"
+    record = rt.machine.job(job_id)
+    where = record.where if record is not None else "step ? of round ?"
     if reason == "deadline":
-        last = record.get("last_error") or "none"
+        last = (record.last_error if record is not None else "") or "none"
         spec = rt.store.spec(job_id)
         timeout = (spec.timeout_s if spec else None) or rt.settings.job_timeout
         message = f"the job's deadline passed (timeout_s={timeout:g}) at {where}; last error: {last}"
@@ -173,8 +175,12 @@ def reschedule(
     ``send_now`` may be a callable, asked only once the step is parked (a step waiting for a
     slot registers for its wake-up then, ``tandem.tasks.control.waiting``): ``False`` leaves the
     copy in the outbox."""
-    step = Step(claim.round, claim.kind)  # type: ignore[arg-type]
-    outbox = [{**m, "countdown": round(delay, 3)} for m in step_messages(claim.job_id, step)]
+    step = Step(claim.round, claim.kind)
+    countdown = round(delay, 3)
+    outbox = [
+        Message(task=m["task"], args=m["args"], countdown=countdown)
+        for m in step_messages(claim.job_id, step)
+    ]
     until = rt.machine.reschedule(claim, delay, reason, error, outbox)
     if until == "deadline":
         return finish(
@@ -200,7 +206,8 @@ def step_failed(rt: Runtime, claim: Claim, exc: BaseException) -> dict[str, Any]
     """Reschedule the claimed step after a transient failure, or end the job ``failed``."""
     if isinstance(exc, TRANSIENT_ERRORS):
         reason = "the model host" if isinstance(exc, TransientModelError) else "Redis or the broker"
-        retries = int(rt.machine.record(claim.job_id).get("retries") or 0)
+        record = rt.machine.job(claim.job_id)
+        retries = record.retries if record is not None else 0
         return reschedule(rt, claim, backoff(exc, retries), reason, f"{type(exc).__name__}: {exc}")
     return finish(claim.job_id, "failed", describe_failure(exc), claim=claim)
 
@@ -208,7 +215,7 @@ def step_failed(rt: Runtime, claim: Claim, exc: BaseException) -> dict[str, Any]
 # -- claiming and committing -----------------------------------------------------------------
 
 
-def claim_step(rt: Runtime, job_id: str, round_no: int, kind: str) -> Claim:
+def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind) -> Claim:
     """Claim step ``kind`` of ``round_no`` for this worker (``Ignore`` when it is not to be run)."""
     got = rt.machine.claim(job_id, round_no, kind, rt.settings.lease_seconds, rt.settings.max_lease_expiries)
     if isinstance(got, ClaimRefused):
@@ -263,7 +270,7 @@ def commit(
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
         # finalize message stays in the outbox until the job has ended, for the reconciler.
-        finalize_step(claim.job_id, nxt.round, status=nxt.status or None, spec=spec)
+        finalize_step(claim.job_id, nxt.round, status=end_status(nxt.status), spec=spec)
         return
     send_outbox(rt, claim.job_id, (tx, messages), spec)
     # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
@@ -271,11 +278,13 @@ def commit(
 
 
 def finalize_step(
-    job_id: str, round_no: int, *, status: str | None = None, spec: JobSpec | None = None
+    job_id: str, round_no: int, *, status: EndStatus | None = None, spec: JobSpec | None = None
 ) -> dict[str, Any]:
     """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
     the job there (which passes the ``status`` it wrote in the record, and the job's ``spec``)."""
     rt = get_runtime()
     claim = claim_step(rt, job_id, round_no, "finalize")
-    status = status or rt.machine.record(job_id).get("status") or "completed"
+    if status is None:
+        record = rt.machine.job(job_id)
+        status = end_status(record.status if record is not None else "")
     return finish(job_id, status, claim=claim, spec=spec)

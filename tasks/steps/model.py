@@ -29,13 +29,12 @@ def model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | 
         ctx = StepContext.load(rt, claim)  # spec, cancel flag and memory in one round trip
         if ctx.view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
-        step = Step(round_no, kind)
         replied = ctx.memory.get_message(round_no, kind) is not None
         spent = budget_spent(ctx.spec, ctx.memory)
         if spent is not None and not replied:
             return finish(job_id, "truncated", spent, claim=claim)
         try:
-            nxt, park = call_model(ctx, step, replied=replied)
+            nxt, park = call_model(ctx, kind, replied=replied)
         except CapacityWait as wait:
             return wait_for_capacity(rt, claim, ctx.spec, wait)
         except Exception as exc:
@@ -44,11 +43,11 @@ def model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | 
     return None
 
 
-def call_model(ctx: StepContext, step: Step, *, replied: bool) -> tuple[Step, Park | None]:
-    """The model call of ``step`` (or its reply already stored, ``replied``) and the step that
+def call_model(ctx: StepContext, kind: ModelRole, *, replied: bool) -> tuple[Step, Park | None]:
+    """The model call of step ``kind`` (or its reply already stored, ``replied``) and the step that
     follows, with how the move parks the job when a call needs a person's approval."""
-    plan, task = ctx.plan, ctx.task
-    role, mode = plan.model(ctx.claim.kind)  # type: ignore[arg-type]
+    plan, task, step = ctx.plan, ctx.task, Step(ctx.claim.round, kind)
+    role, mode = plan.model(kind)
     if plan.starts_round(step) and not replied:
         ctx.hooks.round_started(step.round, plan.rounds(task))
     tools, actions = ctx.job.recommend()
