@@ -69,3 +69,16 @@ def test_ruff_bans_the_bare_names() -> None:
     banned = PYPROJECT["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-api"]
     assert sorted(banned) == sorted(CARD_FOLDERS)
     assert "TID251" in PYPROJECT["tool"]["ruff"]["lint"]["select"]
+
+
+MAX_MODULE_LINES = 600
+"""The hard limit on a package module's length (400 is the guide)."""
+
+
+def test_no_package_module_is_over_the_hard_limit() -> None:
+    lengths = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+        for folder in CARD_FOLDERS
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
