@@ -5,6 +5,7 @@ broker replaced by a queue whose messages are applied one after the other (as Ce
 would, but in the order they were sent). The message of the chosen step (``--step``, ``--round``)
 runs under ``sys.setprofile``: every call into a ``tandem`` module whose arguments carry the job
 (its id, or an object whose ``job_id`` is it: a claim, a view) is a point on the job's path
+(live tokens are coalesced by size only, not by time, so that the path is the same on a busy machine)
 (``--all``: every call into a ``tandem`` module). Consecutive calls in one module are one visit.
 
 Printed (``name: value`` lines):
@@ -88,7 +89,10 @@ def trace_step(step: str, round_no: int, *, every_call: bool = False) -> list[st
     """Run one dual job up to message ``step`` of ``round_no``; trace that message; finish the job."""
     for module in app.conf.imports:  # the task modules, as a worker imports them
         importlib.import_module(module)
-    runtime = Runtime(Settings(lease_seconds=30.0, stall_seconds=60.0, memory_ttl=600))
+    # Live tokens are coalesced by time too (every ``delta_interval_ms``): an interval longer than the
+    # run makes the path the same on a busy machine and a quiet one.
+    settings = Settings(lease_seconds=30.0, stall_seconds=60.0, memory_ttl=600, delta_interval_ms=600_000)
+    runtime = Runtime(settings)
     runtime.__dict__["redis"] = fakeredis.FakeRedis()
     previous_runtime, runtime_module._runtime = runtime_module._runtime, runtime
     queue: deque[tuple[str, list[Any]]] = deque()
