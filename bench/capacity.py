@@ -46,8 +46,8 @@ from redis import Redis
 from bench import models
 from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
-from tandem.tasks.capacity import HostLimits, snapshot
-from tandem.tasks.store import JobStore
+from tandem.tasks.hosts.capacity import HostLimits, snapshot
+from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import WorkerGroup
 from tests.integration.conftest import _exclusive_db
 from tests.openai_server import OpenAIServer

@@ -27,7 +27,7 @@ from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
 from tandem.tasks.client import send_intake
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import WorkerGroup, stop_process
 from tests.openai_server import OpenAIServer
 

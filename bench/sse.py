@@ -42,7 +42,7 @@ from redis import Redis
 from bench.common import percentile
 from tandem.tasks.job_events import ModelDelta
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import free_port, stop_process
 
 TOKENS = [f"bench-sse-token-{i:02d}-0123456789" for i in range(10)]

@@ -66,7 +66,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
       honour it (Redis priority levels, RabbitMQ ``x-max-priority``).
     - The visibility timeout exceeds the hard time limit of a step, so Redis never redelivers a
       step that is still running; a step whose worker died is taken over sooner, through its
-      lease (``tandem.tasks.leases``), after ``lease_seconds``.
+      lease (``tandem.tasks.state.leases``), after ``lease_seconds``.
     """
     visibility = settings.visibility_timeout
     # Every Redis connection (broker, result backend) times out and keeps itself alive, so a

@@ -439,7 +439,7 @@ class Settings:
     rate_burst_seconds: float = 1.0
     """``TANDEM_RATE_BURST_SECONDS``: how many seconds' worth of ``TANDEM_<ROLE>_RPM``/``_TPM`` may
     go to a host at once (a request budget: at least one request); the rest is paced, and no 60 s
-    window gets more than the limit (``tandem.tasks.rate_buckets``)."""
+    window gets more than the limit (``tandem.tasks.hosts.rate_buckets``)."""
     rabbitmq_queue_type: Literal["classic", "quorum"] = "classic"
     """``TANDEM_RABBITMQ_QUEUE_TYPE``: ``quorum`` declares tandem's queues as RabbitMQ quorum queues,
     replicated on a majority of the cluster's nodes (see ``tandem.broker_config.celery_config``)."""

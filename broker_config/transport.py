@@ -6,7 +6,7 @@ acknowledged (``MULTI ZREM HDEL EXEC``), so that a message held by a worker that
 after the visibility timeout. That is 8 Redis commands and 2 Redis client objects per message.
 
 A step message (queues ``thinker``, ``actor``, ``tools``) needs none of it: the job's record
-says which step is current, and the reconciler (``tandem.tasks.reconciler``) sends a step again
+says which step is current, and the reconciler (``tandem.tasks.state.reconciler``) sends a step again
 when no worker claimed it in time, whatever happened to its message (and sooner than the
 visibility timeout would). So ``Channel`` keeps the messages of the queues named in the transport
 option ``resent_queues`` in the worker's memory only, still counted against the prefetch limit and

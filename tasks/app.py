@@ -29,9 +29,12 @@ def create_app(settings: Settings) -> Celery:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")
     # Workers import the tasks and their start-up hooks; clients only send by name.
     celery_app.conf.imports = (
-        "tandem.tasks.turns",
-        "tandem.tasks.decide",
-        "tandem.tasks.resume",
+        "tandem.tasks.steps.intake",
+        "tandem.tasks.steps.model",
+        "tandem.tasks.steps.tools",
+        "tandem.tasks.steps.finalize",
+        "tandem.tasks.control.decide",
+        "tandem.tasks.control.resume",
         "tandem.tasks.worker_signals",
     )
     return celery_app

@@ -20,9 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.reasoner.approval import Decision
-from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
-from tandem.tasks.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
-from tandem.tasks.budgets import message_priority
+from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.errors import (
     DecisionRefused,
     JobLostError,
@@ -31,6 +29,7 @@ from tandem.tasks.errors import (
     ResumeRefused,
     UnknownJobError,
 )
+from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.outages import (
     CONNECTION_ERRORS,
@@ -41,9 +40,10 @@ from tandem.tasks.outages import (
     restart_note,
     server_info,
 )
-from tandem.tasks.results import ResultDelivery
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
+from tandem.tasks.state.results import ResultDelivery
+from tandem.tasks.state.store import JobStore
 from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.client")
@@ -168,9 +168,7 @@ class JobHandle:
                 if reach.call(self._vanished):
                     raise self._lost()
             if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(
-                    f"job {self.id} has not ended after {timeout:g} s (state: {self._state()})"
-                )
+                raise JobTimeout(f"job {self.id} has not ended after {timeout:g} s (state: {self._state()})")
             time.sleep(poll)
 
     def _poll_result(self) -> JobResult | None:

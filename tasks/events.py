@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tandem.reasoner.hooks import ReasonerHooks
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply, RoundStarted, ToolCall, ToolResult
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 
 if TYPE_CHECKING:
     from tandem.reasoner.function_calling import ParsedFunctionCall

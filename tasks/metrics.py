@@ -3,7 +3,7 @@
 Under ``--pool prefork`` the pool's processes write their samples to files that the endpoint adds
 up (``tandem.broker_config.process_metrics``); gauges of processes sum over the live ones.
 
-Model-call metrics are recorded by ``tandem.tasks.host_model.HostModel`` (it wraps every model a
+Model-call metrics are recorded by ``tandem.tasks.hosts.host_model.HostModel`` (it wraps every model a
 worker calls), tool latency by ``MeteredToolRunner``, step outcomes by Celery's task signals
 (``tandem.tasks.worker_signals``). Labels: ``role`` (``thinker``/``actor``), ``host`` (the model
 host as capacity limits name it: ``API_BASE``, or the model string), ``task`` (a tandem task name).
@@ -50,7 +50,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from tandem.broker_config import process_metrics
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.reasoner.tool_runner import ToolRunner
-from tandem.tasks.capacity import HostSnapshot
+from tandem.tasks.hosts.capacity import HostSnapshot
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.redaction import masked_url
 from tandem.toolkit.tool import Tool

@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from kombu.exceptions import OperationalError
 from redis import BlockingConnectionPool, ConnectionPool, Redis
@@ -41,10 +41,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.tasks.errors import JobLostError, RedisUnavailable
+from tandem.tasks.state.store import JobStore
 from tandem.toolkit.redaction import redact
-
-if TYPE_CHECKING:
-    from tandem.tasks.store import JobStore
 
 T = TypeVar("T")
 
@@ -70,8 +68,6 @@ def bounded(store: JobStore, timeout: float = CLIENT_SOCKET_TIMEOUT) -> JobStore
     """``store`` over a client whose commands wait at most ``timeout`` seconds for an answer (one
     such client per connection pool, kept while the pool lives). A client whose socket timeout is
     shorter already, or unset (its owner's choice), is kept as it is."""
-    from tandem.tasks.store import JobStore
-
     pool = getattr(store.redis, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     current = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None

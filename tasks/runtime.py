@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import BlockingConnectionPool, Redis
 
@@ -16,19 +16,23 @@ from tandem.reasoner.loop.react import FunctionCalling
 from tandem.reasoner.models.model_service import ModelService
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
-from tandem.tasks.capacity import HostCapacity, HostLimits, SlotKeeper
 from tandem.tasks.errors import JobSpecError
-from tandem.tasks.host_model import BACKOFF_STATUSES, HostModel
-from tandem.tasks.jobstate import JobMachine
+from tandem.tasks.hosts.capacity import HostCapacity, HostLimits, SlotKeeper
+from tandem.tasks.hosts.host_model import BACKOFF_STATUSES, HostModel
+from tandem.tasks.hosts.model_loop import MODEL_LOOP
+from tandem.tasks.job_cache import JobCache
 from tandem.tasks.metrics import MeteredToolRunner
-from tandem.tasks.model_loop import MODEL_LOOP
-from tandem.tasks.results import ResultDelivery
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.results import ResultDelivery
+from tandem.tasks.state.store import JobStore
 from tandem.toolkit.graph import Toolkit
 from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
+
+if TYPE_CHECKING:
+    from tandem.tasks.steps.context import JobFixtures
 
 log = logging.getLogger("tandem.runtime")
 
@@ -61,6 +65,8 @@ class Runtime:
         self._toolkit: Toolkit | None = None
         self._toolkit_loaded = False
         self._toolkit_error: Exception | None = None
+        self.jobs: JobCache[JobFixtures] = JobCache()
+        """What is fixed per job (plan, ``Task``, recommended tools), kept between its steps."""
 
     @property
     def pool_size(self) -> int:
@@ -95,7 +101,7 @@ class Runtime:
 
     @cached_property
     def delivery(self) -> ResultDelivery:
-        """How a job's Celery result reaches the result backend (``tandem.tasks.results``)."""
+        """How a job's Celery result reaches the result backend (``tandem.tasks.state.results``)."""
         from tandem.tasks.app import app
 
         return ResultDelivery.for_store(app, self.store)
@@ -299,7 +305,7 @@ class Runtime:
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
         """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one),
         narrowed to what the tool policy permits it, with its secrets unsealed for the tools and
-        its approval settings (calls needing approval park the job: ``tandem.tasks.parking``).
+        its approval settings (calls needing approval park the job: ``tandem.tasks.control.parking``).
         """
         try:
             allowed = self.policy.for_job(self.known_tools(), spec.tools)

@@ -62,6 +62,7 @@ class JobSpec(BaseModel):
 
     def __repr_args__(self) -> Any:
         return [(k, v) for k, v in super().__repr_args__() if k != "secrets"]
+
     approve_tools: list[str] | Literal["all"] = Field(
         default_factory=list,
         description="Tools whose calls wait for a person's decision, on top of those declaring "
@@ -80,6 +81,7 @@ class JobSpec(BaseModel):
         from tandem.reasoner.approval import validate_approve_tools
 
         return validate_approve_tools(value)
+
     max_tokens_total: int | None = Field(
         default=None, ge=1, description="Token budget of the whole job; it ends truncated once spent."
     )

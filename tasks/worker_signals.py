@@ -1,5 +1,5 @@
 """Worker start-up: the toolkit is loaded (a broken one stops the start), log lines are redacted,
-every worker process runs the reconciler (see ``tandem.tasks.reconciler``), warns when Redis
+every worker process runs the reconciler (see ``tandem.tasks.state.reconciler``), warns when Redis
 would lose jobs on a restart, sizes its Redis pools to its threads, warms LiteLLM up where a model
 is called (its HTTP connection pool sized to the threads too), and serves Prometheus metrics on
 ``TANDEM_METRICS_PORT``."""
@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from celery.exceptions import Ignore
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -27,10 +28,18 @@ from celery.signals import (
 )
 
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, process_metrics
+from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
-from tandem.tasks.jobstate import Reconciled
-from tandem.tasks.reconciler import Reconciler
+from tandem.tasks.client import send_intake
+from tandem.tasks.control.approvals import ApprovalStore
+from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import get_runtime
+from tandem.tasks.state.claims import Reconciled
+from tandem.tasks.state.reconciler import Reconciler
+from tandem.tasks.state.record import step_kind
+from tandem.tasks.state.results import deliver
+from tandem.tasks.steps.dispatch import send, send_outbox, step_messages
+from tandem.tasks.steps.guard import end_job
 from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
@@ -43,20 +52,14 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
     """Send a stalled step again one priority level up: its first message already reached a
     worker (or was lost), so it goes ahead of its own priority's backlog instead of behind it.
     A job still queued gets its intake message again (same job id, same spec)."""
-    from tandem.reasoner.loop.step import Step
-    from tandem.tasks.budgets import message_priority
-    from tandem.tasks.turns import send, step_messages
-
     rt = get_runtime()
     if verdict.action == "intake":  # a job still queued: its intake message was lost
-        from tandem.tasks.client import send_intake
-
         intake = rt.machine.intake(job_id)
         if intake is not None:
             send_intake(app, job_id, json.loads(intake))
         return
     outbox_id, _ = rt.machine.outbox(job_id)
-    step = Step(verdict.round, verdict.kind)  # type: ignore[arg-type]
+    step = Step(verdict.round, step_kind(verdict.kind))
     spec = rt.store.spec(job_id)
     priority = None if spec is None else message_priority(spec.priority, rt.settings.broker_url, boost=1)
     send(step_messages(job_id, step, verdict.indices or None), priority)
@@ -64,25 +67,16 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
 
 
 def _end(job_id: str, verdict: Reconciled) -> None:
-    from celery.exceptions import Ignore
-
-    from tandem.tasks.turns import end_job
-
     with contextlib.suppress(Ignore):
         end_job(job_id, verdict.action)
 
 
 def _deliver(job_id: str, mark: str) -> bool:
-    from tandem.tasks.results import deliver
-
     rt = get_runtime()
     return deliver(rt.store, rt.delivery, job_id, mark)
 
 
 def _expire(job_id: str) -> None:
-    from tandem.tasks.approvals import ApprovalStore
-    from tandem.tasks.turns import send_outbox
-
     rt = get_runtime()
     ApprovalStore(rt.store).expire_if_due(job_id)
     send_outbox(rt, job_id)
@@ -173,7 +167,7 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
     )
 
     import_litellm()
-    from tandem.tasks.model_loop import threads_are_green
+    from tandem.tasks.hosts.model_loop import threads_are_green
 
     _warm_up_streams(settings, models, sender)
     threads = get_runtime().concurrency
@@ -210,7 +204,7 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
     its first chunk."""
     global _streams_to_warm
     from tandem.reasoner.models.litellm_setup import warm_up_streaming
-    from tandem.tasks.model_loop import threads_are_green
+    from tandem.tasks.hosts.model_loop import threads_are_green
 
     streamed = [r for r in models if settings.role(r).stream]
     if not streamed:
@@ -235,7 +229,7 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
     port = rt.settings.metrics_port
     if port is not None:
         from tandem.broker_config.queue_depth import queue_depths
-        from tandem.tasks.capacity import host_snapshots
+        from tandem.tasks.hosts.capacity import host_snapshots
         from tandem.tasks.metrics import WORKER_UP, serve
 
         serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)

@@ -47,7 +47,7 @@ def test_the_wheels_package_list_is_every_folder_with_an_init() -> None:
         assert (Path(mapping[parent]) / rest).as_posix().rstrip("/") == folder, name
 
 
-@pytest.mark.parametrize("name", [*CARD_FOLDERS, "reasoner.errors", "tasks.store"])
+@pytest.mark.parametrize("name", [*CARD_FOLDERS, "reasoner.errors", "tasks.state.store"])
 def test_a_bare_import_from_the_repository_root_is_refused(name: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -69,3 +69,16 @@ def test_ruff_bans_the_bare_names() -> None:
     banned = PYPROJECT["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-api"]
     assert sorted(banned) == sorted(CARD_FOLDERS)
     assert "TID251" in PYPROJECT["tool"]["ruff"]["lint"]["select"]
+
+
+MAX_MODULE_LINES = 600
+"""The hard limit on a package module's length (400 is the guide)."""
+
+
+def test_no_package_module_is_over_the_hard_limit() -> None:
+    lengths = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+        for folder in CARD_FOLDERS
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}

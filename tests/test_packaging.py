@@ -58,6 +58,13 @@ def test_the_wheel_holds_one_top_level_package_with_its_marker(dist: Path) -> No
     for subpackage in ("loop", "models", "parsing"):
         assert f"tandem/reasoner/{subpackage}/__init__.py" in names
     assert "tandem/reasoner/loop/reasoner.py" in names
+    for subpackage in ("control", "hosts", "state", "steps"):
+        assert f"tandem/tasks/{subpackage}/__init__.py" in names
+    # the state machine's Lua scripts are package data, read with importlib.resources
+    scripts = Path(__file__).resolve().parent.parent / "tasks" / "state" / "scripts"
+    for script in sorted(scripts.glob("*.lua")):
+        assert f"tandem/tasks/state/scripts/{script.name}" in names
+    assert "tandem/tasks/state/scripts/transition.lua" in names
 
 
 def test_a_wheel_built_from_the_sdist_has_the_same_files(dist: Path, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tandem.tasks.capacity import HostSnapshot, host_snapshots
+from tandem.tasks.hosts.capacity import HostSnapshot, host_snapshots
 from tandem.toolkit.redaction import masked_url
 
 __all__ = ["format_hosts", "host_snapshots", "hosts_json"]
@@ -29,7 +29,7 @@ def _backoff(snap: HostSnapshot) -> str:
 
 def format_hosts(snapshots: Sequence[HostSnapshot]) -> str:
     """A table: in-flight calls of the cap, steps waiting, each budget's limit and what its bucket
-    holds now (``tandem.tasks.capacity``), back-off."""
+    holds now (``tandem.tasks.hosts.capacity``), back-off."""
     if not snapshots:
         return (
             "no model host has capacity limits: set TANDEM_<ROLE>_MAX_IN_FLIGHT, _RPM or _TPM "

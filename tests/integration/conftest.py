@@ -22,7 +22,7 @@ from redis import Redis
 from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
 from tandem.tasks.client import JobHandle, submit
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import WorkerGroup, redis_answers
 from tests.integration import plan_model
 from tests.integration.rabbitmq import vhost_url  # noqa: F401 - a fixture: a RabbitMQ vhost per test

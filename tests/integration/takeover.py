@@ -3,7 +3,7 @@
 At a kill the chaos run notes, for every live job, the work the killed process had:
 
 - **held**: a step or a tool call whose lease names the killed process (claim tokens are
-  ``host:pid:random``, ``tandem.tasks.jobstate.claim_token``);
+  ``host:pid:random``, ``tandem.tasks.state.machine.claim_token``);
 - **reserved**: the job's current step (or an unclaimed call of it) whose message the broker had
   handed to a worker since the previous kill (it is in kombu's ``unacked`` set) without any worker
   claiming it: a message the killed process had taken from the queue but not started. A live
@@ -26,10 +26,10 @@ from typing import Any
 
 from redis import Redis
 
-from tandem.tasks.jobstate import token_pid
 from tandem.tasks.spec import FINAL_STATES
-from tandem.tasks.store import JobStore
-from tandem.tasks.turns import STEP_TASKS
+from tandem.tasks.state.claims import token_pid
+from tandem.tasks.state.store import JobStore
+from tandem.tasks.steps.dispatch import STEP_TASKS
 
 _KIND_OF_TASK = {task: kind for kind, task in STEP_TASKS.items()}
 RESTART_RECOVERY = 6.0

@@ -16,7 +16,7 @@ from redis import Redis
 
 from tandem.tasks.job_events import RoundStarted
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import free_port, stop_process
 from tests.integration.test_api import ApiProcess, read_sse, sse_events
 

@@ -18,7 +18,7 @@ from redis import Redis
 from bench.sse import TOKENS, ApiServer, Client, OwnRedis, follow, redis_clients
 from tandem.tasks.job_events import ModelDelta
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ from redis import Redis
 from tandem.tasks.client import JobHandle
 from tandem.tasks.errors import JobTimeout, RedisUnavailable
 from tandem.tasks.runtime import redis_options
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tests.integration.breaking import (
     FAST,
     SMALL,

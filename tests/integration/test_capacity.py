@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tandem.tasks.capacity import HostLimits, snapshot
+from tandem.tasks.hosts.capacity import HostLimits, snapshot
 from tests.integration.conftest import Cluster, _make_cluster, actor_host
 from tests.integration.slow_link import SlowLink
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply

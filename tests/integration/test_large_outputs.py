@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tandem.tasks.job_events import ToolResult
-from tandem.tasks.jobstate import token_pid
+from tandem.tasks.state.claims import token_pid
 from tests.integration.conftest import Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tandem.tasks.client import JobHandle
-from tandem.tasks.turns import INTERRUPTED
+from tandem.tasks.steps.tools import INTERRUPTED
 from tests.integration.chaos import CHAOS_ENV, OwnRedis
 from tests.integration.conftest import Cluster, _cluster_on
 from tests.integration.plan_model import goal_with_plan

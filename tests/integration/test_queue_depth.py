@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tandem.broker_config.queue_depth import AmqpQueueDepths
-from tandem.tasks.budgets import message_priority
+from tandem.tasks.hosts.budgets import message_priority
 from tandem.workers.embedded import free_port
 from tests.integration.conftest import Cluster, _cluster_on, _exclusive_db, _make_cluster
 from tests.openai_server import OpenAIServer

@@ -11,8 +11,8 @@ import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tandem.tasks.jobstate import JobMachine
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.store import JobStore
 
 REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
 

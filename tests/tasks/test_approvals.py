@@ -17,11 +17,12 @@ import pytest
 
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import FunctionCallResult
-from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
-from tandem.tasks.decide import decide_job
+from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
+from tandem.tasks.control.decide import decide_job
 from tandem.tasks.errors import DecisionRefused
-from tandem.tasks.jobstate import Claim, ClaimRefused, JobMachine, Park
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.claims import Claim, ClaimRefused, Park
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.store import JobStore
 from tandem.toolkit.tool import Tool
 
 JOB = "job"
@@ -331,7 +332,7 @@ def test_the_decide_task_function_answers_in_json(store: JobStore) -> None:
 def test_the_reconciler_rejects_only_after_the_timeout_and_cancel_ends_a_parked_job(
     store: JobStore,
 ) -> None:
-    from tandem.tasks.reconciler import Reconciler
+    from tandem.tasks.state.reconciler import Reconciler
 
     park(store, now=time.time(), timeout_s=0.6)
     store.machine.mark_sent(JOB, store.machine.outbox(JOB)[0])

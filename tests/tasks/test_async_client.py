@@ -15,7 +15,7 @@ from celery import Celery
 from tandem.tasks.client import JobHandle, submit_async
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import pytest
 
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import ModelMessage, Usage
-from tandem.tasks.budgets import budget_spent, message_priority
 from tandem.tasks.errors import JobSpecError
+from tandem.tasks.hosts.budgets import budget_spent, message_priority
 from tandem.tasks.spec import JobSpec, validate_spec
 
 

@@ -11,7 +11,15 @@ import fakeredis
 import pytest
 from redis import Redis
 
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, SlotKeeper, Wait, known_hosts, snapshot
+from tandem.tasks.hosts.capacity import (
+    Grant,
+    HostCapacity,
+    HostLimits,
+    SlotKeeper,
+    Wait,
+    known_hosts,
+    snapshot,
+)
 from tandem.workers.embedded import redis_answers
 
 REAL_REDIS = "redis://127.0.0.1:6379/0"

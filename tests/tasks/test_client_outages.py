@@ -21,7 +21,7 @@ from tandem.tasks.client import JobHandle
 from tandem.tasks.errors import JobLostError, JobTimeout, RedisUnavailable
 from tandem.tasks.job_events import JobEvent
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 
 
 @pytest.fixture

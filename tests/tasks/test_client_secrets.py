@@ -18,7 +18,7 @@ from tandem.tasks.client import submit
 from tandem.tasks.errors import SpecLimitError
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.sealing import is_sealed
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 
 
 class Sent:

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.jobstate import CeleryWrite, FinalEntry, JobMachine, Reconciled
-from tandem.tasks.reconciler import DELIVERY_RETRY, Reconciler
-from tandem.tasks.results import ResultDelivery, celery_meta, client_address, end_job, redis_address
 from tandem.tasks.spec import JobResult
+from tandem.tasks.state.claims import CeleryWrite, FinalEntry, Reconciled
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.reconciler import DELIVERY_RETRY, Reconciler
+from tandem.tasks.state.results import ResultDelivery, celery_meta, client_address, end_job, redis_address
 
 JOB = "job-1"
 
@@ -121,7 +122,7 @@ def test_end_job_delivers_at_once_or_leaves_the_mark(machine: JobMachine) -> Non
     mark = machine.record(JOB)["deliver"]
     assert mark and machine.redis.zscore(machine.shard_key(machine.shard_of(JOB)), JOB) is not None
     backend.down = False
-    from tandem.tasks.results import deliver
+    from tandem.tasks.state.results import deliver
 
     assert deliver(machine.store, delivery, JOB, mark)
     meta = json.loads(stored[f"celery-task-meta-{JOB}"])

@@ -21,7 +21,7 @@ from tandem.tasks.job_events import (
     encode_event,
     make_event,
 )
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tests.tasks.round_trips import count_pipelines
 
 
@@ -151,7 +151,7 @@ def test_a_reply_not_streamed_publishes_its_reply_only() -> None:
 
 def test_held_events_go_out_together_in_order_after_the_commit() -> None:
     from tandem.reasoner.messages import ModelMessage
-    from tandem.tasks.pending import DeferredHooks
+    from tandem.tasks.state.pending import DeferredHooks
 
     redis = fakeredis.FakeRedis()
     store = JobStore(redis)

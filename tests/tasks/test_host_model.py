@@ -9,8 +9,8 @@ from prometheus_client import REGISTRY
 
 from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.testing import ScriptedModelService
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
-from tandem.tasks.host_model import DEFAULT_BACKOFF, CapacityWait, HostModel, estimate_tokens
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
+from tandem.tasks.hosts.host_model import DEFAULT_BACKOFF, CapacityWait, HostModel, estimate_tokens
 
 HOST = "http://gpu-9:8000/v1"
 USER = [{"role": "user", "content": "What is 2 + 2?"}]

@@ -18,9 +18,9 @@ from tandem.broker_config import Settings
 from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.reasoner.testing import ScriptedModelService
-from tandem.tasks.capacity import HostCapacity, HostLimits, snapshot
-from tandem.tasks.host_model import BACKOFF_STATUSES, CapacityWait, HostModel
-from tandem.tasks.model_loop import MODEL_LOOP, ModelLoop
+from tandem.tasks.hosts.capacity import HostCapacity, HostLimits, snapshot
+from tandem.tasks.hosts.host_model import BACKOFF_STATUSES, CapacityWait, HostModel
+from tandem.tasks.hosts.model_loop import MODEL_LOOP, ModelLoop
 from tandem.tasks.runtime import Runtime
 from tests.openai_server import OpenAIServer, Reply
 from tests.reasoner.models.test_litellm_async import MODEL, TOOL_CALLS, TOOLS, USER

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from tandem.tasks.jobstate import Claim, ClaimRefused, JobMachine, Reconciled
-from tandem.tasks.reconciler import Reconciler
+from tandem.tasks.state.claims import Claim, ClaimRefused, Reconciled
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.reconciler import Reconciler
 
 JOB = "job-1"
 LEASE = 30.0

@@ -6,7 +6,7 @@ import fakeredis
 import httpx
 
 from tandem.reasoner.function_calling import ParsedFunctionCall
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, snapshot
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits, snapshot
 from tandem.tasks.metrics import MODEL_TOKENS, MeteredToolRunner, serve
 from tandem.toolkit.tool import Tool
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from tandem.reasoner.models.model_service import DeltaListener
-from tandem.tasks import model_loop as model_loop_module
-from tandem.tasks.model_loop import ModelLoop, threads_are_green
+from tandem.tasks.hosts import model_loop as model_loop_module
+from tandem.tasks.hosts.model_loop import ModelLoop, threads_are_green
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ from kombu.exceptions import OperationalError
 from tandem.broker_config import Settings
 from tandem.reasoner.loop.step import Step
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks import turns, worker_signals
+from tandem.tasks import worker_signals
 from tandem.tasks.client import send_intake
-from tandem.tasks.jobstate import Reconciled
-from tandem.tasks.reconciler import Reconciler
 from tandem.tasks.runtime import Runtime
+from tandem.tasks.state.claims import Reconciled
+from tandem.tasks.state.reconciler import Reconciler
+from tandem.tasks.steps import dispatch, intake
 
 JOB = "job-7"
 
@@ -41,7 +42,7 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
         '{"goal": "g"}',
         "dual",
         (0, "thinker"),
-        turns.step_messages(JOB, first),
+        dispatch.step_messages(JOB, first),
         timeout=3600,
         ttl_after=600,
     )
@@ -50,8 +51,8 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
     def broker_down(*args: Any, **kwargs: Any) -> None:
         raise OperationalError("Error 111 connecting to the broker")
 
-    monkeypatch.setattr(turns.app, "send_task", broker_down)
-    assert turns.send_outbox(rt, JOB) is False
+    monkeypatch.setattr(intake.app, "send_task", broker_down)
+    assert dispatch.send_outbox(rt, JOB) is False
     assert machine.outbox(JOB)[1] == [{"task": "tandem.thinker_turn", "args": [JOB, 0]}]  # kept
 
     sent: list[tuple[str, list[Any]]] = []
@@ -61,7 +62,7 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
         sent.append((name, list(args)))
         priorities.append(kw.get("priority"))
 
-    monkeypatch.setattr(turns.app, "send_task", record)
+    monkeypatch.setattr(intake.app, "send_task", record)
     ended: list[str] = []
     reconciler = Reconciler(
         machine,
@@ -115,7 +116,7 @@ def test_an_intake_sent_by_tandem_returns_and_a_bare_clients_is_ignored(
     captured: dict[str, Any] = {}
 
     class Client:
-        conf = turns.app.conf
+        conf = intake.app.conf
 
         def send_task(self, name: str, **kwargs: Any) -> None:
             captured.update(kwargs, name=name)
@@ -124,10 +125,10 @@ def test_an_intake_sent_by_tandem_returns_and_a_bare_clients_is_ignored(
     assert captured["name"] == "tandem.infer" and captured["task_id"] == JOB
     assert captured["ignore_result"] is True
 
-    monkeypatch.setattr(turns.app, "send_task", lambda *args, **kwargs: None)
-    ours = turns.infer.apply(kwargs={"spec": {"goal": "g"}}, task_id=JOB, ignore_result=True)
+    monkeypatch.setattr(intake.app, "send_task", lambda *args, **kwargs: None)
+    ours = intake.infer.apply(kwargs={"spec": {"goal": "g"}}, task_id=JOB, ignore_result=True)
     assert ours.state == "SUCCESS" and ours.result is None
-    bare = turns.infer.apply(kwargs={"spec": {"goal": "g"}}, task_id="job-8")
+    bare = intake.infer.apply(kwargs={"spec": {"goal": "g"}}, task_id="job-8")
     assert bare.state == "IGNORED"
     for job_id in (JOB, "job-8"):  # both jobs started
         assert rt.machine.record(job_id)["state"] == "running"

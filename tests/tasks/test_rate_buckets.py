@@ -1,4 +1,4 @@
-"""The request and token budgets (``TANDEM_<ROLE>_RPM``/``_TPM``, ``tandem.tasks.rate_buckets``)
+"""The request and token budgets (``TANDEM_<ROLE>_RPM``/``_TPM``, ``tandem.tasks.hosts.rate_buckets``)
 pace calls: a burst of ``TANDEM_RATE_BURST_SECONDS`` worth of the limit at most, then a continuous
 refill; any 60 s window gets at most the limit, any 1 s window at most the burst plus a second's
 worth (plus ``GRACE`` seconds' worth while calls come back late for their turns).
@@ -17,8 +17,8 @@ import fakeredis
 import pytest
 from fakeredis.commands_mixins import server_mixin
 
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
-from tandem.tasks.rate_buckets import GRACE, bucket
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
+from tandem.tasks.hosts.rate_buckets import GRACE, bucket
 
 START = 1_800_000_000.0
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.tasks.jobstate import Claim, JobMachine
-from tandem.tasks.reopen import Placement, Reopened, Reopener
+from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.reopen import Placement, Reopened, Reopener
 
 JOB = "job-1"
 LEASE = 30.0

@@ -12,13 +12,14 @@ import pytest
 
 from tandem.broker_config import Settings
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
-from tandem.tasks import resume as resume_module
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks import turns
+from tandem.tasks.control import resume as resume_module
+from tandem.tasks.control.resume import fork_job, resume_job
 from tandem.tasks.errors import ResumeRefused
-from tandem.tasks.resume import fork_job, resume_job
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
+from tandem.tasks.steps import dispatch
+from tandem.tasks.steps.tools import CANCELLED_CALL
 
 JOB = "job-9"
 CALL = '<function_call>{"name": "calculate", "args": {"expression": "%s"}}</function_call>'
@@ -39,7 +40,9 @@ def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
     messages: Sent = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: messages.append((name, list(args))))
+    monkeypatch.setattr(
+        dispatch.app, "send_task", lambda name, args, **kw: messages.append((name, list(args)))
+    )
     monkeypatch.setattr(resume_module.app.backend, "forget", lambda job_id: None)
     return messages
 
@@ -49,7 +52,7 @@ def msg(round_no: int, role: str, content: str = "<instruction>go</instruction>"
 
 
 def result(index: int, output: str = "3") -> FunctionCallResult:
-    status = FunctionCallStatus.FAILED if output == turns.CANCELLED_CALL else FunctionCallStatus.SUCCEEDED
+    status = FunctionCallStatus.FAILED if output == CANCELLED_CALL else FunctionCallStatus.SUCCEEDED
     return FunctionCallResult(index=index, name="calculate", status=status, output=output)
 
 
@@ -144,7 +147,7 @@ def test_a_cancelled_tool_step_runs_only_the_calls_that_never_ran(rt: Runtime, s
     stored_job(rt, "cancelled", [msg(0, "thinker"), msg(0, "actor", CALLS)])
     tools = rt.store.key(JOB, "tools")
     rt.redis.hset(tools, "0:1", result(1).model_dump_json())
-    rt.redis.hset(tools, "0:2", result(2, turns.CANCELLED_CALL).model_dump_json())
+    rt.redis.hset(tools, "0:2", result(2, CANCELLED_CALL).model_dump_json())
     answer = resume_job(rt, JOB)
     assert answer["step"] == "tools" and sent == [("tandem.run_tool", [JOB, 0, 2])]
     assert rt.store.tool_result(JOB, 0, 1) == result(1) and rt.store.tool_result(JOB, 0, 2) is None
@@ -230,7 +233,7 @@ def test_a_resumed_jobs_stream_goes_on_after_its_first_final(rt: Runtime, sent: 
     ],
 )
 def test_when_a_final_event_ends_the_stream(following: list[str], state: bytes | None, ends: bool) -> None:
-    from tandem.tasks.store import final_ends
+    from tandem.tasks.state.store import final_ends
 
     assert final_ends(following, state) is ends
 

@@ -1,5 +1,5 @@
 """Jobs on workers and approval: a job's Task carries its approval settings, so calls that need a
-decision park the job (``tandem.tasks.parking``) instead of running unreviewed."""
+decision park the job (``tandem.tasks.control.parking``) instead of running unreviewed."""
 
 from __future__ import annotations
 

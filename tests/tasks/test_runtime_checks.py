@@ -182,8 +182,9 @@ def _request(name: str, args: list[object], kwargs: dict[str, object]) -> object
     from kombu import Message
     from kombu.utils.json import dumps
 
+    from tandem.tasks.app import app
+    from tandem.tasks.steps import intake, model  # noqa: F401  (registers the tasks)
     from tandem.tasks.task_base import RedactingRequest
-    from tandem.tasks.turns import app
 
     sent = app.amqp.as_task_v2("task-1", name, args=args, kwargs=kwargs)
     message = Message(

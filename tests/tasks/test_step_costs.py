@@ -11,11 +11,12 @@ import pytest
 
 from tandem.reasoner.messages import ModelMessage
 from tandem.tasks.job_events import RoundStarted
-from tandem.tasks.jobstate import Claim, JobMachine
-from tandem.tasks.leases import Heartbeat, LeaseKeeper
-from tandem.tasks.pending import PendingMemory
 from tandem.tasks.spec import JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.leases import Heartbeat, LeaseKeeper
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.pending import PendingMemory
+from tandem.tasks.state.store import JobStore
 
 JOB = "job-c"
 

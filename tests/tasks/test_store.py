@@ -23,7 +23,7 @@ from tandem.tasks.job_events import (
     Waiting,
 )
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tests.tasks.round_trips import count_pipelines
 
 JOB = "job-1"

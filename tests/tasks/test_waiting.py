@@ -16,13 +16,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tandem.broker_config import Settings
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks import turns
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
-from tandem.tasks.host_model import CapacityWait
-from tandem.tasks.jobstate import Claim, ClaimRefused
+from tandem.tasks.app import app
+from tandem.tasks.control.waiting import wait_for_capacity
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
+from tandem.tasks.hosts.host_model import CapacityWait
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
-from tandem.tasks.waiting import wait_for_capacity
+from tandem.tasks.state.claims import Claim, ClaimRefused
 from tandem.workers.embedded import redis_answers
 
 JOB = "job-w"
@@ -74,7 +74,7 @@ def test_both_ways_back_carry_the_jobs_priority(
 ) -> None:
     spec = JobSpec(goal="g", reasoner="mono", priority=priority)
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
 
     claim = parked(rt, spec)
     host = Registering(rt.redis, rt.settings.prefix)
@@ -129,7 +129,7 @@ def test_a_slot_freed_just_after_the_step_registered_wakes_it(
     Its wake-up must find the step parked and claim it (registered before the park, the wake-up
     met a step still claimed, was dropped, and the job sat until its countdown copy, ~30 s)."""
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
     spec = JobSpec(goal="g", reasoner="mono")
     claim = parked(rt, spec)
     capacity = HostCapacity(rt.redis, rt.settings.prefix, HostLimits("h", max_in_flight=1))
@@ -155,7 +155,7 @@ def test_a_slot_freed_after_the_park_before_registering_sends_the_step_at_once(
     """The other order: the slot frees once the step is parked, before it registers. Nobody is
     there to wake; the registration sees the free slot and sends the step at once."""
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
     spec = JobSpec(goal="g", reasoner="mono")
     claim = parked(rt, spec)
     capacity = HostCapacity(rt.redis, rt.settings.prefix, HostLimits("h", max_in_flight=1))
@@ -178,7 +178,7 @@ def test_a_slot_freed_after_the_park_before_registering_sends_the_step_at_once(
 
 def test_a_failed_registration_sends_the_countdown_copy(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
     spec = JobSpec(goal="g", reasoner="mono")
     claim = parked(rt, spec)
     capacity = HostCapacity(rt.redis, rt.settings.prefix, HostLimits("h", max_in_flight=1))

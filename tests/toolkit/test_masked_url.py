@@ -14,7 +14,7 @@ from tandem.reasoner.models.direct_http import UnreadableReply
 from tandem.reasoner.models.litellm_errors import MalformedReplyError, shown_host, translate
 from tandem.reasoner.models.litellm_service import LiteLlmModelService
 from tandem.reasoner.testing import ScriptedModelService
-from tandem.tasks.capacity import HostCapacity, HostLimits, host_snapshots
+from tandem.tasks.hosts.capacity import HostCapacity, HostLimits, host_snapshots
 from tandem.tasks.metrics import FleetCollector
 from tandem.tasks.runtime import Runtime
 from tandem.toolkit.redaction import masked_url

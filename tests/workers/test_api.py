@@ -19,7 +19,7 @@ from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.errors import SettingsError
 from tandem.tasks.job_events import ModelDelta, RoundStarted
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.api import create_api
 from tandem.workers.api.server import check_exposure, is_loopback
 from tandem.workers.errors import ApiExposureError
@@ -377,16 +377,16 @@ def test_resume_and_fork_go_through_the_tasks_and_refusals_map_to_codes(
 ) -> None:
     """The tasks run here, on the API's fakeredis, as a worker would run them."""
     from tandem.reasoner.messages import ModelMessage
-    from tandem.tasks import resume as resume_module
     from tandem.tasks import runtime as runtime_module
-    from tandem.tasks import turns
+    from tandem.tasks.control import resume as resume_module
     from tandem.tasks.runtime import Runtime
+    from tandem.tasks.steps import dispatch
 
     rt = Runtime(api.settings)
     rt.__dict__["redis"] = fakeredis.FakeRedis(server=api.server)
     monkeypatch.setattr(runtime_module, "_runtime", rt)
     sent: list[Any] = []
-    monkeypatch.setattr(turns.app, "send_task", lambda name, args, **kw: sent.append((name, args)))
+    monkeypatch.setattr(dispatch.app, "send_task", lambda name, args, **kw: sent.append((name, args)))
     monkeypatch.setattr(resume_module.app.backend, "forget", lambda job_id: None)
     tasks = {"tandem.resume": resume_module.resume, "tandem.fork": resume_module.fork}
     monkeypatch.setattr(

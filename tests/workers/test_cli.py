@@ -430,9 +430,9 @@ def test_approve_refuses_bad_options(
 def parked(fake_runtime: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A job parked with calls 1 and 3 awaiting approval; decisions are applied at once, as a
     worker's ``tandem.decide`` would."""
-    from tandem.tasks.approvals import ApprovalStore
     from tandem.tasks.client import JobHandle
-    from tandem.tasks.decide import decide_job
+    from tandem.tasks.control.approvals import ApprovalStore
+    from tandem.tasks.control.decide import decide_job
     from tandem.tasks.errors import DecisionRefused
     from tests.tasks.test_approvals import park
 

@@ -14,7 +14,7 @@ from tandem.reasoner.demo import DEMO_GOAL, demo_model, demo_tools
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply, Waiting
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.display import LiveDisplay, render_event, show_events
 
 

@@ -7,7 +7,7 @@ import json
 import fakeredis
 
 from tandem.broker_config import Settings
-from tandem.tasks.capacity import Grant, HostCapacity, HostLimits
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits
 from tandem.workers.hosts import format_hosts, host_snapshots, hosts_json
 
 HOST = "http://gpu-1:8000/v1"

@@ -50,12 +50,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
-from tandem.tasks.approvals import ApprovalStore
 from tandem.tasks.client import JobHandle, submit
+from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit

@@ -37,7 +37,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from tandem.tasks.job_events import decode_entry, event_json
-from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
+from tandem.tasks.state.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
 
 PAGE = 200
 """Events read per ``XREAD``/``XRANGE``."""

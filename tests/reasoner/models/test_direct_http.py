@@ -22,7 +22,7 @@ from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.models import direct_http, litellm_setup
 from tandem.reasoner.models.litellm_service import LiteLlmModelService
-from tandem.tasks.model_loop import ModelLoop
+from tandem.tasks.hosts.model_loop import ModelLoop
 from tests.openai_server import OpenAIServer, Reply
 from tests.reasoner.models.test_litellm_async import MODEL, TOOL_CALLS, TOOLS, USER, ASleeps
 

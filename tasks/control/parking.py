@@ -3,8 +3,8 @@
 A model step whose reply calls tools that need a person's decision (``Tool.requires_approval``,
 ``JobSpec.approve_tools``) commits with a ``Park``: the calls that need none are sent as usual,
 the others are held, and the job's record moves to ``awaiting_approval`` together with its
-``ApprovalRecord`` (one atomic transition, see ``tandem.tasks.jobstate``). The job then holds no
-worker and has no task queued until the decisions come (``tandem.tasks.approvals``). An
+``ApprovalRecord`` (one atomic transition, see ``tandem.tasks.state.machine``). The job then holds no
+worker and has no task queued until the decisions come (``tandem.tasks.control.approvals``). An
 approved call runs on the tools queue like any other, with the edited args of its decision.
 
 A job waits at most ``JobSpec.approval_timeout_s``, or ``TANDEM_MEMORY_TTL`` without one (its
@@ -22,10 +22,10 @@ from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.task import Task
-from tandem.tasks.approvals import ApprovalRecord, ApprovalStore
+from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.job_events import ApprovalRequested
-from tandem.tasks.jobstate import Park
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.claims import Park
+from tandem.tasks.state.store import JobStore
 from tandem.toolkit.tool import Tool
 
 __all__ = ["NOT_APPROVED", "announce", "approved_call", "park_for"]

@@ -17,7 +17,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from tandem.tasks.spec import JobResult, JobStatus
-from tandem.tasks.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends, status_from_record
+from tandem.tasks.state.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends, status_from_record
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
 """Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""

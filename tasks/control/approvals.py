@@ -1,7 +1,7 @@
 """A job's pending approval in Redis: the calls waiting, and the one batch of decisions on them.
 
 When the Actor reply of a distributed job calls tools that need approval, the model step's
-transition parks the job (``awaiting_approval``, ``tandem.tasks.jobstate``) and writes its
+transition parks the job (``awaiting_approval``, ``tandem.tasks.state.machine``) and writes its
 ``ApprovalRecord`` in the same atomic move: the calls that need no approval run, the others are
 held, and no task is queued and no worker held while the job waits. A decision, from
 ``JobHandle.decide``, ``tandem approve``, the API or the ``tandem.decide`` task, is checked
@@ -36,12 +36,14 @@ from tandem.reasoner.approval import (
     validate_decisions,
 )
 from tandem.reasoner.errors import ApprovalError
+from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import ApprovalDecided
-from tandem.tasks.jobstate import Message
-from tandem.tasks.store import JobStore
+from tandem.tasks.state.claims import Message
+from tandem.tasks.state.store import JobStore
+from tandem.tasks.steps.dispatch import step_messages
 from tandem.toolkit.tool import Tool
 
 __all__ = ["ApprovalRecord", "ApprovalStore", "rejected_results"]
@@ -257,9 +259,6 @@ def rejected_results(record: ApprovalRecord) -> list[FunctionCallResult]:
 def _moves(job_id: str, record: ApprovalRecord) -> dict[str, Any]:
     """What settling a complete ``record`` writes: the rejected calls' results, the approved
     calls' messages, and the collect step's messages (used when no call is left to run)."""
-    from tandem.reasoner.loop.step import Step
-    from tandem.tasks.turns import step_messages
-
     if not record.decided:
         return {"rejected": [], "approved": [], "collect": []}
     approved = [d.index for d in record.decisions if d.approve]

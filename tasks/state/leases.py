@@ -1,6 +1,6 @@
 """Leases: a claimed step or tool call stays claimed while its worker lives.
 
-A claim (``tandem.tasks.jobstate.JobMachine.claim`` / ``claim_call``) holds a lease that runs out
+A claim (``tandem.tasks.state.machine.JobMachine.claim`` / ``claim_call``) holds a lease that runs out
 ``lease_seconds`` after the last renewal, on Redis's clock. ``Heartbeat`` renews it every third
 of that period. A worker that dies, or is paused (SIGSTOP, a VM pause, a Redis outage) past its
 lease, loses it: the reconciler counts a *lease expiry* and sends the step again, and every later
@@ -18,7 +18,8 @@ import logging
 import threading
 import time
 
-from tandem.tasks.jobstate import Claim, JobMachine
+from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.machine import JobMachine
 
 log = logging.getLogger("tandem.leases")
 

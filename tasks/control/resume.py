@@ -11,7 +11,7 @@ stored memory (``tandem.reasoner.loop.replay``) to the first step with nothing s
 replies and tool results are reused, never redone (a tool step's calls with a stored result count
 as done; the placeholder a cancelled job stored for a call it never ran does not). ``max_rounds``
 raises the round budget (the stored spec is updated); it must be above the rounds already used.
-One atomic script (``tandem.tasks.reopen``) reopens the record, so two concurrent resumes reopen
+One atomic script (``tandem.tasks.state.reopen``) reopens the record, so two concurrent resumes reopen
 it once. The old result goes (from the job's keys and from Celery's result backend): the job's
 ``result()`` waits for the new end. A ``job_started`` event with ``resumed: true`` marks the
 new run in the job's stream.
@@ -46,10 +46,11 @@ from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, Mod
 from tandem.tasks.app import app
 from tandem.tasks.errors import JobError, ResumeRefused
 from tandem.tasks.job_events import JobStarted
-from tandem.tasks.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
-from tandem.tasks.turns import CANCELLED_CALL, send_outbox, step_messages
+from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
+from tandem.tasks.steps.dispatch import send_outbox, step_messages
+from tandem.tasks.steps.tools import CANCELLED_CALL
 from tandem.toolkit.errors import ToolkitError
 
 _FORK_IDS = uuid.UUID("8f1d7f0e-3c55-4c1e-9a52-6f0c1f2b7d11")
@@ -309,9 +310,7 @@ def fork(
 ) -> dict[str, Any]:
     """Fork job ``job_id`` at ``round`` (see the module docstring)."""
     fork_id = str(uuid.uuid5(_FORK_IDS, self.request.id)) if self.request.id else None
-    return _answer(
-        job_id, lambda: fork_job(get_runtime(), job_id, round, goal, max_rounds, fork_id=fork_id)
-    )
+    return _answer(job_id, lambda: fork_job(get_runtime(), job_id, round, goal, max_rounds, fork_id=fork_id))
 
 
 __all__ = ["fork", "fork_job", "ran", "resume", "resume_job"]

@@ -2,9 +2,9 @@
 
 Every key of a job is ``{prefix}:{<job_id>}:{part}`` (one hash tag per job, so the state
 machine's scripts touch one Redis Cluster slot): ``state`` (the record of
-``tandem.tasks.jobstate``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
+``tandem.tasks.state.machine``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
 calls' attempts and leases), ``events``, ``result``, ``cancel``, ``approval`` (the calls awaiting a
-decision, ``tandem.tasks.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
+decision, ``tandem.tasks.control.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
 starts the job: the reconciler sends a lost intake message again from it). Every key has a TTL from
 the moment it is written.
 """
@@ -16,7 +16,8 @@ import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
@@ -27,25 +28,11 @@ from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
+from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.record import JobRecord
+from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.toolkit.redaction import redact, redact_data, redact_known
-
-if TYPE_CHECKING:
-    from tandem.tasks.jobstate import JobMachine
-    from tandem.tasks.results import ResultDelivery
-
-JOB_PARTS = (
-    "state",
-    "spec",
-    "memory",
-    "tools",
-    "calls",
-    "events",
-    "result",
-    "cancel",
-    "approval",
-    "intake",
-)
-"""A job's keys, in the order the state machine's scripts take them (``state`` first)."""
 
 
 def _text(value: Any) -> str:
@@ -62,40 +49,28 @@ def _undecided(approval: Any) -> list[PendingCall]:
 def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None) -> JobStatus | None:
     """A ``JobStatus`` from the raw fields of a job's record (``None`` for no record) and, for a
     job awaiting approval, its raw approval record."""
-    if not raw:
+    rec = JobRecord.parse(raw)
+    if rec is None:
         return None
-    rec = {_text(k): _text(v) for k, v in raw.items()}
-    parked = rec.get("state") == "awaiting_approval"
-
-    def number(name: str) -> float:
-        try:
-            return float(rec.get(name) or 0)
-        except ValueError:
-            return 0.0
-
-    waiting = rec.get("state") == "waiting"
+    parked = rec.state == "awaiting_approval"
+    waiting = rec.state == "waiting"
     return JobStatus(
         job_id=job_id,
-        state=rec.get("state", "queued"),  # type: ignore[arg-type]
-        reasoner=rec.get("reasoner") or "dual",  # type: ignore[arg-type]
-        round=int(number("round")),
-        step=rec.get("kind", ""),
-        error=rec.get("error") or (rec.get("last_error") or None if waiting else None),
-        updated_at=number("updated_at"),
-        waiting_for=rec.get("wait_for") or None if waiting else None,
-        until=number("wait_until") if waiting else None,
-        epoch=int(number("epoch")),
-        deadline=number("deadline") or None,
-        waiting=Waiting(
-            reason=rec.get("wait_for", ""),
-            host="",
-            until=number("wait_until"),
-            detail=rec.get("last_error", ""),
-        )
+        state=rec.state,
+        reasoner=rec.reasoner,
+        round=rec.round,
+        step=rec.kind or "",
+        error=rec.error or (rec.last_error or None if waiting else None),
+        updated_at=rec.updated_at,
+        waiting_for=rec.wait_for or None if waiting else None,
+        until=rec.wait_until if waiting else None,
+        epoch=rec.epoch,
+        deadline=rec.deadline or None,
+        waiting=Waiting(reason=rec.wait_for, host="", until=rec.wait_until, detail=rec.last_error)
         if waiting
         else None,
         pending_approval=_undecided(approval) if parked and approval is not None else None,
-        approval_until=number("approval_until") or None if parked else None,
+        approval_until=rec.approval_until or None if parked else None,
     )
 
 
@@ -132,11 +107,17 @@ class StepView:
     the messages asked for by key (those stored).
     """
 
-    spec: JobSpec | None
+    spec_json: str | None
+    """The spec as stored (JSON), ``None`` for an unknown or expired job."""
     cancelled: bool
     record: dict[str, str]
     messages: list[ModelMessage] | None
     complete: bool = True
+
+    @cached_property
+    def spec(self) -> JobSpec | None:
+        """The job's spec, parsed on first use (a step whose job is cached never parses it)."""
+        return None if self.spec_json is None else JobSpec.model_validate_json(self.spec_json)
 
 
 class JobStore:
@@ -170,18 +151,16 @@ class JobStore:
 
     def key(self, job_id: str, part: str) -> str:
         """The Redis key of ``part`` of a job."""
-        return f"{self.prefix}:{{{job_id}}}:{part}"
+        return JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part)
 
     def keys(self, job_id: str) -> list[str]:
         """Every key of a job, in ``JOB_PARTS`` order."""
-        return [self.key(job_id, part) for part in JOB_PARTS]
+        return [JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part) for part in JOB_PARTS]
 
     @property
     def machine(self) -> JobMachine:
         """The state machine over this store's jobs."""
         if self._machine is None:
-            from tandem.tasks.jobstate import JobMachine
-
             self._machine = JobMachine(self)
         return self._machine
 
@@ -296,7 +275,7 @@ class JobStore:
         if messages is True or messages:
             found = [ModelMessage.model_validate_json(r) for r in replies[-1] if r is not None]
         return StepView(
-            spec=None if raw_spec is None else JobSpec.model_validate_json(raw_spec),
+            spec_json=None if raw_spec is None else _text(raw_spec),
             cancelled=bool(cancelled),
             record={k: _text(v) for k, v in fields.items() if v is not None},
             messages=found,
@@ -351,9 +330,7 @@ class JobStore:
     ) -> JobResult:
         """End the job with ``result`` whatever step it is at (the first result stored wins),
         expire its keys ``ttl`` seconds from now, and return the stored result (secrets redacted).
-        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.results``)."""
-        from tandem.tasks.results import end_job
-
+        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.state.results``)."""
         ttl = self.ttl if ttl is None else ttl
         result = result.model_copy(
             update={

@@ -5,7 +5,7 @@ It wraps the role's ``ModelService``. Every call is timed and its tokens and cos
 ``_RPM``, ``_TPM``), each call first takes a slot and budget from ``HostCapacity``:
 
 * no capacity now: ``CapacityWait`` is raised *before* any request is sent; the Celery step
-  catches it and re-queues itself (``tandem.tasks.waiting``) so no thread sits waiting;
+  catches it and re-queues itself (``tandem.tasks.control.waiting``) so no thread sits waiting;
 * a 429 or 503 from the host: the whole fleet backs off for the host's ``Retry-After``
   (``DEFAULT_BACKOFF`` seconds when it gives none), and ``CapacityWait`` is raised too;
 * otherwise the slot is released with the reply's real token usage (the estimate is corrected),
@@ -18,7 +18,7 @@ only ``TANDEM_RETRY_HOLD_SECONDS`` in all (``LiteLlmModelService``'s ``retry_hol
 ``CapacityWait`` is a ``TransientModelError`` with ``retry_after`` set: a driver that reschedules
 transient failures by their ``retry_after`` handles it without knowing about capacity.
 
-Given a ``model_loop`` (``tandem.tasks.model_loop``), a LiteLLM model's call runs as its
+Given a ``model_loop`` (``tandem.tasks.hosts.model_loop``), a LiteLLM model's call runs as its
 ``agenerate`` on that per-process event loop while the step's thread waits (it costs less CPU
 than a synchronous call among hundreds of threads); the reply, the deltas (in the step's
 thread) and the errors are the same. Other models (the demo's, scripted ones), and any model
@@ -37,8 +37,8 @@ from tandem.reasoner.errors import TransientModelError
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.reasoner.models.model_service import AsyncModelService, ChatMessage, DeltaListener, ModelService
 from tandem.tasks import metrics
-from tandem.tasks.capacity import Grant, HostCapacity, SlotKeeper, Wait
-from tandem.tasks.model_loop import ModelLoop, threads_are_green
+from tandem.tasks.hosts.capacity import Grant, HostCapacity, SlotKeeper, Wait
+from tandem.tasks.hosts.model_loop import ModelLoop, threads_are_green
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.tool import Tool
 

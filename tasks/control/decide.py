@@ -22,9 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.tasks.app import app
-from tandem.tasks.approvals import ApprovalStore
+from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.runtime import get_runtime
+from tandem.tasks.steps.dispatch import send_outbox
 
 
 def decide_job(store: ApprovalStore, job_id: Any, decisions: Any) -> dict[str, Any]:
@@ -51,8 +52,6 @@ def decide_job(store: ApprovalStore, job_id: Any, decisions: Any) -> dict[str, A
 @app.task(name="tandem.decide", acks_late=True)
 def decide(job_id: str, decisions: Any) -> dict[str, Any]:
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring)."""
-    from tandem.tasks.turns import send_outbox
-
     rt = get_runtime()
     reply = decide_job(ApprovalStore(rt.store), job_id, decisions)
     if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)

@@ -1,5 +1,5 @@
 """``Reopener``: put an ended job back to work (resume), or start a fork at a stored step, in one
-atomic Redis script over the job's keys (the ``JOB_PARTS`` of ``tandem.tasks.store``).
+atomic Redis script over the job's keys (the ``JOB_PARTS`` of ``tandem.tasks.state.store``).
 
 ``reopen`` (mode ``resume``) takes a ``failed``, ``cancelled`` or ``truncated`` job whose record
 has not moved since the caller read it (its ``updated_at``: two resumes computed from the same
@@ -25,53 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.tasks.jobstate import LUA_PRELUDE, JobMachine, Message
+from tandem.tasks.state.claims import Message
+from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.scripts import lua
 
 RESUMABLE_STATES: frozenset[str] = frozenset({"failed", "cancelled", "truncated"})
 """The states a job can be resumed from."""
-
-# KEYS: the job's keys in JOB_PARTS order. ARGV: mode, expected updated_at, spec, reasoner, round,
-# kind, calls, status, pending, outbox, outbox id, timeout, ttl_after, memory writes, call-result
-# writes (JSON [[field, value], ...]), call indices to forget (JSON list).
-_REOPEN = (
-    LUA_PRELUDE
-    + """
-local RESUMABLE = {failed=true, cancelled=true, truncated=true}
-local s = redis.call('HMGET', KEYS[1], 'state', 'updated_at')
-if ARGV[1] == 'resume' then
-  if not s[1] or redis.call('EXISTS', KEYS[2]) == 0 then return {'gone', ''} end
-  if not RESUMABLE[s[1]] then return {'state', s[1]} end
-  if s[2] ~= ARGV[2] then return {'moved', s[1]} end
-elseif s[1] then
-  return {'exists', s[1]}
-end
-local t = now()
-redis.call('SET', KEYS[2], ARGV[3])
-for _, w in ipairs(cjson.decode(ARGV[14])) do redis.call('HSETNX', KEYS[3], w[1], w[2]) end
-for _, w in ipairs(cjson.decode(ARGV[15])) do redis.call('HSETNX', KEYS[4], w[1], w[2]) end
-if ARGV[6] == 'tools' then
-  for _, i in ipairs(cjson.decode(ARGV[16])) do
-    local k = tostring(i)
-    redis.call('HDEL', KEYS[4], ARGV[5] .. ':' .. k)
-    redis.call('HDEL', KEYS[5], k .. ':holder', k .. ':until', k .. ':attempts', k .. ':expiries',
-      k .. ':started')
-  end
-else
-  redis.call('DEL', KEYS[5])
-end
-redis.call('DEL', KEYS[7], KEYS[8])
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-if ARGV[1] == 'resume' then redis.call('HINCRBY', KEYS[1], 'resumes', 1) end
-redis.call('HSETNX', KEYS[1], 'created_at', fmt(t))
-redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[4], 'round', ARGV[5], 'kind', ARGV[6],
-  'calls', ARGV[7], 'status', ARGV[8], 'pending', ARGV[9], 'holder', '', 'lease_until', 0, 'expiries', 0,
-  'retries', 0, 'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t),
-  'deadline', fmt(t + tonumber(ARGV[12])), 'ttl_after', ARGV[13], 'wait_for', '', 'wait_until', 0,
-  'last_error', '', 'error', '', 'tx', '', 'held', '', 'approval_until', 0, 'deliver', '')
-expire_all(live_ttl(t))
-return {'ok', tostring(epoch)}
-"""
-)
 
 
 @dataclass(frozen=True)
@@ -106,7 +65,7 @@ class Reopener:
 
     def __init__(self, machine: JobMachine) -> None:
         self.machine = machine
-        self._script = machine.redis.register_script(_REOPEN)
+        self._script = machine.redis.register_script(lua("reopen"))
 
     def _run(
         self,

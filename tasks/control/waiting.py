@@ -2,7 +2,7 @@
 
 ``wait_for_capacity`` is called by a step that caught ``CapacityWait``: it parks the claimed step
 in the job's record (state ``waiting``, what it waits for and until when, a ``waiting`` event)
-through ``tandem.tasks.turns.reschedule``, the path every transient wait takes, and the step's
+through ``tandem.tasks.steps.guard.reschedule``, the path every transient wait takes, and the step's
 message is sent again with a countdown.
 
 A step waiting for an in-flight slot also registers as a waiter of the host: the worker that
@@ -27,12 +27,14 @@ import uuid
 from typing import Any
 
 from tandem.reasoner.loop.step import Step
-from tandem.tasks.budgets import message_priority
-from tandem.tasks.capacity import HostCapacity
-from tandem.tasks.host_model import CapacityWait
-from tandem.tasks.jobstate import Claim
+from tandem.tasks.hosts.budgets import message_priority
+from tandem.tasks.hosts.capacity import HostCapacity
+from tandem.tasks.hosts.host_model import CapacityWait
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
+from tandem.tasks.state.claims import Claim
+from tandem.tasks.steps.dispatch import send, step_messages
+from tandem.tasks.steps.guard import reschedule
 
 log = logging.getLogger("tandem.capacity")
 
@@ -64,18 +66,14 @@ class SlotWaiter:
     def __init__(
         self, rt: Runtime, claim: Claim, spec: JobSpec, capacity: HostCapacity, fallback: float
     ) -> None:
-        from tandem.tasks.turns import step_messages
-
         self.capacity = capacity
         self.fallback = fallback
         self.priority = spec.priority
         self.waiter_id = f"{claim.job_id}:{claim.round}:{claim.kind}"
-        self.message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]  # type: ignore[arg-type]
+        self.message = step_messages(claim.job_id, Step(claim.round, claim.kind))[0]
         self.options = wake_options(rt, claim, spec)
 
     def __call__(self) -> bool:
-        from tandem.tasks.turns import send
-
         dispatch = {"name": self.message["task"], "args": self.message["args"], "options": self.options}
         try:
             free, schedule = self.capacity.wait_for_slot(
@@ -95,8 +93,6 @@ class SlotWaiter:
 def wait_for_capacity(rt: Runtime, claim: Claim, spec: JobSpec, wait: CapacityWait) -> dict[str, Any] | None:
     """Park the claimed step until capacity is likely (raises ``Ignore`` once parked; returns the
     failed result when the job's deadline comes first)."""
-    from tandem.tasks.turns import reschedule
-
     info = wait.wait
     # A budget's refusal is a turn of this call's own (``HostCapacity.acquire``): on time, not
     # spread, or the steps behind it would pass it and take the refill it waited for.

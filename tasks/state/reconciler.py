@@ -40,7 +40,9 @@ import uuid
 from collections.abc import Callable
 
 from tandem.tasks import metrics
-from tandem.tasks.jobstate import LIVE_SHARDS, JobMachine, Reconciled
+from tandem.tasks.state.claims import Reconciled
+from tandem.tasks.state.keys import LIVE_SHARDS
+from tandem.tasks.state.machine import JobMachine
 
 log = logging.getLogger("tandem.reconciler")
 

@@ -7,7 +7,7 @@ set per role by ``TANDEM_<ROLE>_MAX_IN_FLIGHT``, ``_RPM`` and ``_TPM``:
   A worker renews the leases of its calls (``SlotKeeper``); a dead worker's slots run out and
   free themselves.
 * **request and token budgets per minute**: two paced token buckets
-  (``tandem.tasks.rate_buckets``: what a host sees over any 1 s and any 60 s): a *burst* of
+  (``tandem.tasks.hosts.rate_buckets``: what a host sees over any 1 s and any 60 s): a *burst* of
   ``burst_seconds`` worth of the limit (``TANDEM_RATE_BURST_SECONDS``) at most, then a
   continuous refill; a refused call is told its own *turn*. A call is debited its *estimated*
   tokens when it starts and corrected by its real usage when it ends; a call larger than the
@@ -49,7 +49,7 @@ from typing import Any, Literal
 from redis import Redis
 
 from tandem.broker_config import Settings
-from tandem.tasks.rate_buckets import CHECK_LUA, REFILL_LUA, bucket
+from tandem.tasks.hosts.rate_buckets import CHECK_LUA, REFILL_LUA, bucket
 
 log = logging.getLogger("tandem.capacity")
 

@@ -9,7 +9,7 @@ job's durable end, like the ``final`` event:
   no moment at which the job has ended and its result is not there;
 - otherwise the job's record keeps a ``deliver`` mark and the job stays in the reconciler's index
   until the result is stored: the step that ended the job tries at once, and every worker's
-  reconciler tries again (``tandem.tasks.reconciler``) until the backend takes it.
+  reconciler tries again (``tandem.tasks.state.reconciler``) until the backend takes it.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from celery import Celery
 
 from tandem.tasks import metrics
 from tandem.tasks.job_events import Final
-from tandem.tasks.jobstate import CeleryWrite, Claim, FinalEntry
 from tandem.tasks.spec import JobResult
+from tandem.tasks.state.claims import CeleryWrite, Claim, FinalEntry
 
 if TYPE_CHECKING:
-    from tandem.tasks.store import JobStore
+    from tandem.tasks.state.store import JobStore
 
 log = logging.getLogger("tandem.tasks")
 
@@ -161,8 +161,8 @@ def end_job(
     if not first:  # another end came first: the reconciler unindexes the job once it is out
         return False, store.result(job_id)
     _count_end(store, job_id, result.status)
-    pending = delivery is not None and write is not None and write.mark
-    if pending and not deliver(store, delivery, job_id, write.mark):  # type: ignore[arg-type, union-attr]
+    mark = write.mark if write is not None else ""
+    if mark and delivery is not None and not deliver(store, delivery, job_id, mark):
         return True, result
     store.machine.unindex(job_id)
     return True, result

@@ -1,0 +1,54 @@
+"""Every Redis key of tandem's job state, in one place.
+
+A job's keys are ``{prefix}:{<job_id>}:{part}``: one hash tag per job, so each script of the state
+machine touches one Redis Cluster slot. The reconciler's index of live jobs is ``LIVE_SHARDS`` sorted
+sets ``{prefix}:live:{shard}``, so no single key is hot.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+JOB_PARTS = (
+    "state",
+    "spec",
+    "memory",
+    "tools",
+    "calls",
+    "events",
+    "result",
+    "cancel",
+    "approval",
+    "intake",
+)
+"""A job's keys, in the order the state machine's scripts take them (``state`` first)."""
+
+LIVE_SHARDS = 16
+"""The live-job index is this many sorted sets, so no single key is hot."""
+
+
+JOB_KEY = "{prefix}:{{{job_id}}}:{part}"
+"""The Redis key of ``part`` (one of ``JOB_PARTS``) of a job (a ``str.format`` template)."""
+
+LIVE_SHARD_KEY = "{prefix}:live:{shard}"
+"""The key of one shard of the live-job index (a ``str.format`` template)."""
+
+
+def job_key(prefix: str, job_id: str, part: str) -> str:
+    """The Redis key of ``part`` (one of ``JOB_PARTS``) of a job."""
+    return JOB_KEY.format(prefix=prefix, job_id=job_id, part=part)
+
+
+def job_keys(prefix: str, job_id: str) -> list[str]:
+    """Every key of a job, in ``JOB_PARTS`` order."""
+    return [JOB_KEY.format(prefix=prefix, job_id=job_id, part=part) for part in JOB_PARTS]
+
+
+def live_shard_key(prefix: str, shard: int) -> str:
+    """The key of one shard of the live-job index."""
+    return LIVE_SHARD_KEY.format(prefix=prefix, shard=shard)
+
+
+def live_shard_of(job_id: str) -> int:
+    """The shard of the live-job index a job is in."""
+    return zlib.crc32(job_id.encode()) % LIVE_SHARDS

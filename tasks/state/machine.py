@@ -1,0 +1,390 @@
+"""``JobMachine``: a job's progress as one record in Redis, moved by atomic transitions.
+
+The record (hash ``{prefix}:{<job>}:state``) holds the job's state (``running``, ``waiting`` or a
+final state), its current step (``round``, ``kind``; ``calls`` for a tool step, ``status`` for
+``finalize``), an ``epoch`` that grows at every claim of a step, the ``holder`` of the step's lease
+and when that lease runs out (``lease_until``, on Redis's clock), the progress time, the deadline,
+and the ``outbox``: the messages of the current step, written by the transition that made it
+current and cleared once they were sent.
+
+Every change is one Lua script (``scripts/<name>.lua``) over the job's keys, which all share the
+hash tag ``{<job>}``:
+
+- ``claim`` takes the current step for a worker (step and round must match, no live lease); it
+  bumps the epoch and counts a lease that ran out as a *lease expiry*;
+- ``transition`` stores the step's memory writes and moves to the next step, only for the
+  claim's epoch and holder (a step that lost its lease stores nothing); it writes the outbox;
+- ``claim_call`` / ``call_started`` / ``call_done`` run one tool call of a ``tools`` step: its
+  claim is counted (the attempt), ``call_started`` marks it right before the tool runs (what an
+  ``at_most_once`` tool's later attempt checks), its result is stored once, and the call that
+  counts the round's pending calls down to zero moves the job to ``collect``;
+- a ``transition`` to a ``tools`` step may *park* the job (state ``awaiting_approval``): the calls
+  that need a person's decision are ``held`` (never claimed, never sent again), the approval
+  record (``approval`` key) is written with the move, and the deadline is pushed back by the
+  longest wait; ``settle`` stores a batch of decisions (the approval record must be the one the
+  decider read) and, once every call is decided, stores the rejected calls' results, counts them
+  down and sends the approved ones (``tandem.tasks.control.approvals``);
+- ``reschedule`` parks the step (state ``waiting``) until a transient failure may have passed;
+- ``finish`` stores the final result (the first one wins), appends the ``final`` event, writes the
+  job's Celery result (or marks it for delivery: ``tandem.tasks.state.results``) and expires the job's keys;
+- ``reconcile`` (the reconciler's look at one job) says which messages to send again.
+
+A message (a Celery task) only wakes a step up: a duplicated, stale, forged or wrong-round one
+finds the record elsewhere and does nothing. Every key gets a TTL when it is written: a live job's
+keys live until its deadline plus ``ttl_after``; an ended job's for ``TANDEM_MEMORY_TTL``. A script
+sets the TTL only of the keys it may create (a write to an existing key keeps its TTL), so a step
+costs no ``EXPIRE`` of keys it did not touch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from redis import Redis
+
+from tandem.reasoner.loop.step import StepKind
+from tandem.tasks.state.claims import (
+    CeleryWrite,
+    Claim,
+    ClaimRefused,
+    FinalEntry,
+    Message,
+    Park,
+    Reconciled,
+    claim_token,
+)
+from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, live_shard_key, live_shard_of
+from tandem.tasks.state.record import JobRecord
+from tandem.tasks.state.scripts import lua
+
+if TYPE_CHECKING:
+    from tandem.tasks.state.store import JobStore
+
+SCRIPTS = (
+    "create",
+    "claim",
+    "renew",
+    "transition",
+    "sent",
+    "reschedule",
+    "claim_call",
+    "call_started",
+    "call_done",
+    "settle",
+    "finish",
+    "delivered",
+    "reconcile",
+)
+"""The machine's scripts, each in ``scripts/<name>.lua``."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class JobMachine:
+    """The atomic transitions of the jobs in one store (see the module docstring)."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self.redis: Redis = store.redis
+        self.prefix = store.prefix
+        self._scripts = {name: self.redis.register_script(lua(name)) for name in SCRIPTS}
+
+    def _run(self, name: str, job_id: str, *args: Any) -> Any:
+        return self._scripts[name](keys=self._keys(job_id), args=list(args))
+
+    def _keys(self, job_id: str) -> list[str]:
+        return [JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part) for part in JOB_PARTS]
+
+    def _key(self, job_id: str, part: str) -> str:
+        return JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part)
+
+    # -- the live-job index ----------------------------------------------------------------
+
+    def shard_key(self, shard: int) -> str:
+        """The key of one shard of the live-job index."""
+        return live_shard_key(self.prefix, shard)
+
+    def shard_of(self, job_id: str) -> int:
+        """The shard a job is indexed in."""
+        return live_shard_of(job_id)
+
+    def index(self, job_id: str, at: float, ttl: int) -> None:
+        """Put the job in the live index (checked from ``at`` on)."""
+        key = self.shard_key(self.shard_of(job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(key, {job_id: at})
+        pipe.expire(key, ttl)
+        pipe.execute()
+
+    def unindex(self, job_id: str) -> None:
+        """Take the job out of the live index."""
+        self.redis.zrem(self.shard_key(self.shard_of(job_id)), job_id)
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def create(
+        self,
+        job_id: str,
+        spec_json: str,
+        reasoner: str,
+        first: tuple[int, str],
+        outbox: list[Message],
+        *,
+        timeout: float,
+        ttl_after: int,
+        outbox_id: str | None = None,
+    ) -> bool:
+        """Create the job's record at its first step with that step's messages in the outbox
+        (under ``outbox_id``, a fresh one by default); ``False`` if the job exists already."""
+        return bool(
+            self._run(
+                "create",
+                job_id,
+                spec_json,
+                reasoner,
+                first[0],
+                first[1],
+                f"{timeout:.3f}",
+                ttl_after,
+                json.dumps(outbox),
+                outbox_id or uuid.uuid4().hex,
+            )
+        )
+
+    def claim(
+        self, job_id: str, round_no: int, kind: StepKind, lease: float, max_expiries: int
+    ) -> Claim | ClaimRefused:
+        """Take step ``(round_no, kind)`` for this worker, or say why not."""
+        token = claim_token()
+        reply = self._run("claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries)
+        if _text(reply[0]) != "ok":
+            return ClaimRefused(_text(reply[0]))
+        return Claim(job_id, round_no, kind, token, epoch=int(_text(reply[1])))
+
+    def claim_call(
+        self, job_id: str, round_no: int, index: int, lease: float, max_expiries: int
+    ) -> Claim | ClaimRefused:
+        """Take tool call ``index`` of ``round_no``; the attempt is recorded before it runs."""
+        token = claim_token()
+        reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries)
+        if _text(reply[0]) != "ok":
+            return ClaimRefused(_text(reply[0]))
+        started = len(reply) > 2 and _text(reply[2]) != ""
+        return Claim(
+            job_id, round_no, "tools", token, index=index, attempt=int(_text(reply[1])), started=started
+        )
+
+    def call_started(self, claim: Claim) -> bool:
+        """Mark the claimed call started, right before its tool runs; ``False`` (nothing marked) if
+        the claim was lost. A later attempt of an ``at_most_once`` call runs its tool again only if
+        no earlier attempt got this far."""
+        return bool(self._run("call_started", claim.job_id, claim.index, claim.token))
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        """Extend the claim's lease; ``False`` once the claim was lost."""
+        index = str(claim.index) if claim.index else ""
+        return bool(self._run("renew", claim.job_id, claim.token, f"{lease:.3f}", index))
+
+    def transition(
+        self,
+        claim: Claim,
+        nxt: tuple[int, str, int, str],
+        outbox: list[Message],
+        memory_writes: list[tuple[str, str]],
+        *,
+        tx: str,
+        park: Park | None = None,
+    ) -> bool:
+        """Store ``memory_writes`` and move from the claimed step to ``nxt`` (round, kind, calls,
+        status) with ``outbox``; ``False`` (nothing stored) if the claim was lost. Running it again
+        with the same ``tx`` returns ``True`` without changing anything. With ``park`` the job
+        moves to ``awaiting_approval`` (see ``Park``)."""
+        parking = (
+            ["", "", 0, 0]
+            if park is None
+            else [
+                park.record_json,
+                "," + ",".join(map(str, park.held)) + ",",
+                f"{park.bound:.3f}",
+                f"{park.until:.6f}",
+            ]
+        )
+        return bool(
+            self._run(
+                "transition",
+                claim.job_id,
+                claim.round,
+                claim.kind,
+                claim.epoch,
+                claim.token,
+                tx,
+                nxt[0],
+                nxt[1],
+                nxt[2],
+                nxt[3],
+                json.dumps(outbox),
+                tx,
+                json.dumps(memory_writes),
+                *parking,
+            )
+        )
+
+    def outbox(self, job_id: str) -> tuple[str, list[Message]]:
+        """The outbox id and the messages not yet known to be sent."""
+        raw_id, raw = self.redis.hmget(self._key(job_id, "state"), ["outbox_id", "outbox"])
+        return ("" if raw_id is None else _text(raw_id)), ([] if raw is None else json.loads(raw))
+
+    def mark_sent(self, job_id: str, outbox_id: str) -> None:
+        """Clear the outbox if it is still the one that was sent."""
+        self._run("sent", job_id, outbox_id)
+
+    def reschedule(
+        self, claim: Claim, delay: float, reason: str, error: str, outbox: list[Message]
+    ) -> str | float:
+        """Park the claimed step until ``delay`` seconds from now (state ``waiting``); returns when
+        (Redis time), or ``"deadline"`` (the job's deadline comes first), ``"lost"`` or ``"gone"``."""
+        reply = self._run(
+            "reschedule",
+            claim.job_id,
+            claim.round,
+            claim.kind,
+            claim.epoch,
+            claim.token,
+            f"{delay:.3f}",
+            reason,
+            error,
+            json.dumps(outbox),
+            uuid.uuid4().hex,
+        )
+        return float(_text(reply[1])) if _text(reply[0]) == "ok" else _text(reply[0])
+
+    def call_done(
+        self, claim: Claim, result_json: str, collect: list[Message], *, outbox_id: str | None = None
+    ) -> int:
+        """Store the call's result and count the round's pending calls down: 0 if the claim was
+        lost (nothing stored), 1 if calls are still pending, 2 if the job moved to ``collect``
+        (with ``collect`` in the outbox, under ``outbox_id`` if given)."""
+        return int(
+            self._run(
+                "call_done",
+                claim.job_id,
+                claim.round,
+                claim.index,
+                claim.token,
+                result_json,
+                json.dumps(collect),
+                outbox_id or uuid.uuid4().hex,
+            )
+        )
+
+    def settle(
+        self,
+        job_id: str,
+        round_no: int,
+        read: str,
+        record_json: str,
+        *,
+        complete: bool,
+        rejected: list[tuple[int, str]],
+        approved: list[Message],
+        collect: list[Message],
+    ) -> tuple[str, ...]:
+        """Store the decisions of a parked job (``record_json``) if its approval record is still
+        ``read`` and it awaits approval in ``round_no``; once ``complete``, store the ``rejected``
+        calls' results, count them down, and move on: ``approved`` calls' messages in the outbox
+        (or ``collect``'s when no call is pending). The deadline moves back by the time waited.
+
+        Returns ``("stored",)``, ``("running",)``, ``("collect",)``, ``("changed",)`` (another
+        decision came first: read again), ``("not-waiting", state, round)``, ``("ended", state)``
+        or ``("gone",)``."""
+        reply = self._run(
+            "settle",
+            job_id,
+            round_no,
+            read,
+            record_json,
+            "1" if complete else "0",
+            json.dumps([[str(i), r] for i, r in rejected]),
+            json.dumps(approved),
+            json.dumps(collect),
+            uuid.uuid4().hex,
+        )
+        return tuple(_text(x) for x in reply)
+
+    def finish(
+        self,
+        job_id: str,
+        result_json: str,
+        status: str,
+        error: str,
+        ttl: int,
+        claim: Claim | None = None,
+        *,
+        final: FinalEntry | None = None,
+        celery: CeleryWrite | None = None,
+    ) -> bool:
+        """Store the final result and end the job: for ``claim``'s step only, or whatever the job
+        does (``claim=None``: cancel, deadline, give-up). ``True`` for the first result stored.
+
+        With the first result the same script appends the ``final`` event (``final``: its stream
+        entry) and, with ``celery``, writes the job's Celery result (``CeleryWrite.key``) or leaves
+        the ``deliver`` mark (``CeleryWrite.mark``) for ``deliver``/the reconciler."""
+        if claim is None:
+            args: list[Any] = ["1", "", "", "", ""]
+        else:
+            args = ["0", claim.round, claim.kind, claim.epoch, claim.token]
+        entry = final or FinalEntry(json.dumps({"job_id": job_id, "status": status}), f"{time.time():.3f}")
+        keys = self._keys(job_id)
+        if celery is None:
+            tail: list[Any] = ["", "", 0]
+        elif celery.key:
+            keys.append(celery.key)
+            tail = ["script", celery.value, celery.expires]
+        else:
+            tail = ["mark", celery.mark, 0]
+        head = [result_json, status, error, ttl, *args]
+        reply = self._scripts["finish"](
+            keys=keys,
+            args=[*head, entry.data, entry.at, self.store.stream.maxlen, *tail],
+        )
+        return bool(reply)
+
+    def delivered(self, job_id: str, mark: str) -> bool:
+        """Clear the job's ``deliver`` mark once its Celery result is stored (``False``: the mark
+        is another, or gone)."""
+        return bool(self._run("delivered", job_id, mark))
+
+    def reconcile(self, job_id: str, stall: float, max_expiries: int, outbox_grace: float) -> Reconciled:
+        """Look at one job for the reconciler (see ``tandem.tasks.state.reconciler``)."""
+        reply = [
+            _text(x)
+            for x in self._run("reconcile", job_id, f"{stall:.3f}", max_expiries, f"{outbox_grace:.3f}")
+        ]
+        if reply[0] == "parked":
+            return Reconciled("parked", until=float(reply[1] or 0))
+        if reply[0] == "deliver":
+            return Reconciled("deliver", mark=reply[1])
+        if reply[0] == "wait":
+            return Reconciled("wait", next_look=float(reply[1]))
+        if reply[0] != "resend":
+            return Reconciled(reply[0])
+        return Reconciled("resend", reply[1], int(reply[2]), tuple(int(x) for x in reply[3:]))
+
+    def intake(self, job_id: str) -> str | None:
+        """The spec ``submit`` sent for a job no worker has started yet (JSON), or ``None``."""
+        raw = self.redis.get(self._key(job_id, "intake"))
+        return None if raw is None else _text(raw)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """The job's record, typed (``None`` for an unknown job)."""
+        return JobRecord.parse(self.redis.hgetall(self._key(job_id, "state")))
+
+    def record(self, job_id: str) -> dict[str, str]:
+        """The raw record, every field as the scripts wrote it (empty for an unknown job)."""
+        raw = self.redis.hgetall(self._key(job_id, "state"))
+        return {_text(k): _text(v) for k, v in raw.items()}

@@ -1,0 +1,24 @@
+-- The Lua helpers every job script starts with (``now``, ``fmt``, TTLs); ``tandem.tasks.state.reopen``'s
+-- scripts share them.
+local FINAL = {completed=true, truncated=true, failed=true, cancelled=true}
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+local function expire_all(ttl)
+  ttl = math.max(math.floor(ttl), 1)
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+-- A live job's TTL from its record's deadline and ttl_after, for every key of the job: only the
+-- rare transitions that move the deadline (park, settle, reopen) use it.
+local function live_ttl(t)
+  local f = redis.call('HMGET', KEYS[1], 'deadline', 'ttl_after')
+  return math.max((tonumber(f[1]) or t) - t, 0) + (tonumber(f[2]) or 86400)
+end
+-- The same TTL for one key (deadline and ttl_after read with the script's own HMGET): only a key a
+-- script may create gets it, since writes to an existing key keep its TTL.
+local function expire_key(key, t, deadline, ttl_after)
+  local ttl = math.max((tonumber(deadline) or t) - t, 0) + (tonumber(ttl_after) or 86400)
+  redis.call('EXPIRE', key, math.max(math.floor(ttl), 1))
+end

@@ -1,0 +1,29 @@
+-- ARGV: round, the approval record as read, the record to store, '1' when every call is decided,
+-- the rejected calls' results (JSON [[index, result], ...]), the approved calls' messages, the
+-- collect step's messages, outbox id.
+--! with prelude.lua
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'parked_at', 'park_bound', 'deadline')
+if not s[1] then return {'gone'} end
+if FINAL[s[1]] then return {'ended', s[1]} end
+if s[1] ~= 'awaiting_approval' or s[2] ~= ARGV[1] then return {'not-waiting', s[1], s[2]} end
+if redis.call('GET', KEYS[9]) ~= ARGV[2] then return {'changed'} end
+redis.call('SET', KEYS[9], ARGV[3], 'KEEPTTL')
+if ARGV[4] ~= '1' then return {'stored'} end
+for _, r in ipairs(cjson.decode(ARGV[5])) do
+  if redis.call('HSETNX', KEYS[4], ARGV[1] .. ':' .. r[1], r[2]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  end
+end
+local t = now()
+local unused = math.max(tonumber(s[4]) - (t - tonumber(s[3])), 0)
+redis.call('HSET', KEYS[1], 'state', 'running', 'held', '', 'approval_until', 0,
+  'deadline', fmt(tonumber(s[5]) - unused), 'outbox', ARGV[6], 'outbox_id', ARGV[8],
+  'progress_at', fmt(t), 'updated_at', fmt(t))
+local verdict = 'running'
+if tonumber(redis.call('HGET', KEYS[1], 'pending')) <= 0 then
+  redis.call('HSET', KEYS[1], 'kind', 'collect', 'holder', '', 'lease_until', 0, 'expiries', 0,
+    'outbox', ARGV[7])
+  verdict = 'collect'
+end
+expire_all(live_ttl(t))
+return {verdict}

@@ -1,0 +1,27 @@
+-- ARGV: round, kind, epoch, token, tx, next round, next kind, next calls, next status, outbox,
+-- outbox id, memory writes (JSON [[field, value], ...]), then to park the job ('' for no): the
+-- approval record, the held calls (",2,3,"), the longest wait (s), when it ends (epoch s).
+--! with prelude.lua
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx', 'deadline',
+  'ttl_after', 'calls')
+if s[6] == ARGV[5] then return 1 end
+if not s[1] or FINAL[s[1]] then return 0 end
+if s[2] ~= ARGV[1] or s[3] ~= ARGV[2] or s[4] ~= ARGV[3] or s[5] ~= ARGV[4] then return 0 end
+local writes = cjson.decode(ARGV[12])
+for _, w in ipairs(writes) do redis.call('HSETNX', KEYS[3], w[1], w[2]) end
+local t = now()
+if #writes > 0 then expire_key(KEYS[3], t, s[7], s[8]) end
+redis.call('HSET', KEYS[1], 'state', 'running', 'round', ARGV[6], 'kind', ARGV[7], 'calls', ARGV[8],
+  'status', ARGV[9], 'pending', ARGV[8], 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
+  'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t), 'tx', ARGV[5],
+  'wait_for', '', 'wait_until', 0, 'last_error', '', 'held', '')
+if s[3] == 'collect' or tonumber(s[9] or 0) > 0 then redis.call('DEL', KEYS[5]) end
+if ARGV[13] ~= '' then
+  redis.call('SET', KEYS[9], ARGV[13])
+  local deadline = tonumber(s[7]) + tonumber(ARGV[15])
+  redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'held', ARGV[14], 'parked_at', fmt(t),
+    'park_bound', ARGV[15], 'approval_until', ARGV[16], 'deadline', fmt(deadline))
+  -- Parking moves the deadline back: every key of the job must live as long (rare, so all of them).
+  expire_all(live_ttl(t))
+end
+return 1

@@ -1,0 +1,111 @@
+"""``StepContext``: what one step message works with, loaded once; ``JobFixtures``: the part of it
+that is fixed for the life of a job's spec, kept between steps in the worker (``Runtime.jobs``).
+
+A step reads its job in one round trip (``JobStore.step_view``: spec, cancel flag, the messages
+it needs); the spec's JSON then finds the job's fixtures in the worker's ``JobCache``, or builds
+them once: the loop plan, the reasoner ``Task`` (tool policy checked, secrets unsealed) and the
+tools recommended for it. The memory a step writes is held until its commit (``PendingMemory``),
+its events too (``DeferredHooks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from celery.exceptions import Ignore
+
+from tandem.reasoner.loop.plan import LoopPlan
+from tandem.reasoner.task import Task
+from tandem.tasks.events import EventHooks
+from tandem.tasks.runtime import Runtime
+from tandem.tasks.spec import JobSpec
+from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.pending import DeferredHooks, PendingMemory
+from tandem.tasks.state.store import StepView
+from tandem.toolkit.tool import Tool
+
+if TYPE_CHECKING:
+    from tandem.toolkit.graph import Action
+
+
+@dataclass
+class JobFixtures:
+    """What does not change while a job's spec does not: built once per job and worker."""
+
+    spec: JobSpec
+    plan: LoopPlan
+    task: Task
+    _recommended: tuple[list[Tool], list[Action]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, rt: Runtime, job_id: str, spec: JobSpec) -> JobFixtures:
+        """The plan and ``Task`` of a job (``JobSpecError`` when the tool policy refuses it)."""
+        return cls(spec, rt.plan(spec), rt.task_for(job_id, spec))
+
+    def recommend(self) -> tuple[list[Tool], list[Action]]:
+        """The tools and actions offered to the job's model (``Task.recommend``, once per job)."""
+        if self._recommended is None:
+            self._recommended = self.task.recommend()
+        tools, actions = self._recommended
+        return list(tools), list(actions)
+
+    def tools_by_name(self) -> dict[str, Tool]:
+        """The recommended tools by name (what a tool call may name)."""
+        return {t.name: t for t in self.recommend()[0]}
+
+
+@dataclass
+class StepContext:
+    """One step's view of its job: the claim, what was read, the job's fixtures, the memory and
+    events held until the commit."""
+
+    rt: Runtime
+    claim: Claim
+    view: StepView
+    job: JobFixtures
+    memory: PendingMemory
+    events: EventHooks
+    hooks: DeferredHooks
+
+    @classmethod
+    def load(
+        cls,
+        rt: Runtime,
+        claim: Claim,
+        *,
+        messages: Sequence[str] | None = None,
+        record: Sequence[str] = (),
+    ) -> StepContext:
+        """Read the claimed step's job (its whole memory, or only the ``messages`` keyed so, and
+        the ``record`` fields asked for) and find its fixtures; ``Ignore`` for an unknown or
+        expired job."""
+        job_id = claim.job_id
+        view = rt.store.step_view(job_id, messages=True if messages is None else messages, record=record)
+        stored = rt.store.memory(job_id)
+        events = EventHooks(rt.store, job_id)
+        hooks = DeferredHooks(events)
+        memory = PendingMemory(stored, view.messages, asked=messages)
+        if view.spec_json is None:
+            raise Ignore()  # unknown or expired job: nothing to do
+        spec = view.spec_json
+        job = rt.jobs.get(
+            job_id, spec, lambda: JobFixtures.build(rt, job_id, JobSpec.model_validate_json(spec))
+        )
+        return cls(rt, claim, view, job, memory, events, hooks)
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's spec."""
+        return self.job.spec
+
+    @property
+    def plan(self) -> LoopPlan:
+        """The job's loop plan."""
+        return self.job.plan
+
+    @property
+    def task(self) -> Task:
+        """The job's reasoner ``Task``."""
+        return self.job.task

@@ -1,0 +1,87 @@
+"""The messages that wake a job's steps: which task wakes which step, sending them with the job's
+broker priority, and sending the outbox a transition wrote.
+
+A message only wakes a step up (``tandem.tasks.state.machine``): it names the step, ``[job, round]``
+plus the call index of a ``tools`` step, and the step's kind by its task's name. Each goes out under
+a fresh task id, so revoking one never touches another step.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+
+from tandem.reasoner.loop.step import Step
+from tandem.tasks.app import app
+from tandem.tasks.hosts.budgets import message_priority
+from tandem.tasks.runtime import Runtime
+from tandem.tasks.spec import JobSpec
+from tandem.tasks.state.claims import Message
+
+log = logging.getLogger("tandem.tasks")
+
+STEP_TASKS: dict[str, str] = {
+    "thinker": "tandem.thinker_turn",
+    "actor": "tandem.actor_turn",
+    "tools": "tandem.run_tool",
+    "collect": "tandem.collect_tools",
+    "finalize": "tandem.finalize",
+}
+"""The task that wakes each kind of step."""
+
+
+def step_messages(job_id: str, step: Step, indices: Sequence[int] | None = None) -> list[Message]:
+    """The messages that wake ``step`` (every call of a ``tools`` step, or only ``indices``)."""
+    if step.kind == "tools":
+        chosen = indices if indices is not None else range(1, step.calls + 1)
+        return [{"task": STEP_TASKS["tools"], "args": [job_id, step.round, i]} for i in chosen]
+    return [{"task": STEP_TASKS[step.kind], "args": [job_id, step.round]}]
+
+
+def send(messages: Sequence[Message], priority: int | None = None) -> None:
+    """Send ``messages`` (each under a fresh task id: revoking one never touches another step),
+    with the broker ``priority`` of their job."""
+    for m in messages:
+        args = m["args"]
+        tail = ".".join(str(a) for a in args[1:])
+        app.send_task(
+            m["task"],
+            args=args,
+            countdown=m.get("countdown"),
+            task_id=f"{args[0]}.{tail}.{uuid.uuid4().hex[:8]}",
+            priority=priority,
+            # Nobody waits for a step's own result: without this the Redis result backend would
+            # subscribe to it (where a pool lets tasks join, e.g. gevent's).
+            ignore_result=True,
+        )
+
+
+def job_priority(rt: Runtime, job_id: str) -> int | None:
+    """The broker priority of a job's messages (``JobSpec.priority``), ``None`` if unknown."""
+    spec = rt.store.spec(job_id)
+    return None if spec is None else message_priority(spec.priority, rt.settings.broker_url)
+
+
+def send_outbox(
+    rt: Runtime,
+    job_id: str,
+    written: tuple[str, Sequence[Message]] | None = None,
+    spec: JobSpec | None = None,
+) -> bool:
+    """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed.
+
+    ``written``: the outbox id and messages the caller's transition just wrote, and ``spec`` the
+    job's spec, so that neither is read back.
+    """
+    try:
+        outbox_id, messages = written if written is not None else rt.machine.outbox(job_id)
+        if messages:
+            known = spec is not None
+            priority = message_priority(spec.priority, rt.settings.broker_url) if spec else None
+            send(messages, priority if known else job_priority(rt, job_id))
+            rt.machine.mark_sent(job_id, outbox_id)
+        return True
+    except Exception:
+        log.warning("job %s: sending the next step failed; the reconciler sends it", job_id, exc_info=True)
+        return False

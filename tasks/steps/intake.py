@@ -1,0 +1,80 @@
+"""``tandem.infer``, the intake: check a job's spec, create its record at its first step, send it.
+
+The id of the intake task is the job id. A refused spec stores nothing but this task's result (a
+failed ``JobResult`` saying why); an accepted one creates the record with the first step in its
+outbox (a duplicate intake message creates nothing and sends what the outbox still holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from celery import Task as CeleryTask
+from celery.exceptions import Ignore
+
+from tandem.tasks.app import app
+from tandem.tasks.errors import JobError
+from tandem.tasks.job_events import JobStarted
+from tandem.tasks.runtime import get_runtime
+from tandem.tasks.spec import JobResult, validate_spec
+from tandem.tasks.steps.context import JobFixtures
+from tandem.tasks.steps.dispatch import send_outbox, step_messages
+from tandem.tasks.steps.guard import describe_failure
+from tandem.toolkit.errors import ToolkitError
+from tandem.toolkit.redaction import redact
+
+log = logging.getLogger("tandem.tasks")
+
+
+@app.task(name="tandem.infer", bind=True)
+def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
+    """Start a job from its spec; the id of this task is the job id, its result the JobResult
+    (stored when the job ends)."""
+    job_id = self.request.id
+    rt = get_runtime()
+    try:  # a refused spec stores nothing: the answer is this task's result only
+        job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))  # secrets sealed
+        job = JobFixtures.build(rt, job_id, job_spec)
+        job.recommend()  # whatever else is wrong fails here, not later
+    except Exception as exc:
+        error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else describe_failure(exc)
+        refused = JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
+        # Answer first, then undo the ``queued`` marker ``submit`` wrote for followers: the job is
+        # never unknown in between. A backend that cannot take the answer gets it again later (the
+        # same message, sent again with a countdown): a bare client waits for nothing else.
+        try:
+            self.backend.store_result(job_id, refused, "SUCCESS")
+        except Exception as store_failed:
+            log.warning("job %s: storing its refusal failed; trying again in 5 s", job_id)
+            raise self.retry(countdown=5, max_retries=None, exc=store_failed) from None
+        rt.store.discard_queued(job_id)
+        return refused
+    spec_json = job_spec.model_dump_json()
+    rt.jobs.put(job_id, spec_json, job)  # the job's first steps find it, if they run here
+    first = job.plan.opening(0)
+    timeout = job_spec.timeout_s or rt.settings.job_timeout
+    live_ttl = int(timeout + rt.settings.memory_ttl)
+    first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
+    rt.machine.index(job_id, time.time() + first_look, live_ttl)
+    messages, outbox_id = step_messages(job_id, first), uuid.uuid4().hex
+    created = rt.machine.create(
+        job_id,
+        spec_json,
+        job_spec.reasoner,
+        (first.round, first.kind),
+        messages,
+        timeout=timeout,
+        ttl_after=rt.settings.memory_ttl,
+        outbox_id=outbox_id,
+    )
+    if created:
+        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl)
+    # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
+    # the record's outbox still holds (nothing once sent).
+    send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
+    if self.request.ignore_result:  # as ``send_intake`` sends it: Celery stores nothing now
+        return None
+    raise Ignore()  # a bare client's message: the result is stored when the job ends, not now

@@ -1,0 +1,77 @@
+"""The model steps: ``tandem.thinker_turn`` and ``tandem.actor_turn`` (the model of mono and react
+jobs too), each one model call of a round, and what the job's plan says follows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task as CeleryTask
+
+from tandem.reasoner.loop.step import ModelRole, Step, StepInputs
+from tandem.tasks.app import app
+from tandem.tasks.control.parking import park_for
+from tandem.tasks.control.waiting import wait_for_capacity
+from tandem.tasks.events import streams
+from tandem.tasks.hosts.budgets import budget_spent
+from tandem.tasks.hosts.host_model import CapacityWait
+from tandem.tasks.runtime import get_runtime
+from tandem.tasks.state.claims import Park
+from tandem.tasks.state.leases import Heartbeat
+from tandem.tasks.steps.context import StepContext
+from tandem.tasks.steps.guard import claim_step, commit, finish, step_failed
+
+
+def model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | None:
+    """Run model step ``kind`` (``thinker`` or ``actor``) of ``round_no`` and move the job on."""
+    rt = get_runtime()
+    claim = claim_step(rt, job_id, round_no, kind)
+    with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
+        ctx = StepContext.load(rt, claim)  # spec, cancel flag and memory in one round trip
+        if ctx.view.cancelled:
+            return finish(job_id, "cancelled", claim=claim)
+        replied = ctx.memory.get_message(round_no, kind) is not None
+        spent = budget_spent(ctx.spec, ctx.memory)
+        if spent is not None and not replied:
+            return finish(job_id, "truncated", spent, claim=claim)
+        try:
+            nxt, park = call_model(ctx, kind, replied=replied)
+        except CapacityWait as wait:
+            return wait_for_capacity(rt, claim, ctx.spec, wait)
+        except Exception as exc:
+            return step_failed(rt, claim, exc)
+        commit(rt, claim, nxt, ctx.memory, ctx.hooks, ctx.spec, park)
+    return None
+
+
+def call_model(ctx: StepContext, kind: ModelRole, *, replied: bool) -> tuple[Step, Park | None]:
+    """The model call of step ``kind`` (or its reply already stored, ``replied``) and the step that
+    follows, with how the move parks the job when a call needs a person's approval."""
+    plan, task, step = ctx.plan, ctx.task, Step(ctx.claim.round, kind)
+    role, mode = plan.model(kind)
+    if plan.starts_round(step) and not replied:
+        ctx.hooks.round_started(step.round, plan.rounds(task))
+    tools, actions = ctx.job.recommend()
+    model = ctx.rt.model(role, mode)
+    ctx.events.live = streams(model)  # a reply not streamed gets no model_delta events
+    reply = plan.run_model(step, model, StepInputs(task, ctx.memory, tools, actions, ctx.hooks))
+    nxt = plan.after_model(step, reply, task)
+    wait_at_most = ctx.spec.approval_timeout_s or ctx.rt.settings.memory_ttl
+    return nxt, park_for(ctx.claim.job_id, plan, nxt, reply, task, tools, max_wait=wait_at_most)
+
+
+@app.task(name="tandem.thinker_turn", bind=True)
+def thinker_turn(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """The Thinker's turn of ``round_no`` (queue ``thinker``)."""
+    return model_step(job_id, round_no, "thinker")
+
+
+@app.task(name="tandem.actor_turn", bind=True)
+def actor_turn(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """The Actor's turn of ``round_no`` (queue ``actor``): also the model of mono and react jobs."""
+    return model_step(job_id, round_no, "actor")
+
+
+@app.task(name="tandem.react_turn", bind=True)
+def react_turn(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """The model step of a react job (an alias of ``tandem.actor_turn``, kept for old messages)."""
+    return model_step(job_id, round_no, "actor")

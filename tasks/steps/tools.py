@@ -1,0 +1,151 @@
+"""The tool steps: ``tandem.run_tool`` runs one call of a round's ``tools`` step (queue ``tools``);
+``tandem.collect_tools`` stores the round's results in memory and moves to what follows (run at
+once by the call that stores the round's last result)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from celery import Task as CeleryTask
+from celery.exceptions import Ignore
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
+
+from tandem.reasoner.loop.calls import call_context
+from tandem.reasoner.loop.step import Step
+from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
+from tandem.tasks.app import app
+from tandem.tasks.control.parking import approved_call
+from tandem.tasks.events import EventHooks
+from tandem.tasks.runtime import get_runtime
+from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.leases import Heartbeat
+from tandem.tasks.steps.context import StepContext
+from tandem.tasks.steps.dispatch import step_messages
+from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
+
+log = logging.getLogger("tandem.tasks")
+
+CANCELLED_CALL = "the job was cancelled"
+"""The output stored for a call its cancelled job never ran (a resumed job runs it)."""
+
+INTERRUPTED = (
+    "this call was interrupted (the worker running it was lost) and was not run again because "
+    "the tool is at_most_once: it may or may not have taken effect; check before calling it again"
+)
+
+
+def _call_failed(index: int, name: str, output: str) -> FunctionCallResult:
+    return FunctionCallResult(index=index, name=name, status=FunctionCallStatus.FAILED, output=output)
+
+
+@app.task(name="tandem.run_tool", bind=True)
+def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) -> dict[str, Any] | None:
+    """Run call ``index`` of the Actor's reply in ``round_no`` (queue ``tools``).
+
+    The call's start (its attempt) is recorded before it runs; its result is stored once; the
+    call that stores the round's last result moves the job to ``collect``. An ``at_most_once``
+    tool is marked started right before it runs; one whose earlier attempt got that far and was
+    interrupted is not run again (its result is a failure saying so), while one interrupted before
+    (a Redis outage while the call was loaded, say) runs.
+    """
+    rt = get_runtime()
+    claim = claim_call(rt, job_id, round_no, index)
+    with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
+        ctx: StepContext | None = None
+        try:
+            ctx = StepContext.load(rt, claim, messages=[f"{round_no}:actor"])
+            result = call_tool(ctx)
+        except Ignore:
+            raise
+        except (RedisError, OperationalError):
+            log.warning(
+                "job %s: call %d of round %d hit a Redis error; it will be sent again",
+                job_id,
+                index,
+                round_no,
+            )
+            raise Ignore() from None
+        except Exception as exc:  # the round must always hear back, or the job would wait for it
+            result = _call_failed(index, "(unknown)", describe_failure(exc))
+        events = ctx.events if ctx is not None else EventHooks(rt.store, job_id)
+        collect = step_messages(job_id, Step(round_no, "collect"))
+        outbox_id = uuid.uuid4().hex
+        moved = retrying(
+            rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect, outbox_id=outbox_id)
+        )
+    if not moved:
+        log.warning(
+            "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
+        )
+        raise Ignore()
+    events.tool_returned(round_no, result)
+    if moved == 2:
+        # The call that stored the round's last result collects at once, in this thread: one hop
+        # less per tool round. The ``collect`` message stays in the outbox until the collect step
+        # commits, so the reconciler sends it if this worker dies first.
+        collect_step(job_id, round_no)
+    return result.model_dump(mode="json")
+
+
+def call_tool(ctx: StepContext) -> FunctionCallResult:
+    """The result of the claimed call: run (once approved, if it needs approval), or a failure
+    saying why not (the job was cancelled, an ``at_most_once`` tool was interrupted, a person
+    rejected it)."""
+    claim: Claim = ctx.claim
+    round_no, index = claim.round, claim.index
+    reply = next(iter(ctx.view.messages or []), None)
+    if reply is None:
+        raise LookupError(f"the Actor's reply of round {round_no} is not in memory")
+    call = ctx.plan.calls_of(reply)[index - 1]
+    call_id = reply.tool_calls[index - 1].id if reply.tool_calls else None
+    by_name = ctx.job.tools_by_name()
+    tool = by_name.get(call.name)
+    cleared = approved_call(ctx.rt.store, claim.job_id, round_no, index, call, tool, ctx.task)
+    if ctx.view.cancelled:
+        return _call_failed(index, call.name or "(cancelled)", CANCELLED_CALL)
+    if claim.started and tool is not None and tool.at_most_once:
+        return _call_failed(index, call.name, INTERRUPTED)
+    if isinstance(cleared, str):
+        return _call_failed(index, call.name, cleared)
+    call, approved = cleared
+    if tool is not None and tool.at_most_once and not ctx.rt.machine.call_started(claim):
+        raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
+    ctx.events.tool_called(round_no, index, call)
+    tool_ctx = call_context(ctx.task, round_no, index, claim.attempt)
+    runner = ctx.rt.runner
+    return ctx.plan.run_call(runner, by_name, call, index, tool_ctx, call_id=call_id, approved=approved)
+
+
+@app.task(name="tandem.collect_tools", bind=True)
+def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
+    """Store the round's tool results in memory, then move to what the plan says follows."""
+    return collect_step(job_id, round_no)
+
+
+def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
+    """The ``collect`` step of ``round_no``: woken by ``tandem.collect_tools``, or run at once by
+    the tool call that stored the round's last result."""
+    rt = get_runtime()
+    claim = claim_step(rt, job_id, round_no, "collect")
+    with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
+        keys = [f"{round_no}:actor", f"{round_no}:tool"]  # the round's messages, not the whole memory
+        ctx = StepContext.load(rt, claim, messages=keys, record=["calls"])
+        if ctx.view.cancelled:
+            return finish(job_id, "cancelled", claim=claim)
+        count = int(ctx.view.record.get("calls") or 0)
+        results = rt.store.tool_results(job_id, round_no, count)
+        missing = [i for i, r in enumerate(results, start=1) if r is None]
+        if missing:
+            return finish(
+                job_id,
+                "failed",
+                f"tool results of round {round_no} are missing for calls {missing}",
+                claim=claim,
+            )
+        stored = ctx.plan.record_tools(ctx.memory, round_no, [r for r in results if r is not None])
+        nxt = ctx.plan.after_tools(ctx.task, stored.function_results, round_no)
+        commit(rt, claim, nxt, ctx.memory, ctx.hooks, ctx.spec)
+    return None
