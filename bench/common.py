@@ -25,7 +25,7 @@ from redis import Redis
 from bench import models
 from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
-from tandem.tasks.client import send_intake
+from tandem.tasks.intake_message import send_intake
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import WorkerGroup, stop_process

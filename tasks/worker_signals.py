@@ -30,9 +30,9 @@ from celery.signals import (
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, process_metrics
 from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
-from tandem.tasks.client import send_intake
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.hosts.budgets import message_priority
+from tandem.tasks.intake_message import send_intake
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler

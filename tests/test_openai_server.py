@@ -225,10 +225,11 @@ def test_a_storm_refuses_everything_for_a_while() -> None:
 
 def test_a_storm_can_start_with_the_next_request() -> None:
     with OpenAIServer("ok") as server:
-        server.storm(0.3, retry_after=5, from_next_request=True)
-        time.sleep(0.4)  # the storm has not begun: no request came yet
+        # Long enough that a loaded machine sends both requests inside it.
+        server.storm(2.0, retry_after=5, from_next_request=True)
+        time.sleep(2.1)  # the storm has not begun: no request came yet
         first = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
         second = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
-        time.sleep(0.4)
+        time.sleep(2.1)
         after = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
     assert [r.status_code for r in (first, second, after)] == [429, 429, 200]

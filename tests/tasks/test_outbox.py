@@ -15,7 +15,7 @@ from tandem.broker_config import Settings
 from tandem.reasoner.loop.step import Step
 from tandem.tasks import runtime as runtime_module
 from tandem.tasks import worker_signals
-from tandem.tasks.client import send_intake
+from tandem.tasks.intake_message import send_intake
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
