@@ -38,8 +38,9 @@ from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
 from tandem.tasks.state.record import step_kind
 from tandem.tasks.state.results import deliver
-from tandem.tasks.steps.dispatch import send, send_outbox, step_messages
+from tandem.tasks.steps.dispatch import send, send_outbox
 from tandem.tasks.steps.guard import end_job
+from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")

@@ -82,3 +82,13 @@ def test_no_package_module_is_over_the_hard_limit() -> None:
         for path in (ROOT / folder).rglob("*.py")
     }
     assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_importing_the_client_api_does_not_create_the_celery_app() -> None:
+    """``import tandem.tasks`` reads no environment: the app (``tandem.tasks.app``, built from the
+    settings at its import) comes only when a worker or a sender needs it, so that a program may set
+    ``TANDEM_*`` after importing tandem (``tandem demo`` points them at its embedded Redis)."""
+    code = "import sys, tandem, tandem.tasks; print(sorted(m for m in sys.modules if m.endswith('.app')))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "tandem.tasks.app" not in done.stdout

@@ -43,7 +43,7 @@ from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import ApprovalDecided
 from tandem.tasks.state.claims import Message
 from tandem.tasks.state.store import JobStore
-from tandem.tasks.steps.dispatch import step_messages
+from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.tool import Tool
 
 __all__ = ["ApprovalRecord", "ApprovalStore", "rejected_results"]

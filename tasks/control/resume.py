@@ -49,7 +49,8 @@ from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
 from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
-from tandem.tasks.steps.dispatch import send_outbox, step_messages
+from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.steps.tools import CANCELLED_CALL
 from tandem.toolkit.errors import ToolkitError
 

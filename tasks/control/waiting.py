@@ -33,8 +33,9 @@ from tandem.tasks.hosts.host_model import CapacityWait
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Claim
-from tandem.tasks.steps.dispatch import send, step_messages
+from tandem.tasks.steps.dispatch import send
 from tandem.tasks.steps.guard import reschedule
+from tandem.tasks.steps.messages import step_messages
 
 log = logging.getLogger("tandem.capacity")
 

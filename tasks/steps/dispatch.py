@@ -12,7 +12,6 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
 from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import Runtime
@@ -20,23 +19,6 @@ from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Message
 
 log = logging.getLogger("tandem.tasks")
-
-STEP_TASKS: dict[str, str] = {
-    "thinker": "tandem.thinker_turn",
-    "actor": "tandem.actor_turn",
-    "tools": "tandem.run_tool",
-    "collect": "tandem.collect_tools",
-    "finalize": "tandem.finalize",
-}
-"""The task that wakes each kind of step."""
-
-
-def step_messages(job_id: str, step: Step, indices: Sequence[int] | None = None) -> list[Message]:
-    """The messages that wake ``step`` (every call of a ``tools`` step, or only ``indices``)."""
-    if step.kind == "tools":
-        chosen = indices if indices is not None else range(1, step.calls + 1)
-        return [{"task": STEP_TASKS["tools"], "args": [job_id, step.round, i]} for i in chosen]
-    return [{"task": STEP_TASKS[step.kind], "args": [job_id, step.round]}]
 
 
 def send(messages: Sequence[Message], priority: int | None = None) -> None:

@@ -35,7 +35,8 @@ from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
 from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
-from tandem.tasks.steps.dispatch import send_outbox, step_messages
+from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 

@@ -21,8 +21,9 @@ from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.spec import JobResult, validate_spec
 from tandem.tasks.steps.context import JobFixtures
-from tandem.tasks.steps.dispatch import send_outbox, step_messages
+from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.guard import describe_failure
+from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact
 

@@ -23,8 +23,8 @@ from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.leases import Heartbeat
 from tandem.tasks.steps.context import StepContext
-from tandem.tasks.steps.dispatch import step_messages
 from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
+from tandem.tasks.steps.messages import step_messages
 
 log = logging.getLogger("tandem.tasks")
 

@@ -29,7 +29,7 @@ from redis import Redis
 from tandem.tasks.spec import FINAL_STATES
 from tandem.tasks.state.claims import token_pid
 from tandem.tasks.state.store import JobStore
-from tandem.tasks.steps.dispatch import STEP_TASKS
+from tandem.tasks.steps.messages import STEP_TASKS
 
 _KIND_OF_TASK = {task: kind for kind, task in STEP_TASKS.items()}
 RESTART_RECOVERY = 6.0

@@ -19,7 +19,7 @@ from tandem.tasks.intake_message import send_intake
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
-from tandem.tasks.steps import dispatch, intake
+from tandem.tasks.steps import dispatch, intake, messages
 
 JOB = "job-7"
 
@@ -42,7 +42,7 @@ def test_a_failed_send_after_a_transition_is_sent_by_the_reconciler(
         '{"goal": "g"}',
         "dual",
         (0, "thinker"),
-        dispatch.step_messages(JOB, first),
+        messages.step_messages(JOB, first),
         timeout=3600,
         ttl_after=600,
     )
