@@ -96,13 +96,20 @@ def _redact_logs(logger: logging.Logger | None = None, **_: Any) -> None:
 
 
 def check_start() -> str | None:
-    """Load the toolkit (listing its MCP servers) and the tool policy, as a worker does at start;
-    the problem as one line, or ``None`` when the worker can start."""
-    from tandem.broker_config.errors import SettingsError
+    """Load the toolkit (listing its MCP servers) and the tool policy, and check a Redis Cluster
+    job store (``tandem.broker_config.job_redis``), as a worker does at start; the problem as one
+    line, or ``None`` when the worker can start."""
+    from tandem.broker_config.errors import RedisClusterError, SettingsError
+    from tandem.broker_config.job_redis import is_cluster_url
     from tandem.reasoner.errors import ReasonerError
     from tandem.toolkit.errors import ToolkitError
 
     rt = get_runtime()
+    if is_cluster_url(rt.settings.redis_url):
+        try:
+            rt.redis  # noqa: B018 - builds and checks the cluster client
+        except RedisClusterError as exc:
+            return redact(str(exc))
     try:
         toolkit = rt.load_toolkit()
         policy = rt.policy

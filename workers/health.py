@@ -48,9 +48,9 @@ def _sanitize(url: str) -> str:
 
 
 def _ping_redis(settings: Settings, timeout: float) -> str:
-    from redis import Redis
+    from tandem.broker_config.job_redis import job_store_client
 
-    client = Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = job_store_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
         client.ping()
     finally:

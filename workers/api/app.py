@@ -42,6 +42,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
+from tandem.broker_config.job_redis import async_job_store_client, job_store_client
 from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
@@ -83,11 +84,11 @@ class Api:
             celery_app = create_app(settings)
         self.celery = celery_app
         options = redis_options(settings)
-        self.redis = redis or Redis.from_url(settings.redis_url, **options)
+        self.redis = redis or job_store_client(settings, **options)
         # An event stream blocks in XREAD for up to ``heartbeat`` seconds: reads may wait that long
         # on top of TANDEM_REDIS_SOCKET_TIMEOUT (redis-py's own default would be 5 s).
         wait = {**options, "socket_timeout": settings.redis_socket_timeout + heartbeat}
-        self.async_redis = async_redis or AsyncRedis.from_url(settings.redis_url, **wait)
+        self.async_redis = async_redis or async_job_store_client(settings, **wait)
         self.store = JobStore.from_settings(self.redis, settings)
         self.heartbeat = heartbeat
         self.decide_timeout = decide_timeout
