@@ -225,8 +225,15 @@ def _step_ended(task: Any = None, state: str | None = None, **_: Any) -> None:
 
 @worker_ready.connect
 def _check_persistence(**_: Any) -> None:
+    from tandem.broker_config.job_redis import is_cluster
+
+    redis: Any = get_runtime().redis
     try:
-        warning = persistence_warning(get_runtime().redis.info("persistence"))
+        if is_cluster(redis):  # every master holds jobs: each must persist them
+            infos = list(redis.info("persistence", target_nodes=redis.PRIMARIES).values())
+        else:
+            infos = [redis.info("persistence")]
+        warning = next(filter(None, map(persistence_warning, infos)), None)
     except Exception:
         log.warning("could not read Redis's persistence settings", exc_info=True)
         return

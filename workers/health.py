@@ -44,7 +44,9 @@ class Answer:
 def _sanitize(url: str) -> str:
     from kombu.utils.url import maybe_sanitize_url
 
-    return str(maybe_sanitize_url(url))
+    from tandem.broker_config.job_redis import is_cluster_url, masked
+
+    return masked(url) if is_cluster_url(url) else str(maybe_sanitize_url(url))
 
 
 def _ping_redis(settings: Settings, timeout: float) -> str:

@@ -80,11 +80,17 @@ def on_cluster(redis_base: str, redis_cluster: OwnRedisCluster) -> Iterator[Host
     assert not untimed, f"tandem keys without a TTL on the cluster: {untimed}"
 
 
-def test_dual_jobs_with_tools_complete_and_their_celery_results_are_delivered(
+def test_dual_jobs_with_tools_and_host_limits_complete_and_their_celery_results_are_delivered(
     on_cluster: Hosts, redis_cluster: OwnRedisCluster
 ) -> None:
     cluster, _, _ = on_cluster
-    cluster.start("thinker", "actor", "tools")
+    # Fleet-wide host limits: the capacity scripts run on the cluster too (one slot per host).
+    limits = {
+        "TANDEM_ACTOR_MAX_IN_FLIGHT": "3",
+        "TANDEM_THINKER_RPM": "6000",
+        "TANDEM_THINKER_TPM": "10000000",
+    }
+    cluster.start("thinker", "actor", "tools", **limits)
     handles = [cluster.submit(goal=goal_with_plan(f"cluster {i}", PLAN), max_rounds=5) for i in range(8)]
     results = [h.result(timeout=120) for h in handles]
     assert [r.status for r in results] == ["completed"] * 8, [r.error for r in results]
@@ -106,6 +112,7 @@ def test_dual_jobs_with_tools_complete_and_their_celery_results_are_delivered(
     assert len(holders(f"{prefix}:{{*}}:state")) >= 2
     assert len(holders(f"{prefix}:recent:*")) >= 2
     assert {s.job_id for s in cluster.store.recent(50)} == {h.id for h in handles}
+    assert len(holders(f"{prefix}:cap:*")) >= 1  # the hosts' capacity keys were written
 
 
 def test_a_sigkilled_worker_s_jobs_complete_once(on_cluster: Hosts) -> None:
