@@ -140,6 +140,17 @@ def _check_certificates(options: Mapping[str, str], name: str, shown: str) -> No
             raise SettingsError(f"{name}={shown!r}: {key}={path!r} is not a readable file")
 
 
+def refuse_cluster(env: Mapping[str, str], name: str, what: str, instead: str) -> None:
+    """``SettingsError`` when ``env[name]`` is a cluster URL: ``what`` has no cluster mode; the
+    message says to set ``instead``."""
+    raw = env.get(name, "").strip()
+    if is_cluster_url(raw):
+        raise SettingsError(
+            f"{name}={masked(raw)!r} names a Redis Cluster, but {what} has no cluster mode: set it to "
+            f"{instead}; only TANDEM_REDIS_URL (the job state) may be a cluster"
+        )
+
+
 def store_urls(env: Mapping[str, str], broker: str, default: str) -> tuple[str, str]:
     """``(TANDEM_REDIS_URL, TANDEM_RESULT_BACKEND)`` from ``env``, checked; ``default`` is the
     job store's URL when unset (from the broker's)."""
@@ -150,12 +161,8 @@ def store_urls(env: Mapping[str, str], broker: str, default: str) -> tuple[str, 
         raise SettingsError(
             f"TANDEM_REDIS_URL={masked(raw)!r} is not a supported URL: it must start with one of {allowed}"
         )
+    refuse_cluster(env, "TANDEM_RESULT_BACKEND", "Celery's result backend", "one Redis (redis://host:6379/0)")
     backend = env.get("TANDEM_RESULT_BACKEND", "").strip()
-    if is_cluster_url(backend):
-        raise SettingsError(
-            f"TANDEM_RESULT_BACKEND={masked(backend)!r} names a Redis Cluster, but Celery's result backend "
-            "has no cluster mode: set it to one Redis (redis://host:6379/0)"
-        )
     if is_cluster_url(raw):
         ClusterUrl.parse(raw)
         if not backend and not broker.startswith(("redis://", "rediss://")):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from tandem.broker_config.errors import SettingsError
-from tandem.broker_config.job_redis import store_urls
+from tandem.broker_config.job_redis import refuse_cluster, store_urls
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -446,6 +446,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and check the ``TANDEM_*`` variables; errors name the variable and the value."""
         env = os.environ if env is None else env
+        refuse_cluster(env, "TANDEM_BROKER_URL", "Celery's broker", "one Redis or RabbitMQ (amqp://)")
         broker = _url(
             env, "TANDEM_BROKER_URL", DEFAULT_URL, ("redis", "rediss", "redis+socket", "amqp", "pyamqp")
         )

@@ -68,6 +68,8 @@ def test_the_result_backend_of_a_cluster_store_is_the_redis_broker_or_one_redis(
         Settings.from_env({"TANDEM_BROKER_URL": "amqp://mq//", "TANDEM_REDIS_URL": "redis+cluster://c:7000/"})
     with pytest.raises(SettingsError, match="Celery's result backend has no cluster mode"):
         Settings.from_env({"TANDEM_RESULT_BACKEND": "redis+cluster://c:7000/"})
+    with pytest.raises(SettingsError, match=r"TANDEM_BROKER_URL=.*Celery's broker has no cluster mode"):
+        Settings.from_env({"TANDEM_BROKER_URL": "redis+cluster://c:7000/"})
     given = Settings.from_env(
         {
             "TANDEM_BROKER_URL": "amqp://mq//",
