@@ -23,7 +23,7 @@ def one_slot(keys: Any) -> None:
 class _SlotCheckingPipeline(Pipeline):  # type: ignore[type-arg]
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         if self.transaction:
-            keys = [*self.watching_keys] if getattr(self, "watching_keys", None) else []
+            keys: list[Any] = []
             for args, _options in self.command_stack:
                 keys += _command_keys(args)
             one_slot(keys)

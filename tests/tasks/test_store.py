@@ -25,6 +25,7 @@ from tandem.tasks.job_events import (
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.state.store import JobStore
 from tests.tasks.round_trips import count_pipelines
+from tests.tasks.slots import SlotCheckingRedis
 
 JOB = "job-1"
 
@@ -36,7 +37,9 @@ def server() -> fakeredis.FakeServer:
 
 @pytest.fixture
 def store(server: fakeredis.FakeServer) -> JobStore:
-    return JobStore(fakeredis.FakeRedis(server=server), prefix="t")
+    """A store on fakeredis with Redis Cluster's one-slot rule (``tests.tasks.slots``): a
+    transaction over two slots fails here as on a cluster."""
+    return JobStore(SlotCheckingRedis(server=server), prefix="t")
 
 
 def result(index: int, output: str) -> FunctionCallResult:
