@@ -40,7 +40,7 @@ CONCURRENCY = {"thinker": 2, "actor": 2, "tools": 2}
 _PAD = " ".join(f"step{i % 10}" for i in range(REASONING_WORDS))
 
 
-def _streaming(script: Callable[[RecordedRequest], Reply]) -> Callable[[RecordedRequest], Reply]:
+def streaming(script: Callable[[RecordedRequest], Reply]) -> Callable[[RecordedRequest], Reply]:
     def reply(request: RecordedRequest) -> Reply:
         base = script(request)
         base.reasoning_content = _PAD
@@ -55,8 +55,8 @@ class StreamingHosts(ModelHosts):
     """The plan-following hosts of ``bench.models``, streaming 200-token replies."""
 
     def __init__(self) -> None:
-        self.thinker = OpenAIServer(_streaming(plan_thinker))
-        self.actor = OpenAIServer(_streaming(plan_actor))
+        self.thinker = OpenAIServer(streaming(plan_thinker))
+        self.actor = OpenAIServer(streaming(plan_actor))
 
 
 class RedisServer:

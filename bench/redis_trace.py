@@ -33,6 +33,7 @@ from tandem.workers.embedded import EmbeddedRedis
 
 ROUNDS_PER_JOB = 2
 
+
 def run(jobs: int, extra_env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     """Run the jobs under ``MONITOR``; return the figures and the recorded lines."""
     server = EmbeddedRedis().start()

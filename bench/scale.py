@@ -195,9 +195,7 @@ def run(
             add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
             for role, seconds in cpu.items():
                 add(f"scale_cpu_ms_per_round_{role}", seconds * 1000 / rounds)
-            deltas = {
-                name: cmds_after.get(name, 0) - cmds_before.get(name, 0) for name in cmds_after
-            }
+            deltas = {name: cmds_after.get(name, 0) - cmds_before.get(name, 0) for name in cmds_after}
             deltas["exists"] = deltas.get("exists", 0) - polls  # the benchmark's own polling
             total = sum(deltas.values()) - deltas.get("info", 0)  # and its INFO snapshots
             add("scale_redis_cmds_per_round", total / rounds)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.errors import SettingsError
 from tandem.broker_config.job_redis import refuse_cluster, store_urls
 
@@ -278,10 +279,11 @@ class RoleSettings:
 
     @property
     def host_id(self) -> str:
-        """The model host this role calls, as capacity limits name it: the ``API_BASE`` without a
-        trailing slash, else the LiteLLM model string (a provider's own endpoint), else ``demo``."""
+        """The host as limits and metrics name it: ``API_BASE`` (password masked), the model, or ``demo``."""
         if self.api_base:
-            return self.api_base.rstrip("/")
+            from tandem.toolkit.redaction import masked_url  # (lazily: the toolkit takes 0.5 s)
+
+            return masked_url(self.api_base.rstrip("/"))
         return self.model or "demo"
 
     @property
@@ -411,6 +413,7 @@ class Settings:
     """``TANDEM_API_TOKENS``: comma-separated bearer tokens ``tandem api`` accepts."""
     api_max_body: int = 1_048_576
     """``TANDEM_API_MAX_BODY``: the largest request body ``tandem api`` reads, in bytes."""
+    api: ApiSettings = field(default_factory=ApiSettings)
     task_events: bool = False
     """``TANDEM_TASK_EVENTS``: workers send Celery task events from the start (each costs a Redis
     ``PUBLISH``). Off by default: Flower turns them on in every worker while it runs."""
@@ -498,6 +501,7 @@ class Settings:
             delta_max_chars=_integer(env, "TANDEM_DELTA_MAX_CHARS", 512, minimum=1),
             api_tokens=_tokens(env, "TANDEM_API_TOKENS"),
             api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
+            api=ApiSettings.from_env(env),
             task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,
             broker_ack_emulation=_flag(env, "TANDEM_BROKER_ACK_EMULATION"),
             model_loop=_flag(env, "TANDEM_MODEL_LOOP") is not False,

@@ -26,6 +26,9 @@ _EXPORTS: dict[str, str] = {
     "JobSpec": "tandem.tasks.spec",
     "submit": "tandem.tasks.client",
     "submit_async": "tandem.tasks.client",
+    # a client of `tandem api` that needs only httpx and pydantic
+    "AsyncClient": "tandem.workers.client",
+    "Client": "tandem.workers.client",
     # in-process reasoners and their inputs
     "DualModelReasoner": "tandem.reasoner.loop.reasoner",
     "MonoModelReasoner": "tandem.reasoner.loop.reasoner",
@@ -54,6 +57,8 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Action",
+    "AsyncClient",
+    "Client",
     "ConfigurationError",
     "DualModelReasoner",
     "JobError",
@@ -98,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.toolkit.loader import load_toolkit
     from tandem.toolkit.service import ToolkitService
     from tandem.toolkit.tool import Tool, tool
+    from tandem.workers.client import AsyncClient, Client
     from tandem.workers.errors import WorkerError
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -14,6 +15,9 @@ from functools import partial
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.reasoner.approval import Decision
 from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
@@ -25,7 +29,7 @@ from tandem.tasks.errors import (
     ResumeRefused,
     UnknownJobError,
 )
-from tandem.tasks.hosts.budgets import message_priority
+from tandem.tasks.intake_message import send_intake
 from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.outages import (
     CONNECTION_ERRORS,
@@ -41,6 +45,8 @@ from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, asy
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
 from tandem.toolkit.redaction import redact
+
+log = logging.getLogger("tandem.client")
 
 
 class JobHandle:
@@ -256,8 +262,11 @@ class JobHandle:
             self._cancel_queued(reach)
 
     def _cancel_queued(self, reach: Reconnect) -> None:
-        """No worker has started the job: it ends here, and its intake message is revoked."""
-        reach.call(lambda: self._app.control.revoke(self.id))
+        """No worker has started the job: it ends here, and its intake message is revoked.
+
+        The revoke is best effort: a worker that takes the message finds the job ended and does
+        nothing, so a failed broadcast (a client whose Redis user may not broadcast to workers'
+        control queues, see docs/security.md, or a broker outage) loses nothing."""
         reach.call(
             lambda: self._store.finish(
                 JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
@@ -265,6 +274,10 @@ class JobHandle:
                 delivery=ResultDelivery.for_store(self._app, self._store),
             )
         )
+        try:
+            self._app.control.revoke(self.id)
+        except Exception as exc:
+            log.info("job %s: intake message not revoked (%s); a worker taking it ends", self.id, exc)
 
     # -- approval ----------------------------------------------------------------------------
 
@@ -429,6 +442,35 @@ class JobHandle:
         if last_type != "final" and early and await asyncio.to_thread(reach.call, self._vanished):
             raise await asyncio.to_thread(self._lost)
 
+    async def apending_approval(self) -> ApprovalRecord | None:
+        """``pending_approval`` for asyncio."""
+        return await asyncio.to_thread(self.pending_approval)
+
+    async def adecide(self, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
+        """``decide`` for asyncio: the ``tandem.decide`` task is sent and its reply awaited
+        without blocking the event loop."""
+        return await asyncio.to_thread(self.decide, decisions, timeout=timeout)
+
+    async def aapprove(
+        self, call: int | None = None, *, args: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> list[Decision]:
+        """``approve`` for asyncio."""
+        return await asyncio.to_thread(self.approve, call, args=args, timeout=timeout)
+
+    async def areject(self, reason: str, call: int | None = None, *, timeout: float = 30.0) -> list[Decision]:
+        """``reject`` for asyncio."""
+        return await asyncio.to_thread(self.reject, reason, call, timeout=timeout)
+
+    async def aresume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
+        """``resume`` for asyncio; this handle."""
+        return await asyncio.to_thread(self.resume, max_rounds, timeout=timeout)
+
+    async def afork(
+        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+    ) -> JobHandle:
+        """``fork`` for asyncio; the new job's handle."""
+        return await asyncio.to_thread(self.fork, round, goal, max_rounds=max_rounds, timeout=timeout)
+
     async def acancel(self) -> None:
         """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has
         started yet is ended and revoked through Celery, in a thread)."""
@@ -465,6 +507,10 @@ def submit(
     """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``JobSpecError``
     naming the field (``SpecLimitError`` naming the limit), and nothing is enqueued.
 
+    Once the job's record is stored the job is accepted: if the broker then fails to take its
+    message, the handle is returned all the same (a warning is logged) and the reconciler sends
+    the message once the broker answers, so a caller never submits the same job twice.
+
     With ``TANDEM_SECRETS_KEY`` the spec's ``secrets`` are sealed here, so the broker message never
     holds them in clear; the message's display form (Flower, worker logs) shows them as ``***``.
     """
@@ -485,41 +531,20 @@ def submit(
     store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire))
     timeout = job_spec.timeout_s or rt.settings.job_timeout
     store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
-    send_intake(app, job_id, wire)
-    return JobHandle(job_id, store, app, submitted=True)
-
-
-def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
-    """Send the intake message (``tandem.infer``) of job ``job_id`` with its ``spec`` (as dumped
-    for the wire); its display form (Flower, worker logs) hides secrets and long texts.
-
-    The message has the job's broker priority, as its steps will: at one priority a worker takes
-    the steps of its own queue before new jobs, so a burst of submissions does not hold up the
-    jobs already running (an intake message with no priority is served before every step)."""
-    priority: int | None = None
     try:
-        parsed = JobSpec.model_validate(spec)
-        public: Any = parsed.public_dump()
-        priority = message_priority(parsed.priority, str(app.conf.broker_url or ""))
-    except ValueError:
-        public = "(the spec)"
-    app.send_task(
-        "tandem.infer",
-        kwargs={"spec": spec},
-        kwargsrepr=_shown({"spec": public}),
-        task_id=job_id,
-        priority=priority,
-        # The job's result is stored when the job ends, not when this task returns: saying so
-        # lets the intake return instead of raising ``Ignore`` (for which Celery formats a
-        # traceback), and spares the result backend a subscription per submitted job.
-        ignore_result=True,
-    )
-
-
-def _shown(value: Any, limit: int = 1024) -> str:
-    """A short display form of a message's arguments (what Flower and the worker log show)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        send_intake(app, job_id, wire)
+    except (OperationalError, RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        # The job is stored and indexed: the reconciler sends its intake message once the broker
+        # answers. Raising here would make a caller submit it again, and run it twice.
+        log.warning(
+            "job %s is stored as queued, but its message could not be sent now (%s: %s); it is "
+            "sent again within TANDEM_STALL_SECONDS (%gs) of the broker answering",
+            job_id,
+            type(exc).__name__,
+            exc,
+            rt.settings.stall_seconds,
+        )
+    return JobHandle(job_id, store, app, submitted=True)
 
 
 async def submit_async(

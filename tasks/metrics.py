@@ -1,5 +1,8 @@
 """Prometheus metrics of a worker process, served on ``TANDEM_METRICS_PORT`` (``/metrics``).
 
+Under ``--pool prefork`` the pool's processes write their samples to files that the endpoint adds
+up (``tandem.broker_config.process_metrics``); gauges of processes sum over the live ones.
+
 Model-call metrics are recorded by ``tandem.tasks.hosts.host_model.HostModel`` (it wraps every model a
 worker calls), tool latency by ``MeteredToolRunner``, step outcomes by Celery's task signals
 (``tandem.tasks.worker_signals``). Labels: ``role`` (``thinker``/``actor``), ``host`` (the model
@@ -14,10 +17,17 @@ Names (all prefixed ``tandem_``)::
     model_rate_limited_total{role,host,status} counter    429/503 answers
     host_backoff_seconds_total{role,host}      counter    back-off this process imposed on the fleet
     capacity_waits_total{role,host,reason}     counter    steps re-queued to wait for capacity
-    steps_running{task}                        gauge      steps under way in this process
+    steps_running{task}                        gauge      steps under way in this worker
     step_outcomes_total{task,outcome}          counter    finished steps (success, failure, retry,
                                                           ignored: handed on by Task.replace, a
                                                           duplicate, or a capacity wait)
+    step_seconds{role,task}                    histogram  one step task (role: thinker, actor,
+                                                          tools, intake, control)
+    jobs_ended_total{outcome}                  counter    jobs ended (completed, truncated, failed,
+                                                          cancelled), counted where they ended
+    job_seconds{outcome}                       histogram  from submission to the end
+    reconciler_actions_total{action}           counter    jobs the reconciler had to act on
+    worker_up{role,pool}                       gauge      1 per worker that is up
     tool_call_seconds{tool,status}             histogram  one tool call (status: succeeded, failed)
     host_in_flight{host}                       gauge      calls under way to the host, fleet-wide
     host_waiting_steps{host}                   gauge      steps waiting for one of its slots, fleet-wide
@@ -33,13 +43,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
+from tandem.broker_config import process_metrics
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.hosts.capacity import HostSnapshot
 from tandem.toolkit.context import ToolCallContext
+from tandem.toolkit.redaction import masked_url
 from tandem.toolkit.tool import Tool
 
 log = logging.getLogger("tandem.metrics")
@@ -62,7 +75,10 @@ MODEL_COST = Counter(
     "tandem_model_cost_usd_total", "Price of model replies in USD (LiteLLM's cost map).", ("role", "host")
 )
 MODEL_IN_FLIGHT = Gauge(
-    "tandem_model_calls_in_flight", "Model calls under way in this process.", ("role", "host")
+    "tandem_model_calls_in_flight",
+    "Model calls under way in this worker (its pool's processes added up).",
+    ("role", "host"),
+    multiprocess_mode="livesum",
 )
 RATE_LIMITED = Counter(
     "tandem_model_rate_limited_total", "Model calls answered 429 or 503.", ("role", "host", "status")
@@ -77,8 +93,40 @@ CAPACITY_WAITS = Counter(
     "Steps re-queued to wait for a model host's capacity.",
     ("role", "host", "reason"),
 )
-STEPS_RUNNING = Gauge("tandem_steps_running", "Steps under way in this process.", ("task",))
+STEPS_RUNNING = Gauge(
+    "tandem_steps_running",
+    "Steps under way in this worker (its pool's processes added up).",
+    ("task",),
+    multiprocess_mode="livesum",
+)
 STEP_OUTCOMES = Counter("tandem_step_outcomes_total", "Finished steps by outcome.", ("task", "outcome"))
+STEP_SECONDS = Histogram(
+    "tandem_step_seconds",
+    "Duration of one step task (a Thinker or Actor turn, a tool call, the intake), by role.",
+    ("role", "task"),
+    buckets=_LATENCY_BUCKETS,
+)
+JOBS_ENDED = Counter(
+    "tandem_jobs_ended_total", "Jobs ended, by outcome (the job result's status).", ("outcome",)
+)
+JOB_SECONDS = Histogram(
+    "tandem_job_seconds",
+    "From a job's submission to its end, by outcome.",
+    ("outcome",),
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+)
+RECONCILER_ACTIONS = Counter(
+    "tandem_reconciler_actions_total",
+    "What the reconciler did to a job that needed it: resend (a lost or stalled step), intake "
+    "(a queued job's message again), deliver (a Celery result again), deadline, cancel, give-up.",
+    ("action",),
+)
+WORKER_UP = Gauge(
+    "tandem_worker_up",
+    "1 for a worker that is up, with the queues (roles) it consumes and its pool.",
+    ("role", "pool"),
+    multiprocess_mode="livemax",
+)
 TOOL_CALL_SECONDS = Histogram(
     "tandem_tool_call_seconds", "Duration of one tool call.", ("tool", "status"), buckets=_TOOL_BUCKETS
 )
@@ -101,8 +149,9 @@ class FleetCollector:
         )
         try:
             for snap in self.snapshots():
-                in_flight.add_metric([snap.host], snap.in_flight)
-                waiting.add_metric([snap.host], snap.waiting)
+                host = masked_url(snap.host)  # (registered by a worker older than host_id's mask)
+                in_flight.add_metric([host], snap.in_flight)
+                waiting.add_metric([host], snap.waiting)
         except Exception:
             log.warning("could not read the hosts' capacity for /metrics", exc_info=True)
         yield in_flight
@@ -149,11 +198,15 @@ def serve(
     ``snapshots`` adds the fleet-wide gauges of ``FleetCollector``, ``depths`` the queue depths of
     ``QueueDepthCollector``.
     """
+    registry = REGISTRY
+    if process_metrics.enabled():  # a prefork worker: add up the samples of its processes
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
     if snapshots is not None:
-        REGISTRY.register(FleetCollector(snapshots))
+        registry.register(FleetCollector(snapshots))
     if depths is not None:
-        REGISTRY.register(QueueDepthCollector(depths))
-    server, _thread = start_http_server(port)
+        registry.register(QueueDepthCollector(depths))
+    server, _thread = start_http_server(port, registry=registry)
     bound = int(server.server_address[1])
     log.info("Prometheus metrics on port %d", bound)
     return bound

@@ -10,6 +10,8 @@ import contextlib
 import gc
 import json
 import logging
+import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,10 +22,12 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     worker_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
 )
 
+from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, process_metrics
 from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
 from tandem.tasks.client import send_intake
@@ -40,6 +44,8 @@ from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
+_streams_to_warm: tuple[str, bool] | None = None
+"""The model whose streamed path a thread-pool worker warms up once ready, and whether on a loop."""
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
@@ -152,7 +158,7 @@ def _size_redis_pool(sender: Any = None, **_: Any) -> None:
 
 
 @worker_init.connect
-def _warm_up(**_: Any) -> None:
+def _warm_up(sender: Any = None, **_: Any) -> None:
     """Import LiteLLM before taking work when a real model is configured: the import takes a
     second or two of CPU, which would otherwise land inside the first step (and its lease)."""
     settings = get_runtime().settings
@@ -170,6 +176,7 @@ def _warm_up(**_: Any) -> None:
     import_litellm()
     from tandem.tasks.hosts.model_loop import threads_are_green
 
+    _warm_up_streams(settings, models, sender)
     threads = get_runtime().concurrency
     if not settings.model_loop or threads_are_green():
         # Calls in the step threads: one connection per thread (and a few for the in-call
@@ -195,32 +202,89 @@ def _warm_up(**_: Any) -> None:
         )
 
 
+def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
+    """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
+    (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
+    its processes fork, so each inherits it. Any other starts it in a thread once it is ready
+    (``_start_warm_up``), so its start does not wait for it; a streamed call that comes sooner
+    waits for what is left of it before sending its request, and its reply still streams from
+    its first chunk."""
+    global _streams_to_warm
+    from tandem.reasoner.models.litellm_setup import warm_up_streaming
+    from tandem.tasks.hosts.model_loop import threads_are_green
+
+    streamed = [r for r in models if settings.role(r).stream]
+    if not streamed:
+        return
+    model = settings.role(streamed[0]).model or ""
+    on_loop = bool(settings.model_loop) and not threads_are_green()
+    if "prefork" not in str(getattr(worker, "pool_cls", "")):
+        _streams_to_warm = (model, on_loop)
+        return
+    started = time.monotonic()
+    try:
+        warm_up_streaming(model, use_async=on_loop)
+    except Exception:  # a missed warm-up only makes the first reply slower
+        log.warning("could not warm up LiteLLM's streaming", exc_info=True)
+        return
+    log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
+
+
 @worker_ready.connect
-def _serve_metrics(**_: Any) -> None:
+def _serve_metrics(sender: Any = None, **_: Any) -> None:
     rt = get_runtime()
     port = rt.settings.metrics_port
     if port is not None:
         from tandem.broker_config.queue_depth import queue_depths
         from tandem.tasks.hosts.capacity import host_snapshots
-        from tandem.tasks.metrics import serve
+        from tandem.tasks.metrics import WORKER_UP, serve
 
         serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)
+        role, pool = worker_labels(sender)
+        WORKER_UP.labels(role, pool).set(1)
+
+
+def worker_labels(consumer: Any) -> tuple[str, str]:
+    """The ``role`` (the role queues the worker consumes, comma-separated; ``intake`` for none)
+    and ``pool`` (``threads``, ``prefork``, ``gevent``, ``solo``) labels of a worker."""
+    try:
+        queues = set(consumer.app.amqp.queues.consume_from or ())
+        pool = type(consumer.pool).__module__.rsplit(".", 1)[-1]
+    except AttributeError:
+        return "unknown", "unknown"
+    role = ",".join(q for q in ROLE_QUEUES if q in queues) or "intake"
+    return role, pool
+
+
+_STARTED: dict[str, float] = {}
+"""When each running task of this process started (by task id), for ``tandem_step_seconds``."""
 
 
 @task_prerun.connect
-def _step_started(task: Any = None, **_: Any) -> None:
+def _step_started(task_id: str | None = None, task: Any = None, **_: Any) -> None:
     from tandem.tasks.metrics import STEPS_RUNNING
 
     STEPS_RUNNING.labels(getattr(task, "name", "?")).inc()
+    if task_id is not None:
+        _STARTED[task_id] = time.perf_counter()
 
 
 @task_postrun.connect
-def _step_ended(task: Any = None, state: str | None = None, **_: Any) -> None:
-    from tandem.tasks.metrics import STEP_OUTCOMES, STEPS_RUNNING
+def _step_ended(task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+    from tandem.tasks.metrics import STEP_OUTCOMES, STEP_SECONDS, STEPS_RUNNING
 
     name = getattr(task, "name", "?")
     STEPS_RUNNING.labels(name).dec()
     STEP_OUTCOMES.labels(name, (state or "unknown").lower()).inc()
+    started = _STARTED.pop(task_id, None) if task_id is not None else None
+    if started is not None:
+        role = TASK_QUEUES.get(name, "intake" if name == "tandem.infer" else "control")
+        STEP_SECONDS.labels(role, name).observe(time.perf_counter() - started)
+
+
+@worker_process_shutdown.connect
+def _pool_process_ended(pid: int | None = None, **_: Any) -> None:
+    process_metrics.process_ended(pid or os.getpid())
 
 
 @worker_ready.connect
@@ -267,6 +331,19 @@ def _freeze_startup_objects(**_: Any) -> None:
     gc.collect()
     gc.freeze()
     gc.collect()  # counts the (now small) old generation afresh
+
+
+@worker_ready.connect
+def _start_warm_up(**_: Any) -> None:
+    """Start the warm-up ``_warm_up_streams`` left for this moment: the last of the ready
+    handlers (its thread would slow theirs down), before any message is taken."""
+    global _streams_to_warm
+    if _streams_to_warm is None:
+        return
+    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up
+
+    (model, on_loop), _streams_to_warm = _streams_to_warm, None
+    start_streaming_warm_up(model, use_async=on_loop)
 
 
 @worker_shutdown.connect

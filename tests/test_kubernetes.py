@@ -180,7 +180,7 @@ def test_credentials_come_from_secrets_and_each_pod_gets_only_its_own(
 
 def test_the_configmap_names_only_settings_tandem_reads(overlay: tuple[str, Objects]) -> None:
     name, objects = overlay
-    source = (ROOT / "broker_config" / "settings.py").read_text()
+    source = "".join((ROOT / "broker_config" / f).read_text() for f in ("settings.py", "api_settings.py"))
     for key in _config(objects):
         if key.startswith("TANDEM_"):
             role_free = re.sub(r"^TANDEM_(THINKER|ACTOR)_", "", key)

@@ -248,6 +248,19 @@ def register_url(url: str | None) -> None:
         register_secret(password or user)  # ``https://TOKEN@host`` carries its secret as the user
 
 
+def masked_url(url: str) -> str:
+    """``url`` with the password of its user part replaced by ``***`` (``https://user:***@host/v1``),
+    or the whole user part when it has no password (``https://***@host``: a token written as the
+    user). The one function every display of a host's URL goes through: metric labels, ``tandem
+    hosts``, capacity keys, errors and log lines. Text without such a URL is returned as it is."""
+
+    def mask(match: re.Match[str]) -> str:
+        user, colon, _password = match.group("userinfo").partition(":")
+        return f"{match.group('scheme')}{f'{user}:{MASK}' if colon else MASK}@"
+
+    return _URL_USERINFO.sub(mask, url)
+
+
 def _known(text: str, extra: Iterable[str], registry: SecretRegistry | None) -> Spans:
     spans: Spans = []
     (registry or secrets)._current().spans(text, spans)

@@ -5,19 +5,33 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from tandem.broker_config.errors import SettingsError
 from tandem.reasoner.errors import ReasonerError
+from tandem.workers import exit_codes, job_commands, reach
 from tandem.workers.errors import WorkerError
 
 ROLES = ("thinker", "actor", "tools", "all")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tandem", description="LLM reasoning jobs on Celery.")
-    sub = p.add_subparsers(dest="command", required=True)
+    from tandem import __version__
+
+    p = argparse.ArgumentParser(
+        prog="tandem",
+        description="LLM reasoning jobs on Celery.",
+        epilog="Exit statuses: 0 ok (the job completed), 1 the job did not complete, 2 usage error, "
+        "3 Redis or the broker does not answer, 4 the job was cancelled, 5 it was truncated.",
+    )
+    p.add_argument("--version", action="version", version=f"tandem {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error, not only its line")
+    # ``--debug`` after the command too (``tandem status JOB --debug``); SUPPRESS keeps the global one.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_sub_parser(common))
 
     w = sub.add_parser("worker", help="start a worker for a role's queue")
     w.add_argument("role", choices=ROLES)
@@ -136,6 +150,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _sub_parser(common: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
+    """The class of the commands' parsers: each inherits ``common``'s options."""
+
+    class SubParser(argparse.ArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("parents", [common])
+            super().__init__(*args, **kwargs)
+
+    return SubParser
+
+
 def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoner", choices=("dual", "mono", "react"), default="dual")
     p.add_argument("--context", default="")
@@ -232,111 +257,6 @@ def run_celery(app: Any, argv: list[str]) -> int:
     return code if isinstance(code, int) else 0
 
 
-def _follow(spec: dict[str, object], args: argparse.Namespace) -> int:
-    from tandem.tasks import submit
-    from tandem.workers.display import show_events
-
-    handle = submit(spec)
-    print(f"job {handle.id} submitted", flush=True)
-    final = show_events(handle.events(timeout=args.timeout), tokens=not args.no_tokens)
-    result = handle.result(timeout=5 if final else args.timeout)
-    if args.json:
-        print(result.model_dump_json(indent=2))
-    return 0 if result.status == "completed" else 1
-
-
-def _show_to_end(handle: Any, after: str, args: argparse.Namespace) -> int:
-    from tandem.workers.display import show_events
-
-    final = show_events(handle.events(after=after, timeout=args.timeout), tokens=not args.no_tokens)
-    result = handle.result(timeout=5 if final else args.timeout)
-    if args.json:
-        print(result.model_dump_json(indent=2))
-    return 0 if result.status == "completed" else 1
-
-
-def _resume(args: argparse.Namespace) -> int:
-    from tandem.tasks import job
-
-    handle = job(args.job_id)
-    newest = handle._store.redis.xrevrange(handle._store.key(handle.id, "events"), count=1)
-    after = newest[0][0] if newest else "0"
-    after = after.decode() if isinstance(after, bytes) else str(after)  # its events from the resume on
-    handle.resume(args.max_rounds)
-    print(f"job {handle.id} resumed", flush=True)  # where it goes on: its job_started event
-    return 0 if args.detach else _show_to_end(handle, after, args)
-
-
-def _fork(args: argparse.Namespace) -> int:
-    from tandem.tasks import job
-
-    forked = job(args.job_id).fork(args.round, args.goal, max_rounds=args.max_rounds)
-    print(f"job {forked.id} forked from {args.job_id}: it keeps its first {args.round} round(s)", flush=True)
-    if args.detach:
-        print(forked.id)
-        return 0
-    return _show_to_end(forked, "0", args)
-
-
-def _watch(args: argparse.Namespace) -> int:
-    from tandem.tasks import job
-    from tandem.workers.display import show_events
-
-    handle = job(args.job_id)
-    final = show_events(
-        handle.events(after="$" if args.from_now else "0", timeout=args.timeout), tokens=not args.no_tokens
-    )
-    if final is None:
-        state = handle.status().state
-        print(f"job {handle.id}: {state}", flush=True)
-        return 0 if state == "completed" else 1
-    return 0 if final.status == "completed" else 1
-
-
-def _approve(args: argparse.Namespace) -> int:
-    import json
-
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
-    from tandem.tasks import job
-
-    def refuse(message: str) -> int:
-        print(f"tandem: {message}", file=sys.stderr)
-        return 2
-
-    edited = None
-    if args.args is not None:
-        if args.call is None or args.reject is not None:
-            return refuse("--args edits one approved call: give it with --call N and without --reject")
-        try:
-            edited = json.loads(args.args)
-        except ValueError as exc:
-            return refuse(f'--args is not JSON ({exc}): write an object, e.g. \'{{"to": "a@b.c"}}\'')
-        if not isinstance(edited, dict):
-            return refuse(f"--args must be a JSON object of the tool's arguments, got {args.args!r}")
-    if args.reject is not None and not args.reject.strip():
-        return refuse("--reject needs a reason (the model reads it)")
-    handle = job(args.job_id)
-    try:
-        if args.reject is not None:
-            decided = handle.reject(args.reject, args.call, timeout=args.timeout)
-        else:
-            decided = handle.approve(args.call, args=edited, timeout=args.timeout)
-    except CeleryTimeout:
-        return refuse(
-            f"no worker applied the decision within {args.timeout:g} s: are workers running? "
-            f"(`tandem status {args.job_id}` shows whether it was applied)"
-        )
-    for d in decided:
-        what = "approved" if d.approve else f"rejected: {d.reason}"
-        print(f"call {d.index}: {what}" + (f" with args {json.dumps(d.args)}" if d.args is not None else ""))
-    record = handle.pending_approval()
-    left = [p.index for p in record.undecided()] if record is not None else []
-    going_on = "every call is decided; the job goes on"
-    print(f"job {handle.id}: " + (f"still waiting for calls {left}" if left else going_on))
-    return 0
-
-
 def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
     from tandem.workers.embedded import EmbeddedRuntime
 
@@ -362,7 +282,7 @@ def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
         assert runtime.workers is not None
         took = runtime.workers.wait_ready(app)
         print(f"tandem: workers ready in {took:.1f} s", flush=True)
-        return _follow(spec, args)
+        return job_commands.follow(spec, args)
 
 
 def _enable_task_events() -> None:
@@ -417,73 +337,150 @@ def _flower(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+REACHES: dict[str, str] = {
+    "run": "both",
+    "approve": "both",
+    "resume": "both",
+    "fork": "both",
+    "status": "redis",
+    "watch": "redis",
+    "cancel": "redis",
+    "hosts": "redis",
+}
+"""What each command asks before it starts (``reach.preflight``): Redis and the broker, or Redis
+only (with the result backend when it is a Redis of its own). ``worker``, ``api`` and ``flower``
+ride out an outage instead, and ``demo`` and ``run --embedded`` start their own Redis."""
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """``reach.Unreachable`` when what the command needs does not answer."""
+    needs = REACHES.get(args.command)
+    if needs is None or getattr(args, "embedded", False):
+        return
+    from tandem.tasks.runtime import get_runtime
+
+    reach.preflight(get_runtime().settings, broker=needs == "both")
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command ``args.command``; its exit status."""
+    if args.command == "worker":
+        return _worker(args)
+    if args.command == "demo":
+        from tandem.reasoner.demo import DEMO_GOAL
+
+        return _embedded_run(_spec(args, args.goal or DEMO_GOAL), args)
+    if args.command == "run":
+        from tandem.tasks.runtime import get_runtime
+        from tandem.tasks.spec import validate_spec
+
+        spec = _spec(args, args.goal)
+        if args.embedded:
+            return _embedded_run(spec, args)
+        validate_spec(spec, get_runtime().settings.limits)  # a refused spec is a usage error, first
+        _preflight(args)
+        return job_commands.follow(spec, args)
+    _preflight(args)
+    if args.command == "status":
+        from tandem.tasks import job
+
+        handle = job(args.job_id)
+        print(handle.status().model_dump_json(indent=2))
+        result = handle._store.result(handle.id)
+        if result is not None:
+            print(result.model_dump_json(indent=2))
+        return exit_codes.OK
+    if args.command == "hosts":
+        from tandem.tasks.runtime import get_runtime
+        from tandem.workers.hosts import format_hosts, host_snapshots, hosts_json
+
+        rt = get_runtime()
+        snaps = host_snapshots(rt.redis, rt.settings)
+        print(hosts_json(snaps) if args.json else format_hosts(snaps))
+        return exit_codes.OK
+    if args.command == "cancel":
+        from tandem.tasks import job
+
+        job(args.job_id).cancel()
+        print(f"job {args.job_id}: cancellation requested")
+        return exit_codes.OK
+    commands = {
+        "approve": job_commands.approve,
+        "watch": job_commands.watch,
+        "resume": job_commands.resume,
+        "fork": job_commands.fork,
+        "api": _api,
+        "flower": _flower,
+    }
+    return commands[args.command](args)
+
+
+def _api(args: argparse.Namespace) -> int:
+    from tandem.workers.api.server import serve
+
+    return serve(args.host, args.port, log_level=args.log_level)
+
+
+def _say(exc: BaseException, line: str, code: int, debug: bool) -> int:
+    """Print ``line`` (after the traceback with ``--debug``) and return ``code``."""
+    if debug:
+        traceback.print_exception(exc)
+    print(f"tandem: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+def _unreachable_line(exc: BaseException) -> str:
+    """The line for a connection error the command gave up on (``reach.describe``)."""
+    from tandem.broker_config.settings import Settings
+
+    try:
+        from tandem.tasks.runtime import get_runtime
+
+        settings = get_runtime().settings
+    except Exception:  # the settings were read before anything connected; read them again
+        settings = Settings.from_env()
+    return reach.describe(settings, exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tandem`` console script."""
+    """Entry point of the ``tandem`` console script; its exit statuses are in
+    ``tandem.workers.exit_codes``."""
     args = _parser().parse_args(argv)
     if args.command == "health":  # a probe run every few seconds in each pod: light imports only
         from tandem.workers.health import run_health
 
         return run_health(args.timeout)
-    from tandem.tasks.errors import JobError, RedisUnavailable
+    if args.command == "worker":  # before anything imports prometheus_client
+        from tandem.broker_config import process_metrics
+
+        process_metrics.prepare(args.pool)
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from tandem.tasks.errors import JobError, JobLostError, JobTimeout, RedisUnavailable
     from tandem.toolkit.errors import ToolkitError
 
+    debug = bool(args.debug)
     try:
-        if args.command == "worker":
-            return _worker(args)
-        if args.command == "demo":
-            from tandem.reasoner.demo import DEMO_GOAL
-
-            return _embedded_run(_spec(args, args.goal or DEMO_GOAL), args)
-        if args.command == "run":
-            spec = _spec(args, args.goal)
-            return _embedded_run(spec, args) if args.embedded else _follow(spec, args)
-        if args.command == "status":
-            from tandem.tasks import job
-
-            handle = job(args.job_id)
-            print(handle.status().model_dump_json(indent=2))
-            result = handle._store.result(handle.id)
-            if result is not None:
-                print(result.model_dump_json(indent=2))
-            return 0
-        if args.command == "hosts":
-            from tandem.tasks.runtime import get_runtime
-            from tandem.workers.hosts import format_hosts, host_snapshots, hosts_json
-
-            rt = get_runtime()
-            snaps = host_snapshots(rt.redis, rt.settings)
-            print(hosts_json(snaps) if args.json else format_hosts(snaps))
-            return 0
-        if args.command == "cancel":
-            from tandem.tasks import job
-
-            job(args.job_id).cancel()
-            print(f"job {args.job_id}: cancellation requested")
-            return 0
-        if args.command == "approve":
-            return _approve(args)
-        if args.command == "watch":
-            return _watch(args)
-        if args.command == "resume":
-            return _resume(args)
-        if args.command == "fork":
-            return _fork(args)
-        if args.command == "api":
-            from tandem.workers.api.server import serve
-
-            return serve(args.host, args.port, log_level=args.log_level)
-        if args.command == "flower":
-            return _flower(args)
-    except RedisUnavailable as exc:  # Redis did not answer for the whole of its bounded wait
-        print(f"tandem: {exc}", file=sys.stderr)
-        return 3
+        return _run(args)
+    except reach.Unreachable as exc:  # before the command started: no traceback worth showing
+        cause = exc.__cause__
+        return _say(cause or exc, str(exc), exit_codes.UNREACHABLE, debug and cause is not None)
+    except RedisUnavailable as exc:  # Redis went away while the command ran, for its whole window
+        line = f"{_unreachable_line(exc)} (the job may still be running: `tandem status` tells, then)"
+        return _say(exc, line, exit_codes.UNREACHABLE, debug)
+    except (RedisConnectionError, RedisTimeoutError, OperationalError) as exc:
+        return _say(exc, _unreachable_line(exc), exit_codes.UNREACHABLE, debug)
+    except JobTimeout as exc:  # the job did not complete in the time given, and goes on
+        line = f"{exc}: it goes on (`tandem watch JOB_ID` follows it, `tandem cancel JOB_ID` stops it)"
+        return _say(exc, line, exit_codes.JOB_FAILED, debug)
+    except JobLostError as exc:
+        return _say(exc, str(exc), exit_codes.JOB_FAILED, debug)
     except (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError) as exc:
-        print(f"tandem: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tandem: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return _say(exc, str(exc), exit_codes.USAGE, debug)
+    except KeyboardInterrupt as exc:
+        return _say(exc, "interrupted", exit_codes.INTERRUPTED, False)
 
 
 if __name__ == "__main__":

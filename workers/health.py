@@ -8,6 +8,8 @@ at once, each bounded by the timeout:
 - **The broker**: the depth of tandem's four queues (``tandem.broker_config.queue_depth``): one
   pipelined round trip on a Redis broker, a connection and a passive declare per queue on
   RabbitMQ. What an autoscaler reads is thereby known to be readable.
+- **The result backend**: ``PING`` on ``TANDEM_RESULT_BACKEND``, only when it names another Redis
+  than the two above (by default it is the broker's).
 
 Exit codes follow the CLI's: 0 both answered, 3 one did not (the line says which, and why),
 2 a setting is invalid. The line never shows a password. Neither Celery nor LiteLLM is imported:
@@ -24,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.broker_config.errors import SettingsError
@@ -33,12 +35,33 @@ from tandem.broker_config.settings import Settings
 
 @dataclass(frozen=True)
 class Answer:
-    """What one check found: whether it answered in time, how long it took, and what it said."""
+    """What one check found: whether it answered in time, how long it took, and what it said.
+
+    ``setting`` is the variable naming the service (``TANDEM_REDIS_URL``, ...), ``url`` its URL
+    with any password masked, and ``error`` what a failed check raised (for ``--debug``)."""
 
     name: str
     ok: bool
     seconds: float
     detail: str = ""
+    setting: str = ""
+    url: str = ""
+    error: BaseException | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One service to ask: what it is, the variable that names it, its URL and its probe."""
+
+    what: str
+    setting: str
+    url: str
+    probe: Callable[[Settings, float], str]
+
+    @property
+    def name(self) -> str:
+        """How the line names it: ``Redis (redis://:**@host:6379/0)``."""
+        return f"{self.what} ({_sanitize(self.url)})"
 
 
 def _sanitize(url: str) -> str:
@@ -49,7 +72,20 @@ def _sanitize(url: str) -> str:
     return masked(url) if is_cluster_url(url) else str(maybe_sanitize_url(url))
 
 
+def _ping(url: str, timeout: float) -> str:
+    from redis import Redis
+
+    client = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return ""
+
+
 def _ping_redis(settings: Settings, timeout: float) -> str:
+    """``PING`` the job store: one Redis, or every master of a Redis Cluster (checked first:
+    ``tandem.broker_config.job_redis``)."""
     from tandem.broker_config.job_redis import job_store_client
 
     client = job_store_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout)
@@ -58,6 +94,10 @@ def _ping_redis(settings: Settings, timeout: float) -> str:
     finally:
         client.close()
     return ""
+
+
+def _ping_backend(settings: Settings, timeout: float) -> str:
+    return _ping(settings.result_backend, timeout)
 
 
 def _read_broker(settings: Settings, timeout: float) -> str:
@@ -75,31 +115,47 @@ def _read_broker(settings: Settings, timeout: float) -> str:
     return ", ".join(f"{queue} {n}" for queue, n in depths.items())
 
 
-def check(settings: Settings, timeout: float = 3.0) -> list[Answer]:
-    """Ask Redis and the broker at once; each gets ``timeout`` seconds. A check still waiting at
-    the end counts as not answering (its thread is a daemon: the process does not wait for it)."""
-    checks: dict[str, Callable[[Settings, float], str]] = {
-        f"Redis ({_sanitize(settings.redis_url)})": _ping_redis,
-        f"the broker ({_sanitize(settings.broker_url)})": _read_broker,
-    }
+def targets(settings: Settings, *, broker: bool = True) -> list[Target]:
+    """What ``check`` asks: Redis, the broker (unless ``broker`` is false), and the result backend
+    when it is a Redis of its own."""
+    found = [Target("Redis", "TANDEM_REDIS_URL", settings.redis_url, _ping_redis)]
+    if broker:
+        found.append(Target("the broker", "TANDEM_BROKER_URL", settings.broker_url, _read_broker))
+    backend = settings.result_backend
+    if backend.startswith(("redis://", "rediss://")) and backend not in (
+        settings.redis_url,
+        settings.broker_url,
+    ):
+        found.append(Target("the result backend", "TANDEM_RESULT_BACKEND", backend, _ping_backend))
+    return found
+
+
+def check(settings: Settings, timeout: float = 3.0, *, broker: bool = True) -> list[Answer]:
+    """Ask Redis, the broker (unless ``broker`` is false) and a result backend of its own at
+    once; each gets ``timeout`` seconds. A check still waiting at the end counts as not answering
+    (its thread is a daemon: the process does not wait for it)."""
+    asked = targets(settings, broker=broker)
     found: dict[str, Answer] = {}
     started = time.monotonic()
 
-    def run(name: str, probe: Callable[[Settings, float], str]) -> None:
+    def run(target: Target) -> None:
+        name, setting, url = target.name, target.setting, _sanitize(target.url)
         try:
-            detail = probe(settings, timeout)
-            found[name] = Answer(name, True, time.monotonic() - started, detail)
+            detail = target.probe(settings, timeout)
+            found[name] = Answer(name, True, time.monotonic() - started, detail, setting, url)
         except Exception as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
-            found[name] = Answer(name, False, time.monotonic() - started, reason)
+            found[name] = Answer(name, False, time.monotonic() - started, reason, setting, url, exc)
 
-    threads = [threading.Thread(target=run, args=item, daemon=True) for item in checks.items()]
+    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in asked]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(max(0.0, started + timeout + 0.5 - time.monotonic()))
+    silent = f"no answer within {timeout:g} s"
     return [
-        found.get(name) or Answer(name, False, timeout, f"no answer within {timeout:g} s") for name in checks
+        found.get(t.name) or Answer(t.name, False, timeout, silent, t.setting, _sanitize(t.url))
+        for t in asked
     ]
 
 

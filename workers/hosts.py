@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 
 from tandem.tasks.hosts.capacity import HostSnapshot, host_snapshots
+from tandem.toolkit.redaction import masked_url
 
 __all__ = ["format_hosts", "host_snapshots", "hosts_json"]
 
@@ -39,7 +40,7 @@ def format_hosts(snapshots: Sequence[HostSnapshot]) -> str:
         cap = s.limits.get("max_in_flight")
         rows.append(
             (
-                s.host,
+                masked_url(s.host),
                 f"{s.in_flight}/{cap}" if cap else str(s.in_flight),
                 str(s.waiting),
                 _budget(s.requests_available, s.requests_burst, s.limits.get("rpm")),
@@ -57,7 +58,7 @@ def hosts_json(snapshots: Sequence[HostSnapshot]) -> str:
     return json.dumps(
         [
             {
-                "host": s.host,
+                "host": masked_url(s.host),
                 "limits": s.limits,
                 "in_flight": s.in_flight,
                 "waiting": s.waiting,

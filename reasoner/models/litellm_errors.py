@@ -41,6 +41,16 @@ TRANSIENT_STATUSES = frozenset({408, 429})
 _CALL_FAILURES = (ModelCallError, HostReplyError, UnreadableReply, ConnectionError, TimeoutError)
 
 
+def shown_host(api_base: str | None) -> str:
+    """How errors and logs name a host: its ``api_base`` with the password masked, or
+    ``"provider default"``."""
+    if not api_base:
+        return "provider default"
+    from tandem.toolkit.redaction import masked_url  # the toolkit's import costs: only when shown
+
+    return masked_url(api_base)
+
+
 def cause_chain(exc: BaseException) -> Iterable[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -188,21 +198,18 @@ def advice(kind: str, status: int | None, exc: BaseException, *, role: str | Non
             f"host serves) and {setting}_API_BASE; GET <api_base>/models lists the host's models"
         )
     if status == 429:
-        return (
-            "the host is rate limiting: lower the number of concurrent workers or raise the host's limits"
-        )
+        return "the host is rate limiting: lower the number of concurrent workers or raise the host's limits"
     if status in (400, 422):
         return (
             "the host refused the request: check the parameters this model accepts "
             f"({setting}_TEMPERATURE, {setting}_MAX_TOKENS, tools, extra_body)"
         )
     if status == 504:
-        return (
-            "a gateway in front of the model timed out: check the host's load and the gateway's timeout"
-        )
+        return "a gateway in front of the model timed out: check the host's load and the gateway's timeout"
     if status is not None and status >= 500:
         return "the host failed: check its logs and health"
     return "check the model settings and the host"
+
 
 def translate(
     exc: BaseException,
@@ -219,7 +226,7 @@ def translate(
     The message names the model, the host, what failed, the provider's words and what to do; the
     API key never appears in it.
     """
-    host = api_base or "provider default"
+    host = shown_host(api_base)
     if isinstance(exc, ModelCallError):
         return exc
     bad = unreadable(exc)
@@ -350,7 +357,7 @@ class MalformedReplyError(TransientModelError):
         role: str | None = None,
     ) -> None:
         self.reply = reply
-        self.head = f"model {model!r} at {api_base or 'provider default'}"
+        self.head = f"model {model!r} at {shown_host(api_base)}"
         self.sent = f"HTTP {reply.status} with {reply.what}"
         if reply.body.strip():
             self.sent += f": {excerpt(reply.body, api_key)}"

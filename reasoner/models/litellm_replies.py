@@ -25,9 +25,7 @@ def parsed_tool_call(call: Any) -> NativeToolCall:
     arguments = get("arguments", "{}")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments)
-    return NativeToolCall(
-        id=get("id", None) or new_call_id(), name=str(get("name", "")), arguments=arguments
-    )
+    return NativeToolCall(id=get("id", None) or new_call_id(), name=str(get("name", "")), arguments=arguments)
 
 
 class ToolCallAccumulator:

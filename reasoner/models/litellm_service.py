@@ -67,6 +67,7 @@ from tandem.reasoner.models.litellm_errors import (
     failure_kind,
     is_call_failure,
     parse_retry_after,
+    shown_host,
     translate,
 )
 from tandem.reasoner.models.litellm_replies import (
@@ -76,7 +77,7 @@ from tandem.reasoner.models.litellm_replies import (
     raw_message,
     usage_of,
 )
-from tandem.reasoner.models.litellm_setup import import_litellm
+from tandem.reasoner.models.litellm_setup import import_litellm, wait_for_warm_up
 from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
 from tandem.reasoner.models.model_service import BaseModelService
 from tandem.reasoner.models.retry_policy import RetryPolicy
@@ -171,8 +172,7 @@ class LiteLlmModelService(BaseModelService):
         LiteLLM (``tandem.reasoner.models.direct_http``); ``None``: always through LiteLLM."""
 
     def __repr__(self) -> str:
-        host = self.api_base or "provider default"
-        return f"LiteLlmModelService(model={self.model!r}, api_base={host!r}, stream={self.stream!r})"
+        return f"LiteLlmModelService(model={self.model!r}, api_base={self.host!r}, stream={self.stream!r})"
 
     # -- configuration -----------------------------------------------------------------
 
@@ -205,8 +205,8 @@ class LiteLlmModelService(BaseModelService):
 
     @property
     def host(self) -> str:
-        """The host named in errors: ``api_base``, or ``"provider default"``."""
-        return self.api_base or "provider default"
+        """The host named in errors: ``api_base`` (its password masked), or ``"provider default"``."""
+        return shown_host(self.api_base)
 
     # -- ModelService ------------------------------------------------------------------
 
@@ -418,6 +418,7 @@ class LiteLlmModelService(BaseModelService):
         return self._reply(content, provider_reasoning, tool_calls, usage_of(data.get("usage")), on_delta)
 
     def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        wait_for_warm_up()  # a worker's warm-up in progress: else this reply would pause mid-stream
         stream = import_litellm().completion(**request)
         reader = self._reader(on_delta)
         iterator = iter(stream)
@@ -433,6 +434,8 @@ class LiteLlmModelService(BaseModelService):
         return self._message(*reader.finish(stream))
 
     async def _astreamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        if not wait_for_warm_up(0):  # as ``_streamed``, without holding up the loop's other calls
+            await asyncio.to_thread(wait_for_warm_up)
         stream = await import_litellm().acompletion(**request)
         reader = self._reader(on_delta)
         iterator = stream.__aiter__()

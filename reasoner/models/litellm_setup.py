@@ -2,20 +2,41 @@
 
 Everything here acts on the LiteLLM module, which is process-wide: ``import_litellm`` (on first use,
 not with this module: it costs a second or two of CPU), ``price_unpriced_model`` (a self-hosted
-model entered at 0 a token), ``size_connection_pool`` and ``async_connection_cap`` (what a worker
-sets or checks at start). ``LiteLlmModelService`` calls LiteLLM through ``import_litellm``.
+model entered at 0 a token), ``size_connection_pool``, ``async_connection_cap`` and
+``warm_up_streaming`` / ``start_streaming_warm_up`` (what a worker sets, checks or does at start).
+``LiteLlmModelService`` calls LiteLLM through ``import_litellm``, and a streamed call first waits for
+a warm-up in progress (``wait_for_warm_up``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import logging
 import os
 import threading
+import time
 from types import ModuleType
 
-__all__ = ["async_connection_cap", "import_litellm", "price_unpriced_model", "size_connection_pool"]
+__all__ = [
+    "WARM_UP_WAIT",
+    "async_connection_cap",
+    "import_litellm",
+    "price_unpriced_model",
+    "size_connection_pool",
+    "start_streaming_warm_up",
+    "wait_for_warm_up",
+    "warm_up_streaming",
+]
 
 _litellm: ModuleType | None = None
 _litellm_lock = threading.Lock()
+_warmed = threading.Event()
+_warmed.set()  # set while no warm-up is in progress
+
+WARM_UP_WAIT = 30.0
+"""The longest a streamed call waits for a warm-up in progress (seconds)."""
 
 
 def import_litellm() -> ModuleType:
@@ -100,3 +121,80 @@ def async_connection_cap() -> int | None:
 
     caps = [int(c) for c in (AIOHTTP_CONNECTOR_LIMIT, AIOHTTP_CONNECTOR_LIMIT_PER_HOST) if int(c) > 0]
     return min(caps) if caps else None
+
+
+def warm_up_streaming(model: str, *, use_async: bool) -> None:
+    """Make one streamed completion of ``model`` that LiteLLM answers itself (``mock_response``: no
+    request leaves the process, no key is needed) and read it to its end: ``litellm.acompletion``
+    on a loop of its own when ``use_async`` (the worker's model loop calls that way), else
+    ``litellm.completion``.
+
+    LiteLLM sets up much of its streaming on the first stream of the process: it imports more of
+    itself and loads the model's tokenizer to count the prompt's tokens (0.5 to 3 s of CPU),
+    before the first chunk is handed over, so a fresh worker's first reply arrived in one lump
+    after that pause. The model is priced first (``price_unpriced_model``), as a worker does
+    before its calls: which tokenizer LiteLLM picks depends on it. What is loaded is
+    process-wide, not tied to the loop used here: the calls later made on the worker's own loop
+    find it ready. Raises whatever LiteLLM raises.
+    """
+    litellm = import_litellm()
+    price_unpriced_model(model)  # as before every real call: the prompt's tokenizer depends on it
+    request = {
+        "model": model,
+        "messages": [{"role": "user", "content": "warm-up"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "mock_response": "warm-up",
+    }
+    _import_http_logging()
+    if not use_async:
+        for _ in litellm.completion(**request):
+            pass
+        return
+
+    async def read() -> None:
+        async for _ in await litellm.acompletion(**request):
+            pass
+
+    loop = asyncio.new_event_loop()  # not set as the thread's loop: nothing else sees it
+    try:
+        loop.run_until_complete(read())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+def start_streaming_warm_up(model: str, *, use_async: bool) -> threading.Thread:
+    """Run ``warm_up_streaming`` in a daemon thread; until it ends, a streamed call waits for it
+    before sending its request (``wait_for_warm_up``), so its reply streams from its first chunk
+    rather than pausing mid-stream while LiteLLM loads what the warm-up is loading. A failure is
+    logged, and the calls go on without it."""
+    log = logging.getLogger("tandem.worker")
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            warm_up_streaming(model, use_async=use_async)
+            log.info("LiteLLM's streaming warmed up in %.2f s", time.monotonic() - started)
+        except Exception:  # a missed warm-up only makes the first reply slower
+            log.warning("could not warm up LiteLLM's streaming", exc_info=True)
+        finally:
+            _warmed.set()
+
+    _warmed.clear()
+    thread = threading.Thread(target=run, name="tandem-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for_warm_up(timeout: float = WARM_UP_WAIT) -> bool:
+    """Wait for a warm-up in progress (``start_streaming_warm_up``), at most ``timeout`` seconds;
+    ``True`` when none is (any more)."""
+    return _warmed.wait(timeout)
+
+
+def _import_http_logging() -> None:
+    """What LiteLLM's HTTP calls import on first use, which a mocked call does not reach (a few
+    milliseconds; a name gone in a later LiteLLM is skipped, and the warm-up test says so)."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("litellm._service_logger")

@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from tandem.tasks import metrics
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.keys import LIVE_SHARDS
 from tandem.tasks.state.machine import JobMachine
@@ -124,6 +125,8 @@ class Reconciler:
         if verdict.action == "gone":
             self.machine.redis.zrem(key, job_id)
             return 0
+        if verdict.action not in ("wait", "parked"):
+            metrics.RECONCILER_ACTIONS.labels(verdict.action).inc()
         if verdict.action == "deliver":
             return self._deliver(key, job_id, verdict.mark, now)
         self.machine.redis.zadd(key, {job_id: self.next_look(verdict, now)})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from celery import Celery
 
+from tandem.tasks import metrics
 from tandem.tasks.job_events import Final
 from tandem.tasks.spec import JobResult
 from tandem.tasks.state.claims import CeleryWrite, Claim, FinalEntry
@@ -164,11 +166,24 @@ def end_job(
     )
     if not first:  # another end came first: the reconciler unindexes the job once it is out
         return False, store.result(job_id)
+    _count_end(store, job_id, result.status)
     mark = write.mark if write is not None else ""
     if mark and delivery is not None and not deliver(store, delivery, job_id, mark):
         return True, result
     store.machine.unindex(job_id)
     return True, result
+
+
+def _count_end(store: JobStore, job_id: str, outcome: str) -> None:
+    """Count the job's end in ``tandem_jobs_ended_total`` and its duration in ``tandem_job_seconds``
+    (from its record's ``created_at``; never raises: a metric must not fail a job's end)."""
+    try:
+        metrics.JOBS_ENDED.labels(outcome).inc()
+        created = store.redis.hget(store.key(job_id, "state"), "created_at")
+        if created:
+            metrics.JOB_SECONDS.labels(outcome).observe(max(0.0, time.time() - float(created)))
+    except Exception:
+        log.debug("could not count the end of job %s", job_id, exc_info=True)
 
 
 def deliver(store: JobStore, delivery: ResultDelivery, job_id: str, mark: str) -> bool:

@@ -104,12 +104,18 @@ class Cluster:
         *roles: str,
         concurrency: dict[str, int] | None = None,
         name: str | None = None,
+        pool: str | None = None,
         **extra_env: str,
     ) -> WorkerGroup:
         """Start one worker per role (each consumes its queue and the intake queue); ``name``
-        tells apart several groups of one role."""
+        tells apart several groups of one role; ``pool`` is their pool (threads by default)."""
         group = WorkerGroup(
-            roles, env={**self.env, **extra_env}, loglevel="INFO", concurrency=concurrency, name=name
+            roles,
+            env={**self.env, **extra_env},
+            loglevel="INFO",
+            concurrency=concurrency,
+            name=name,
+            pool=None if pool is None else dict.fromkeys(roles, pool),
         )
         group.start()
         self.groups.append(group)

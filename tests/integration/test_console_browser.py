@@ -58,6 +58,12 @@ def test_the_console_runs_the_demo_job_and_shows_its_deliverable(chromium: str, 
     try:
         page = browser.page()
         page.wait_for("document.readyState === 'complete' && !!document.querySelector('#submit')", 30)
+        # The console runs under its Content-Security-Policy, which blocks any inline script.
+        injected = (
+            "const s = document.createElement('script'); s.textContent = 'window.inlineRan = true';"
+            "document.body.appendChild(s); window.inlineRan === true"
+        )
+        assert page.evaluate(injected) is False
         # Count the updates of the replies' text while the job runs: tokens arrive piece by piece.
         page.evaluate(
             "window.textUpdates = 0; new MutationObserver((ms) => { window.textUpdates += ms.filter("

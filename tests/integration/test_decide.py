@@ -8,6 +8,7 @@ The plan of every job's first round calls ``add`` (needs no approval: it runs at
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -160,6 +161,27 @@ def test_edited_args_are_validated_and_used(cluster: Hosts) -> None:
     ran = c.store.tool_result(handle.id, 0, 2)
     assert ran is not None and ran.status == "succeeded" and "notified ops-oncall" in str(ran.output)
     assert seen_by_model(actor, "notified ops-oncall")
+
+
+def test_the_async_controls_decide_and_fork_on_workers(cluster: Hosts) -> None:
+    c, _, _ = cluster
+    handle = submit(c, "mono")
+    parked(c, handle)
+
+    async def decide_then_fork() -> tuple[Any, ...]:
+        pending = await handle.apending_approval()
+        decided = await handle.aapprove(2, args={"to": "async-ops"})
+        result = await handle.aresult(timeout=90)
+        forked = await handle.afork(1, max_rounds=4)
+        return pending, decided, result, forked
+
+    pending, decided, result, forked = asyncio.run(decide_then_fork())
+    assert pending is not None and [p.index for p in pending.undecided()] == [2]
+    assert [(d.index, d.args) for d in decided] == [(2, {"to": "async-ops"})]
+    assert result.status == "completed"
+    ran = c.store.tool_result(handle.id, 0, 2)
+    assert ran is not None and "notified async-ops" in str(ran.output)
+    assert forked.id != handle.id and forked.result(timeout=90).status == "completed"
 
 
 def test_no_decision_in_time_rejects_and_the_job_goes_on(cluster: Hosts) -> None:

@@ -104,7 +104,7 @@ def _all_complete(cluster: Cluster, handles: list[JobHandle], *, crash: bool = F
             continue
         outputs = cluster.redis.hvals(cluster.store.key(h.id, "tools"))
         reported = any(INTERRUPTED.encode() in o for o in outputs)
-        assert reported, f"{h.id}: charge_card neither ran nor was reported"
+        assert reported, f"{h.id}: charge_card neither ran nor was reported interrupted"
 
 
 def _survives(cluster: Cluster, fault: Callable[[], None]) -> None:

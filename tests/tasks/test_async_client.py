@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 
 from tandem.tasks.client import JobHandle, submit_async
-from tandem.tasks.errors import JobSpecError, JobTimeout
+from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.state.store import JobStore
 
@@ -153,3 +153,68 @@ def test_submit_async_sends_tandem_infer(store: JobStore, app: Celery, server: f
     assert message["name"] == "tandem.infer" and message["kwargs"]["spec"]["goal"] == "count"
     assert message["thread"] != threading.main_thread().name, "the blocking send ran off the loop"
     assert asyncio.run(handle.astatus()).state == "queued"
+
+
+class _Reply:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def get(self, timeout: float) -> Any:
+        return self.value
+
+
+class _Workers:
+    """A Celery app whose control tasks answer at once, as a worker would (recording what was sent)."""
+
+    def __init__(self, replies: dict[str, Any]) -> None:
+        self.replies = replies
+        self.sent: list[tuple[str, dict[str, Any], str]] = []
+
+    def send_task(self, name: str, kwargs: dict[str, Any]) -> _Reply:
+        self.sent.append((name, kwargs, threading.current_thread().name))
+        return _Reply(self.replies[name])
+
+
+def test_the_async_controls_send_what_the_sync_ones_send_off_the_event_loop(store: JobStore) -> None:
+    decided = [{"index": 1, "approve": True}, {"index": 2, "approve": False, "reason": "no"}]
+    workers = _Workers(
+        {
+            "tandem.decide": {"accepted": True, "decisions": decided},
+            "tandem.resume": {"accepted": True},
+            "tandem.fork": {"accepted": True, "fork_id": "job-2"},
+        }
+    )
+    handle = JobHandle("job-1", store, workers)  # type: ignore[arg-type]
+
+    async def run() -> tuple[Any, ...]:
+        approved = await handle.aapprove(1, args={"text": "hi"})
+        rejected = await handle.areject("no", 2)
+        both = await handle.adecide(True)
+        resumed = await handle.aresume(max_rounds=9)
+        forked = await handle.afork(2, "new goal", max_rounds=5)
+        return approved, rejected, both, resumed, forked
+
+    approved, rejected, both, resumed, forked = asyncio.run(run())
+    assert [(d.index, d.approve) for d in approved] == [(1, True), (2, False)] and rejected == both
+    assert resumed is handle and forked.id == "job-2"
+    assert [(name, kwargs) for name, kwargs, _ in workers.sent] == [
+        (
+            "tandem.decide",
+            {"job_id": "job-1", "decisions": [{"index": 1, "approve": True, "args": {"text": "hi"}}]},
+        ),
+        ("tandem.decide", {"job_id": "job-1", "decisions": [{"index": 2, "approve": False, "reason": "no"}]}),
+        ("tandem.decide", {"job_id": "job-1", "decisions": True}),
+        ("tandem.resume", {"job_id": "job-1", "max_rounds": 9}),
+        ("tandem.fork", {"job_id": "job-1", "round": 2, "goal": "new goal", "max_rounds": 5}),
+    ]
+    assert all(thread != "MainThread" for _, _, thread in workers.sent)  # the loop never blocked
+
+
+def test_the_async_controls_raise_the_refusals(store: JobStore) -> None:
+    refused = {"accepted": False, "error": "job 'job-1' is not waiting for a decision", "reason": "state"}
+    handle = JobHandle("job-1", store, _Workers({"tandem.decide": refused, "tandem.resume": refused}))  # type: ignore[arg-type]
+    with pytest.raises(DecisionRefused, match="not waiting for a decision"):
+        asyncio.run(handle.aapprove())
+    with pytest.raises(ResumeRefused) as no:
+        asyncio.run(handle.aresume())
+    assert no.value.reason == "state"

@@ -10,6 +10,7 @@ from typing import Any
 import fakeredis
 import pytest
 from cryptography.fernet import Fernet
+from kombu.exceptions import OperationalError
 
 from tandem.broker_config import Settings
 from tandem.tasks import runtime as runtime_module
@@ -86,3 +87,21 @@ def test_the_intake_message_has_the_jobs_priority(
     submit({"goal": "g", "priority": priority}, app=app, store=JobStore(fakeredis.FakeRedis()))  # type: ignore[arg-type]
     (sent,) = app.sent
     assert sent["priority"] == expected
+
+
+class DeadBroker(FakeApp):
+    def send_task(self, name: str, **options: Any) -> Sent:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:5672. Connection refused.")
+
+
+def test_a_job_stored_before_the_broker_failed_is_accepted_not_raised(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = JobStore(fakeredis.FakeRedis())
+    handle = submit({"goal": "g"}, app=DeadBroker(), store=store)  # type: ignore[arg-type]
+    assert handle.status().state == "queued"
+    # In the reconciler's index: its intake message is sent again once the broker answers.
+    shard = store.machine.shard_key(store.machine.shard_of(handle.id))
+    assert store.redis.zscore(shard, handle.id) is not None
+    assert store.machine.intake(handle.id) is not None  # what the reconciler sends
+    assert f"job {handle.id} is stored as queued, but its message could not be sent now" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -9,6 +10,12 @@ import pytest
 from tandem.broker_config import Settings
 from tandem.reasoner.models import litellm_setup
 from tandem.tasks import worker_signals
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_up_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``_warm_up`` leaves for the worker's ready signal is dropped after each test."""
+    monkeypatch.setattr(worker_signals, "_streams_to_warm", None)
 
 
 @pytest.mark.parametrize(("env", "sized"), [({}, False), ({"TANDEM_MODEL_LOOP": "0"}, True)])
@@ -47,3 +54,41 @@ def test_the_connection_limit_warning_is_only_for_calls_through_litellm(
     monkeypatch.setattr(litellm_setup, "async_connection_cap", lambda: 500)
     worker_signals._warm_up()
     assert ("AIOHTTP_CONNECTOR_LIMIT" in caplog.text) is warned
+
+
+@pytest.mark.parametrize(
+    ("env", "pool", "warmed"),
+    [
+        pytest.param({"TANDEM_ACTOR_STREAM": "1"}, "prefork", [("openai/m", True)], id="on-the-loop"),
+        pytest.param(
+            {"TANDEM_ACTOR_STREAM": "1", "TANDEM_MODEL_LOOP": "0"},
+            "threads",
+            [("openai/m", False)],
+            id="threads",
+        ),
+        pytest.param({}, "threads", [], id="not-streamed"),
+    ],
+)
+def test_a_worker_whose_role_streams_warms_the_streamed_path_up_before_it_takes_work(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], pool: str, warmed: list[tuple[str, bool]]
+) -> None:
+    settings = Settings.from_env({"TANDEM_ACTOR_MODEL": "openai/m", **env})
+    monkeypatch.setattr(
+        worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=4)
+    )
+    monkeypatch.setattr(litellm_setup, "size_connection_pool", lambda n: True)
+    calls: list[tuple[str, bool]] = []
+
+    def warm(model: str, *, use_async: bool) -> None:
+        time.sleep(0.2)
+        calls.append((model, use_async))
+
+    monkeypatch.setattr(litellm_setup, "warm_up_streaming", warm)
+    worker_signals._warm_up(sender=SimpleNamespace(pool_cls=pool))
+    if pool == "prefork":  # before the processes fork: each inherits what it loaded
+        assert calls == warmed
+        return
+    assert calls == []  # the worker's start does not wait for it
+    worker_signals._start_warm_up()  # the worker is ready: in a thread, before it takes messages
+    assert litellm_setup.wait_for_warm_up(5)  # what a streamed call does before its request
+    assert calls == warmed

@@ -15,6 +15,7 @@ from celery import Celery
 from starlette.testclient import TestClient
 
 from tandem.broker_config import Settings
+from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.errors import SettingsError
 from tandem.tasks.job_events import ModelDelta, RoundStarted
 from tandem.tasks.spec import JobResult, JobSpec
@@ -27,9 +28,17 @@ TOKEN = "a-token-of-some-length"
 
 
 class Fixture:
-    def __init__(self, tokens: tuple[str, ...] = (), max_body: int = 4096) -> None:
+    def __init__(
+        self,
+        tokens: tuple[str, ...] = (),
+        max_body: int = 4096,
+        api: ApiSettings | None = None,
+        base_url: str = "http://localhost",
+    ) -> None:
         self.server = fakeredis.FakeServer()
-        self.settings = replace(Settings.from_env({}), api_tokens=tokens, api_max_body=max_body)
+        self.settings = replace(
+            Settings.from_env({}), api_tokens=tokens, api_max_body=max_body, api=api or ApiSettings()
+        )
         self.celery = Celery("test-api", broker="memory://", backend="cache+memory://")
         self.store = JobStore.from_settings(fakeredis.FakeRedis(server=self.server), self.settings)
         self.app = create_api(
@@ -40,7 +49,7 @@ class Fixture:
             heartbeat=0.2,
         )
         headers = {"Authorization": f"Bearer {tokens[0]}"} if tokens else {}
-        self.client = TestClient(self.app, headers=headers)
+        self.client = TestClient(self.app, base_url=base_url, headers=headers)
 
     def ended_job(self, job_id: str = "job-1") -> list[str]:
         """A job with four events, the last one ``final``; returns their stream ids."""
@@ -243,7 +252,7 @@ def test_an_idle_stream_sends_heartbeats_until_the_final_event(api: Fixture) -> 
 
 def test_tokens_are_required_when_configured() -> None:
     fixture = Fixture(tokens=(TOKEN, "another-token-here"))
-    with TestClient(fixture.app) as anonymous:
+    with TestClient(fixture.app, base_url="http://localhost") as anonymous:
         refused = anonymous.get("/v1/jobs")
         assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
         assert "Authorization: Bearer" in refused.json()["error"]["message"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tandem.broker_config import process_metrics
 from tandem.workers import cli
 
 
@@ -235,7 +236,12 @@ def test_a_gevent_pool(worker_main: Captured, monkeypatch: pytest.MonkeyPatch) -
     assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("gevent", "200")
 
 
-def test_an_all_worker_without_intake(worker_main: Captured) -> None:
+def test_an_all_worker_without_intake(
+    worker_main: Captured, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A prefork worker's processes write their metric samples to files (process_metrics): the
+    # directory is the test's, and the variable goes with it.
+    monkeypatch.setenv(process_metrics.ENV, str(tmp_path))
     assert cli.main(["worker", "all", "--no-intake", "-c", "2", "-P", "prefork", "-n", "w1@h"]) == 0
     argv = worker_main.argv
     assert argv is not None
@@ -344,14 +350,19 @@ def test_watch_and_api_arguments() -> None:
 
 
 @pytest.fixture
-def fake_runtime() -> Any:
+def fake_runtime(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A runtime over fakeredis; the commands' check that Redis and the broker answer (which asks
+    the real servers of the settings) records what it would ask instead."""
     import fakeredis
 
     from tandem.broker_config import Settings
     from tandem.tasks import runtime as runtime_module
+    from tandem.workers import reach
 
     runtime = runtime_module.Runtime(Settings.from_env({}))
     runtime.__dict__["redis"] = fakeredis.FakeRedis()
+    runtime.preflights = []
+    monkeypatch.setattr(reach, "preflight", lambda settings, broker=True: runtime.preflights.append(broker))
     saved = runtime_module._runtime
     runtime_module._runtime = runtime
     yield runtime

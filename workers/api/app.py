@@ -17,11 +17,16 @@
   from rounds ``0..round-1`` (body ``{"round": R, "goal"?, "max_rounds"?}``); 202 with its id. Refusals:
   404 (unknown or expired), 409 (not ended), 422 (budget or round), 504 (no worker answered).
 * ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
+
+In front of the routes (``create_api``): security headers on every answer (``headers``), the
+``Host`` allow-list (``host_header``), cross-site refusals and CORS (``origins``), bearer tokens and
+the body limit (``guards``). Bodies are parsed strictly (``bodies``); event streams share one Redis
+reader per job (``streams``).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,28 +36,35 @@ from typing import Any, TypeVar
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 from redis import Redis
+from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
-from tandem.broker_config.job_redis import async_job_store_client, job_store_client
+from tandem.broker_config.job_redis import async_job_store_client, is_cluster_url, job_store_client
 from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
-from tandem.tasks.job_events import decode_entry, event_json
 from tandem.tasks.runtime import redis_options
-from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
-from tandem.tasks.state.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends
+from tandem.tasks.spec import FINAL_STATES, JobResult
+from tandem.tasks.state.store import JobStore
+from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
 from tandem.workers.api.errors import ApiError, error_response
-from tandem.workers.api.guards import BearerAuth, BodyLimit, too_large
+from tandem.workers.api.guards import BearerAuth, BodyLimit
+from tandem.workers.api.headers import SecurityHeaders
+from tandem.workers.api.host_header import AllowedHosts, default_hosts
 from tandem.workers.api.openapi import openapi_document
+from tandem.workers.api.origins import OriginGuard
+from tandem.workers.api.streams import EventHub, EventStreamResponse, StreamsFull, StreamSlots
 
 T = TypeVar("T")
 _STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
@@ -65,7 +77,10 @@ _STATIC = {
 
 
 class Api:
-    """The API's state: the job store, an async Redis client for event streams, the Celery app."""
+    """The API's state: the job store, the async Redis clients (requests, and the event streams'
+    readers, each a bounded pool), the event hub and the Celery app.
+
+    ``async_redis`` given alone serves both (tests pass one fakeredis client)."""
 
     def __init__(
         self,
@@ -74,6 +89,7 @@ class Api:
         celery_app: Celery | None = None,
         redis: Redis | None = None,
         async_redis: AsyncRedis | None = None,
+        stream_redis: AsyncRedis | None = None,
         heartbeat: float = 15.0,
         decide_timeout: float = 30.0,
     ) -> None:
@@ -85,13 +101,24 @@ class Api:
         self.celery = celery_app
         options = redis_options(settings)
         self.redis = redis or job_store_client(settings, **options)
-        # An event stream blocks in XREAD for up to ``heartbeat`` seconds: reads may wait that long
-        # on top of TANDEM_REDIS_SOCKET_TIMEOUT (redis-py's own default would be 5 s).
+        self.async_redis = async_redis or _pooled(settings, settings.api.redis_max_connections, options)
+        # A feed waits in XREAD for up to ``heartbeat`` seconds: its reads may take that long on top
+        # of TANDEM_REDIS_SOCKET_TIMEOUT. One connection per job followed, at most stream_jobs.
         wait = {**options, "socket_timeout": settings.redis_socket_timeout + heartbeat}
-        self.async_redis = async_redis or async_job_store_client(settings, **wait)
+        self.stream_redis = stream_redis or (
+            self.async_redis if async_redis is not None else _pooled(settings, settings.api.stream_jobs, wait)
+        )
         self.store = JobStore.from_settings(self.redis, settings)
         self.heartbeat = heartbeat
         self.decide_timeout = decide_timeout
+        self.hub = EventHub(
+            self.store,
+            self.async_redis,
+            self.stream_redis,
+            heartbeat=heartbeat,
+            max_jobs=settings.api.stream_jobs,
+        )
+        self.slots = StreamSlots(settings.api.max_streams)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -131,19 +158,12 @@ class Api:
     # -- endpoints ---------------------------------------------------------------------------
 
     async def create_job(self, request: Request) -> Response:
-        raw = await read_json(request, self.settings.api_max_body)
-        if not isinstance(raw, dict):
-            raise ApiError(
-                422,
-                "invalid_spec",
-                f"the body must be a JSON object (a job spec), got {type(raw).__name__}",
-                fields=[{"field": "(body)", "message": "not a JSON object"}],
-            )
-        spec = _validate(raw)
+        raw = json_object(await read_json(request, self.settings.api_max_body), "invalid_spec", "a job spec")
+        spec = validate_spec(raw)
         try:
             handle = await run_in_threadpool(submit, spec, app=self.celery, store=self.store)
         except JobSpecError as exc:  # a limit of TANDEM_MAX_* (the message names it)
-            raise ApiError(422, "invalid_spec", str(exc)) from None
+            raise without_secrets(ApiError(422, "invalid_spec", str(exc)), raw) from None
         status = await run_in_threadpool(handle.status)
         body = {"id": handle.id, "status": status.model_dump(mode="json"), "links": _links(handle.id)}
         return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{handle.id}"})
@@ -201,7 +221,7 @@ class Api:
     async def resume_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         handle = await run_in_threadpool(self.handle, job_id)
-        body = await _optional_json(request, self.settings.api_max_body)
+        body = await optional_json(request, self.settings.api_max_body)
         max_rounds = body.get("max_rounds")
         if max_rounds is not None and (isinstance(max_rounds, bool) or not isinstance(max_rounds, int)):
             raise ApiError(
@@ -267,7 +287,6 @@ class Api:
 
     async def job_events(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        await run_in_threadpool(self.handle, job_id)
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         if after != "$" and not _STREAM_ID.match(after):
             raise ApiError(
@@ -276,50 +295,42 @@ class Api:
                 f"Last-Event-ID {after[:60]!r} is not a stream id: send the id of the last event "
                 "received (like '1700000000000-0'), or '0' for the first event",
             )
-        if after == "$":
-            newest = await self.async_redis.xrevrange(self.store.key(job_id, "events"), count=1)
-            after = newest[0][0].decode() if newest else "0"
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(
-            self._sse(request, job_id, after), media_type="text/event-stream", headers=headers
-        )
+        # A crowd of clients arriving at once must not take a thread and a connection each.
+        if not (_JOB_ID.match(job_id) and await self.async_redis.exists(self.store.key(job_id, "state"))):
+            await run_in_threadpool(self.handle, job_id)  # 404, or a job refused at intake
+        who = _client_identity(request)
+        if not self.slots.acquire(who):
+            limit = self.settings.api.max_streams
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"this {'token' if who.startswith('token:') else 'client'} already has {limit} event "
+                "streams open on this API process (TANDEM_API_MAX_STREAMS): close one, or follow "
+                "several jobs from one page",
+                limit=limit,
+            ).with_headers({"Retry-After": "5"})
+        try:
+            if after == "$":
+                newest = await self.async_redis.xrevrange(self.store.key(job_id, "events"), count=1)
+                after = newest[0][0].decode() if newest else "0"
+            sub = self.hub.subscribe(job_id)
+        except StreamsFull:
+            self.slots.release(who)
+            raise ApiError(
+                503,
+                "too_many_jobs_streamed",
+                f"this API process already follows {self.hub.max_jobs} jobs' events "
+                "(TANDEM_API_STREAM_JOBS): try again in a moment, or through another API process",
+            ).with_headers({"Retry-After": "5"}) from None
+        except BaseException:
+            self.slots.release(who)
+            raise
 
-    async def _sse(self, request: Request, job_id: str, after: str) -> AsyncIterator[str]:
-        key = self.store.key(job_id, "events")
-        yield f"retry: 2000\n: job {job_id} events after {after}\n\n"
-        block_ms = max(1, int(self.heartbeat * 1000))
-        ending = False
-        while True:
-            # Once the job is seen ended, one more read without waiting: events written between
-            # the last empty read and that look (its ``final`` among them) are sent, not lost.
-            batch = await self.async_redis.xread({key: after}, count=200, block=None if ending else block_ms)
-            for _stream, entries in batch or []:
-                for entry_id, fields in entries:
-                    event = decode_entry(entry_id, fields)
-                    after = event.id
-                    yield f"id: {event.id}\nevent: {event.type}\ndata: {event_json(event)}\n\n"
-                    if event.type == "final" and await self._final_is_last(job_id, event.id):
-                        return
-            if batch:
-                continue
-            # Idle: end if the job ended (every event was read) or its records are gone.
-            ended = await self.async_redis.exists(self.store.key(job_id, "result"))
-            known = await self.async_redis.exists(self.store.key(job_id, "state"))
-            if ending:
-                return
-            if ended or not known:
-                ending = True
-                continue
-            if await request.is_disconnected():
-                return
-            yield ": heartbeat\n\n"
+        def close() -> None:
+            self.hub.unsubscribe(sub)
+            self.slots.release(who)
 
-    async def _final_is_last(self, job_id: str, event_id: str) -> bool:
-        """The ``final`` event ``event_id`` ends the job's stream (a resumed job's goes on)."""
-        key = self.store.key(job_id, "events")
-        after = await self.async_redis.xrange(key, min=f"({event_id}", count=FINAL_LOOKAHEAD)
-        state = await self.async_redis.hget(self.store.key(job_id, "state"), "state")
-        return final_ends(entry_types(after), state)
+        return EventStreamResponse(self.hub.stream(sub, after, request.is_disconnected), close)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -337,9 +348,38 @@ class Api:
         return Response(text, media_type=media, headers={"Cache-Control": "no-cache"})
 
     async def aclose(self) -> None:
-        """Close the Redis clients."""
-        await self.async_redis.aclose()  # type: ignore[attr-defined]  # (stubs predate aclose)
+        """Stop the event feeds and close the Redis clients."""
+        await self.hub.aclose()
+        if self.stream_redis is not self.async_redis:
+            await self.stream_redis.aclose()  # type: ignore[attr-defined]  # (stubs predate aclose)
+        await self.async_redis.aclose()  # type: ignore[attr-defined]
         self.redis.close()
+
+
+def _pooled(settings: Settings, size: int, options: dict[str, Any]) -> AsyncRedis:
+    """An async client of the job store on a pool of at most ``size`` connections; a command waits
+    ``TANDEM_REDIS_POOL_TIMEOUT`` seconds for a free one (then ``ConnectionError``: 503). The API
+    only reads with it: a command whose pooled connection turns out dead (Redis restarted) is sent
+    once more, on a new connection, at once; Redis down still answers 503 at once. On a Redis
+    Cluster: ``size`` connections per node, under the cluster client's own retries."""
+    if is_cluster_url(settings.redis_url):
+        return async_job_store_client(settings, max_connections=size, **options)
+    pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=size,
+        timeout=settings.redis_pool_timeout,
+        retry=Retry(NoBackoff(), 1),
+        **options,
+    )
+    return AsyncRedis.from_pool(pool)  # type: ignore[attr-defined]  # (stubs predate from_pool)
+
+
+def _client_identity(request: Request) -> str:
+    """Whose streams a request counts against: its bearer token (hashed), else its address."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return "token:" + hashlib.sha256(token.strip().encode()).hexdigest()[:24]
+    return "client:" + (request.client.host if request.client else "unknown")
 
 
 def _links(job_id: str) -> dict[str, str]:
@@ -352,60 +392,6 @@ def _links(job_id: str) -> dict[str, str]:
         "resume": f"{base}/resume",
         "fork": f"{base}/fork",
     }
-
-
-def _validate(raw: dict[str, Any]) -> JobSpec:
-    from pydantic import ValidationError
-
-    try:
-        return JobSpec.model_validate(raw)
-    except ValidationError as exc:
-        fields = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(spec)"
-            reason = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-            fields.append({"field": where, "message": reason, "input": _short(err.get("input"))})
-        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        raise ApiError(422, "invalid_spec", f"invalid job spec: {summary}", fields=fields) from None
-
-
-def _short(value: Any) -> Any:
-    text = json.dumps(value, default=str)
-    return value if len(text) <= 200 else text[:200] + "…"
-
-
-async def _optional_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object body, or ``{}`` when it sent none."""
-    if not request.headers.get("content-type") and request.headers.get("content-length", "0") == "0":
-        return {}
-    raw = await read_json(request, limit)
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ApiError(422, "invalid_body", f"the body must be a JSON object, got {type(raw).__name__}")
-    return raw
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body, read up to ``limit`` bytes (413 beyond it, 415/400 if not JSON)."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise ApiError(
-            415,
-            "unsupported_media_type",
-            f"Content-Type {kind or '(none)'!r} is not accepted: send the job spec as application/json",
-        )
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks) or b"null")
-    except ValueError as exc:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -435,8 +421,11 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal_error", f"the server failed: {type(exc).__name__}: {exc}")
 
 
-def create_api(settings: Settings, **options: Any) -> ASGIApp:
-    """The ASGI app of ``tandem api`` for ``settings`` (options: see ``Api``)."""
+def create_api(settings: Settings, *, bound_host: str | None = None, **options: Any) -> ASGIApp:
+    """The ASGI app of ``tandem api`` for ``settings`` (options: see ``Api``).
+
+    ``bound_host``: the address it listens on, allowed as a ``Host`` (with the loopback names)
+    when ``TANDEM_API_ALLOWED_HOSTS`` is unset."""
     api = Api(settings, **options)
     routes = [
         Route("/v1/jobs", api.create_job, methods=["POST"]),
@@ -468,4 +457,6 @@ def create_api(settings: Settings, **options: Any) -> ASGIApp:
         lifespan=lifespan,
     )
     app.state.api = api
-    return BodyLimit(BearerAuth(app, settings.api_tokens), settings.api_max_body)
+    inner = BodyLimit(BearerAuth(app, settings.api_tokens), settings.api_max_body)
+    allowed = settings.api.allowed_hosts or default_hosts(bound_host)
+    return SecurityHeaders(AllowedHosts(OriginGuard(inner, settings.api.cors_origins), allowed))

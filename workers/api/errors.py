@@ -19,11 +19,17 @@ class ApiError(WorkerError):
         self.code = code
         self.message = message
         self.extra = extra
+        self.headers: dict[str, str] = {}
+
+    def with_headers(self, headers: dict[str, str]) -> ApiError:
+        """This error, answered with ``headers`` too (``Retry-After``)."""
+        self.headers.update(headers)
+        return self
 
     def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
         """The JSON response of this error."""
         body = {"error": {"code": self.code, "message": self.message, **self.extra}}
-        return JSONResponse(body, status_code=self.status, headers=headers)
+        return JSONResponse(body, status_code=self.status, headers={**self.headers, **(headers or {})})
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:

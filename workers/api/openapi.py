@@ -103,7 +103,12 @@ def openapi_document() -> dict[str, Any]:
                 },
                 "responses": {
                     "202": _json(_ref("Job"), "Queued; follow links.events."),
-                    "400": _error("The body is not JSON."),
+                    "400": _error(
+                        "The body is empty, not UTF-8 or not JSON (NaN, lone surrogates, too deep)."
+                    ),
+                    "403": _error(
+                        "A state-changing request from another site's page (Origin, Sec-Fetch-Site)."
+                    ),
                     "401": unauthorized,
                     "413": _error("The body is larger than TANDEM_API_MAX_BODY."),
                     "415": _error("The body is not application/json."),
@@ -160,6 +165,12 @@ def openapi_document() -> dict[str, Any]:
                     "400": _error("Last-Event-ID is not a stream id."),
                     "401": unauthorized,
                     "404": unknown,
+                    "429": _error(
+                        "The token already holds TANDEM_API_MAX_STREAMS event streams (Retry-After)."
+                    ),
+                    "503": _error(
+                        "This process follows TANDEM_API_STREAM_JOBS jobs' events already (Retry-After)."
+                    ),
                 },
             }
         },

@@ -6,6 +6,7 @@ import ipaddress
 import socket
 
 from tandem.broker_config import Settings
+from tandem.workers.api.host_header import default_hosts
 from tandem.workers.errors import ApiExposureError
 
 
@@ -40,10 +41,12 @@ def serve(host: str, port: int, *, log_level: str = "info", settings: Settings |
 
     settings = settings or Settings.from_env()
     check_exposure(host, settings)
-    app = create_api(settings)
+    app = create_api(settings, bound_host=host)
+    hosts = settings.api.allowed_hosts or default_hosts(host)
     print(
         f"tandem api: listening on http://{host}:{port} (console at /, OpenAPI at /openapi.json); "
-        f"{'bearer tokens required' if settings.api_tokens else 'no tokens: loopback only'}",
+        f"{'bearer tokens required' if settings.api_tokens else 'no tokens: loopback only'}; "
+        f"Host names answered: {', '.join(hosts)} (TANDEM_API_ALLOWED_HOSTS)",
         flush=True,
     )
     # Open event streams would hold a graceful shutdown forever: give them a few seconds.

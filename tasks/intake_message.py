@@ -1,0 +1,44 @@
+"""``send_intake``: the intake message (``tandem.infer``) of a job, as ``submit`` and the
+reconciler send it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from tandem.tasks.hosts.budgets import message_priority
+from tandem.tasks.spec import JobSpec
+
+
+def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
+    """Send the intake message (``tandem.infer``) of job ``job_id`` with its ``spec`` (as dumped
+    for the wire); its display form (Flower, worker logs) hides secrets and long texts.
+
+    The message has the job's broker priority, as its steps will: at one priority a worker takes
+    the steps of its own queue before new jobs, so a burst of submissions does not hold up the
+    jobs already running (an intake message with no priority is served before every step)."""
+    priority: int | None = None
+    try:
+        parsed = JobSpec.model_validate(spec)
+        public: Any = parsed.public_dump()
+        priority = message_priority(parsed.priority, str(app.conf.broker_url or ""))
+    except ValueError:
+        public = "(the spec)"
+    app.send_task(
+        "tandem.infer",
+        kwargs={"spec": spec},
+        kwargsrepr=_shown({"spec": public}),
+        task_id=job_id,
+        priority=priority,
+        # The job's result is stored when the job ends, not when this task returns: saying so
+        # lets the intake return instead of raising ``Ignore`` (for which Celery formats a
+        # traceback), and spares the result backend a subscription per submitted job.
+        ignore_result=True,
+    )
+
+
+def _shown(value: Any, limit: int = 1024) -> str:
+    """A short display form of a message's arguments (what Flower and the worker log show)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,118 @@
+"""The requests of the API and the reading of its answers: what ``Client`` and ``AsyncClient``
+share (they only differ in how they send)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from tandem.workers.client.errors import ClientError, ConnectionFailed, InvalidRequest, ServerError, error_for
+
+STREAM_READ_TIMEOUT = 45.0
+"""How long an event stream may stay silent before it counts as dropped and is resumed (the API
+sends a heartbeat every 15 s)."""
+
+RETRY_STATUSES = frozenset({502, 503})
+"""Answers to a read that are worth asking again (Redis or a proxy did not answer)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request: method, path under the base URL, JSON body (``None``: none), query."""
+
+    method: str
+    path: str
+    body: Any = None
+    params: Mapping[str, Any] | None = None
+
+    @property
+    def safe(self) -> bool:
+        """Whether asking again cannot change anything (a read)."""
+        return self.method == "GET"
+
+
+def job_path(job_id: str, tail: str = "") -> str:
+    """The path of a job's resource (the id quoted, so no id can reach another path)."""
+    if not isinstance(job_id, str) or not job_id:
+        raise InvalidRequest(
+            f"job_id must be a non-empty string (a job's id), got {job_id!r}", code="invalid_job_id"
+        )
+    return f"/v1/jobs/{quote(job_id, safe='')}{tail}"
+
+
+def submit_call(spec: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> Call:
+    """``POST /v1/jobs`` with ``spec`` and ``fields`` merged (``fields`` win)."""
+    body = {**(spec or {}), **fields}
+    if "goal" not in body:
+        raise InvalidRequest("a job needs a goal: submit(goal='...')", code="invalid_spec")
+    return Call("POST", "/v1/jobs", body)
+
+
+def decisions_for(indices: tuple[int, ...], approve: bool, reason: str | None) -> list[dict[str, Any]] | bool:
+    """The decisions of ``approve``/``reject``: every undecided call (no indices), or those named."""
+    if not indices and reason is None:
+        return approve
+    if not indices:
+        raise InvalidRequest("a reason applies to named calls: reject(job_id, 1, reason='...')")
+    extra = {} if reason is None else {"reason": reason}
+    return [{"index": i, "approve": approve, **extra} for i in indices]
+
+
+def fork_call(job_id: str, round_no: int, goal: str | None, max_rounds: int | None) -> Call:
+    """``POST /v1/jobs/{id}/fork``: a new job from rounds ``0..round_no-1``."""
+    body: dict[str, Any] = {"round": round_no}
+    if goal is not None:
+        body["goal"] = goal
+    if max_rounds is not None:
+        body["max_rounds"] = max_rounds
+    return Call("POST", job_path(job_id, "/fork"), body)
+
+
+def resume_call(job_id: str, max_rounds: int | None) -> Call:
+    """``POST /v1/jobs/{id}/resume``, with a new round budget if given."""
+    return Call("POST", job_path(job_id, "/resume"), {} if max_rounds is None else {"max_rounds": max_rounds})
+
+
+def headers(token: str | None) -> dict[str, str]:
+    """The headers of every request."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def decode(response: httpx.Response) -> Any:
+    """The JSON of a successful answer; the matching ``ClientError`` otherwise."""
+    if not response.is_success:
+        raise decode_error(response)
+    try:
+        return response.json() if response.content else None
+    except ValueError:
+        raise ServerError(
+            f"the API answered {response.status_code} with a body that is not JSON: {response.text[:120]!r}",
+            status=response.status_code,
+        ) from None
+
+
+def decode_error(response: httpx.Response) -> ClientError:
+    """The ``ClientError`` of an answer that is not a success."""
+    try:
+        body = response.json() if response.content else None
+    except ValueError:
+        body = None
+    return error_for(response.status_code, body, response.headers.get("Retry-After"))
+
+
+def read_timeout(deadline: float | None, now: float) -> httpx.Timeout:
+    """The timeouts of an event stream's request: silent past ``STREAM_READ_TIMEOUT``, or past
+    ``deadline`` (monotonic time), it is cut."""
+    read = STREAM_READ_TIMEOUT if deadline is None else max(0.05, min(STREAM_READ_TIMEOUT, deadline - now))
+    return httpx.Timeout(10.0, read=read)
+
+
+def unreachable(base_url: str, exc: Exception) -> ClientError:
+    """The error of a request that got no answer (``exc`` itself if it is a ``ClientError``)."""
+    if isinstance(exc, ClientError):
+        return exc
+    return ConnectionFailed(f"the tandem API at {base_url} does not answer: {type(exc).__name__}: {exc}")

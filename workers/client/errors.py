@@ -1,0 +1,110 @@
+"""The errors of the HTTP client: one class per kind of answer the API gives.
+
+The tree::
+
+    WorkerError               tandem.workers' root
+    └── ClientError           an answer other than success, or none; ``status``, ``code`` (the
+        │                     API's error code, like ``unknown_job``), ``message``, ``fields``
+        ├── InvalidRequest    400, 413, 422: the request is wrong (``fields`` name what)
+        ├── Unauthorized      401, 403: no token, a wrong one, or one without the right
+        ├── NotFound          404: no such job (never submitted, or its records expired)
+        ├── Conflict          409: refused in the job's state (ended, not awaiting, decided)
+        ├── RateLimited       429: too many requests or streams (``retry_after`` seconds)
+        ├── Unavailable       503, 504: Redis, or any worker, did not answer (``retry_after``)
+        ├── ServerError       500 and any other status
+        ├── ConnectionFailed  no answer at all (the API does not answer, or the link broke)
+        └── WaitTimeout       ``result(timeout=...)``: the job had not ended in time
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tandem.workers.errors import WorkerError
+
+
+class ClientError(WorkerError):
+    """The API answered with an error, or did not answer (see the module docstring)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        code: str = "",
+        fields: list[dict[str, Any]] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.fields = fields or []
+        self.retry_after = retry_after
+
+
+class InvalidRequest(ClientError):
+    """400, 413 or 422: the request is wrong; ``fields`` name each bad field."""
+
+
+class Unauthorized(ClientError):
+    """401 or 403: the token is missing, wrong, or not allowed this."""
+
+
+class NotFound(ClientError):
+    """404: no such job (never submitted, or its records expired)."""
+
+
+class Conflict(ClientError):
+    """409: refused in the job's state (it ended, awaits nothing, or was decided); nothing changed."""
+
+
+class RateLimited(ClientError):
+    """429: too many requests or streams; try again after ``retry_after`` seconds."""
+
+
+class Unavailable(ClientError):
+    """503 or 504: Redis or the workers did not answer; try again after ``retry_after`` seconds."""
+
+
+class ServerError(ClientError):
+    """500, or a status the API does not document."""
+
+
+class ConnectionFailed(ClientError):
+    """The API did not answer at all (refused, timed out, or the link broke and stayed down)."""
+
+
+class WaitTimeout(ClientError):
+    """The job had not ended within the ``timeout`` given to ``result``."""
+
+
+_BY_STATUS: dict[int, type[ClientError]] = {
+    400: InvalidRequest,
+    413: InvalidRequest,
+    422: InvalidRequest,
+    401: Unauthorized,
+    403: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    429: RateLimited,
+    503: Unavailable,
+    504: Unavailable,
+}
+
+
+def error_for(status: int, body: Any, retry_after: str | None) -> ClientError:
+    """The error of an answer with ``status`` and JSON ``body`` (the API's ``{"error": {...}}``)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    error = error if isinstance(error, dict) else {}
+    code = str(error.get("code") or f"http_{status}")
+    message = str(error.get("message") or f"the API answered {status}")
+    fields = error.get("fields") if isinstance(error.get("fields"), list) else None
+    wait: float | None = None
+    if retry_after:
+        try:
+            wait = float(retry_after)
+        except ValueError:
+            wait = None
+    kind = _BY_STATUS.get(status, ServerError)
+    return kind(f"{message} ({status} {code})", status=status, code=code, fields=fields, retry_after=wait)

@@ -1,0 +1,74 @@
+"""What the API's answers hold, as lenient pydantic models: a field the server adds later is kept
+(``model_extra``), never refused, so an older client reads a newer server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_LENIENT = ConfigDict(extra="allow")
+
+FINAL = frozenset({"completed", "truncated", "failed", "cancelled"})
+"""The states of a job that has ended."""
+
+
+class JobState(BaseModel):
+    """Where a job stands (``status`` of ``GET /v1/jobs/{id}``; see the API's ``JobStatus``)."""
+
+    model_config = _LENIENT
+
+    job_id: str
+    state: str
+    reasoner: str = ""
+    round: int = 0
+    step: str = ""
+    error: str | None = None
+    waiting_for: str | None = None
+    until: float | None = None
+    deadline: float | None = None
+    pending_approval: list[dict[str, Any]] | None = None
+    """While ``awaiting_approval``: the calls waiting for a decision (index, tool, args, ...)."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the job has ended (completed, truncated, failed or cancelled)."""
+        return self.state in FINAL
+
+
+class JobOutcome(BaseModel):
+    """How a job ended (``result`` of ``GET /v1/jobs/{id}``; see the API's ``JobResult``)."""
+
+    model_config = _LENIENT
+
+    job_id: str
+    status: str
+    deliverable: str = ""
+    rounds: int = 0
+    error: str | None = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class Job(BaseModel):
+    """A job as ``GET /v1/jobs/{id}`` shows it: its state, its outcome once ended, and the tool
+    calls awaiting a decision, if any."""
+
+    model_config = _LENIENT
+
+    id: str
+    status: JobState
+    result: JobOutcome | None = None
+    approval: dict[str, Any] | None = None
+    links: dict[str, str] = Field(default_factory=dict)
+
+
+class Event(BaseModel):
+    """One event of a job's stream (``GET /v1/jobs/{id}/events``): ``id`` (resume after it with
+    ``events(job_id, after=id)``), ``type`` and ``at``; the type's fields (see the events guide)
+    are attributes too, like ``event.content`` of a ``model_delta``."""
+
+    model_config = _LENIENT
+
+    id: str
+    type: str
+    at: float = 0.0

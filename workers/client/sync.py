@@ -1,0 +1,185 @@
+"""``Client``: tandem's HTTP API from blocking code (see the package docstring)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from tandem.workers.client import calls
+from tandem.workers.client.calls import Call
+from tandem.workers.client.errors import ClientError, Unavailable, WaitTimeout
+from tandem.workers.client.models import Event, Job, JobOutcome, JobState
+from tandem.workers.client.sse import SseParser, stream_headers
+
+
+class Client:
+    """A blocking client of ``tandem api`` at ``base_url`` (``token``: one of the API's
+    ``TANDEM_API_TOKENS``, if it wants one).
+
+    Reads ride out a blip: a read that gets no answer, or a 502/503, is asked again for up to
+    ``retry_for`` seconds; an event stream that drops resumes after its last event (the API's
+    ``Last-Event-ID``), for up to ``retry_for`` seconds without an answer. Writes (submit, cancel,
+    decisions, resume, fork) are sent once: their errors are raised as they come.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry_for: float = 10.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.retry_for = retry_for
+        self._http = http or httpx.Client(timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def submit(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> str:
+        """Submit a job (a job spec: ``goal``, ``reasoner``, ``max_rounds``, ...); its id."""
+        return str(self._send(calls.submit_call(spec, fields))["id"])
+
+    def job(self, job_id: str) -> Job:
+        """The job: its state, its outcome once it ended, the calls awaiting a decision."""
+        return Job.model_validate(self._send(Call("GET", calls.job_path(job_id))))
+
+    def status(self, job_id: str) -> JobState:
+        """Where the job stands."""
+        return self.job(job_id).status
+
+    def jobs(self, limit: int = 50) -> list[JobState]:
+        """The recent jobs, newest first (at most 200)."""
+        body = self._send(Call("GET", "/v1/jobs", params={"limit": limit}))
+        return [JobState.model_validate(j) for j in body["jobs"]]
+
+    def result(self, job_id: str, timeout: float | None = None) -> JobOutcome:
+        """Wait for the job to end (following its events, not polling) and return its outcome;
+        ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        after = "0"
+        while True:
+            job = self.job(job_id)
+            if job.result is not None and job.status.ended:
+                return job.result
+            for event in self._follow(job_id, after, deadline):
+                after = event.id
+                if event.type == "final":
+                    break
+            if deadline is not None and time.monotonic() >= deadline:
+                job = self.job(job_id)
+                if job.result is not None and job.status.ended:
+                    return job.result
+                state = job.status.state
+                raise WaitTimeout(f"job {job_id!r} had not ended after {timeout:g} s (it is {state})")
+
+    def events(self, job_id: str, after: str = "0") -> Iterator[Event]:
+        """The job's events after event id ``after`` (``"0"``: all of them), as they come, until
+        its ``final`` event; a dropped stream is resumed after the last event seen."""
+        return self._follow(job_id, after, None)
+
+    def cancel(self, job_id: str) -> JobState:
+        """Ask the job to stop; ``Conflict`` once it has ended."""
+        return JobState.model_validate(self._send(Call("POST", calls.job_path(job_id, "/cancel")))["status"])
+
+    def decide(self, job_id: str, decisions: list[dict[str, Any]] | bool) -> list[dict[str, Any]]:
+        """Decide the tool calls awaiting approval: ``[{"index": 1, "approve": True}, {"index": 2,
+        "approve": False, "reason": "..."}]`` (``"args"`` edits a call), or ``True``/``False`` for
+        every undecided call; the round's decisions. ``Conflict`` when refused (nothing changed)."""
+        body = self._send(Call("POST", calls.job_path(job_id, "/decisions"), {"decisions": decisions}))
+        return list(body["decisions"])
+
+    def approve(self, job_id: str, *indices: int) -> list[dict[str, Any]]:
+        """Approve the calls ``indices`` (none: every undecided call)."""
+        return self.decide(job_id, calls.decisions_for(indices, True, None))
+
+    def reject(self, job_id: str, *indices: int, reason: str | None = None) -> list[dict[str, Any]]:
+        """Reject the calls ``indices`` (none: every undecided call), telling the model ``reason``."""
+        return self.decide(job_id, calls.decisions_for(indices, False, reason))
+
+    def resume(self, job_id: str, max_rounds: int | None = None) -> JobState:
+        """Go on with a failed, cancelled or truncated job from its last stored step."""
+        return JobState.model_validate(self._send(calls.resume_call(job_id, max_rounds))["status"])
+
+    def fork(self, job_id: str, round_no: int, goal: str | None = None, max_rounds: int | None = None) -> str:
+        """Start a new job from the job's rounds ``0..round_no-1`` (a new goal if given); its id."""
+        return str(self._send(calls.fork_call(job_id, round_no, goal, max_rounds))["id"])
+
+    def health(self) -> dict[str, Any]:
+        """The API's ``/healthz``."""
+        return dict(self._send(Call("GET", "/healthz")))
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _send(self, call: Call) -> Any:
+        give_up = time.monotonic() + (self.retry_for if call.safe else 0.0)
+        while True:
+            try:
+                response = self._http.request(
+                    call.method,
+                    self.base_url + call.path,
+                    json=call.body,
+                    params=call.params,
+                    headers=calls.headers(self.token),
+                )
+                if not (call.safe and response.status_code in calls.RETRY_STATUSES):
+                    return calls.decode(response)
+                failure: ClientError = calls.decode_error(response)
+            except httpx.TransportError as exc:
+                failure = calls.unreachable(self.base_url, exc)
+            if time.monotonic() >= give_up:
+                raise failure
+            time.sleep(min(1.0, failure.retry_after or 0.5))
+
+    def _follow(self, job_id: str, after: str, deadline: float | None) -> Iterator[Event]:
+        """The events after ``after`` until the ``final`` one (or ``deadline``), resuming a
+        dropped stream; a stream that ends without ``final`` checks whether the job ended."""
+        parser = SseParser(last_id=after)
+        path = calls.job_path(job_id, "/events")
+        down_since: float | None = None
+        while True:
+            try:
+                timeout = calls.read_timeout(deadline, time.monotonic())
+                with self._http.stream(
+                    "GET",
+                    self.base_url + path,
+                    headers=stream_headers(self.token, parser.last_id),
+                    timeout=timeout,
+                ) as response:
+                    if response.status_code != 200:
+                        response.read()
+                        raise calls.decode_error(response)
+                    down_since = None
+                    for line in response.iter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            yield event
+                            if event.type == "final":
+                                return
+                        elif deadline is not None and time.monotonic() >= deadline:
+                            return  # a heartbeat after the deadline
+                if self.job(job_id).status.ended:
+                    return  # every event was read (the stream opened after the final event)
+            except (httpx.TransportError, Unavailable) as exc:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > self.retry_for:
+                    raise calls.unreachable(self.base_url, exc) from None
+                time.sleep(0.5)
