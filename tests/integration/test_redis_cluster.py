@@ -10,6 +10,8 @@ and streams jobs, every tandem key on every master has a TTL, and a bad cluster 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -180,6 +182,22 @@ def test_bad_cluster_urls_are_one_line(redis_base: str) -> None:
         with pytest.raises(RedisClusterError, match=f"node {plain} is not a Redis Cluster node") as caught:
             job_store_client(mixed)
         assert "\n" not in str(caught.value)
+        # A worker started on it does not start: the line, and no traceback.
+        env = {**os.environ, "TANDEM_BROKER_URL": f"{redis_base}/0", "TANDEM_REDIS_URL": mixed.redis_url}
+        worker = subprocess.run(
+            [sys.executable, "-m", "tandem.workers.cli", "worker", "thinker", "--no-intake"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said = [
+            line
+            for line in (worker.stdout + worker.stderr).splitlines()
+            if "not a Redis Cluster node" in line
+        ]
+        assert worker.returncode != 0 and len(said) == 1, worker.stderr[-2000:]
+        assert "Traceback" not in worker.stderr
         server.kill(server.ports[2])
         wait_for(lambda: server.state(server.ports[0]) == "fail", 30, "the cluster to notice")
         settings = Settings.from_env({"TANDEM_REDIS_URL": server.url})
