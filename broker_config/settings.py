@@ -13,6 +13,7 @@ from typing import Literal
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.errors import SettingsError
+from tandem.broker_config.job_redis import refuse_cluster, store_urls
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -448,6 +449,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and check the ``TANDEM_*`` variables; errors name the variable and the value."""
         env = os.environ if env is None else env
+        refuse_cluster(env, "TANDEM_BROKER_URL", "Celery's broker", "one Redis or RabbitMQ (amqp://)")
         broker = _url(
             env, "TANDEM_BROKER_URL", DEFAULT_URL, ("redis", "rediss", "redis+socket", "amqp", "pyamqp")
         )
@@ -459,11 +461,7 @@ class Settings:
             redis_default = "unix://" + broker.removeprefix("redis+socket://")
         else:
             redis_default = DEFAULT_URL
-        redis_url = _url(env, "TANDEM_REDIS_URL", redis_default, ("redis", "rediss", "unix"))
-        backend_default = redis_url
-        if redis_url.startswith("unix://"):
-            backend_default = "redis+socket://" + redis_url.removeprefix("unix://")
-        backend = _url(env, "TANDEM_RESULT_BACKEND", backend_default, ("redis", "rediss", "redis+socket"))
+        redis_url, backend = store_urls(env, broker, redis_default)
         queue = env.get("TANDEM_INTAKE_QUEUE", "").strip() or "celery"
         if queue in ("thinker", "actor", "tools"):
             raise SettingsError(f"TANDEM_INTAKE_QUEUE={queue!r} clashes with a role queue: pick another name")

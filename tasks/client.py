@@ -457,9 +457,7 @@ class JobHandle:
         """``approve`` for asyncio."""
         return await asyncio.to_thread(self.approve, call, args=args, timeout=timeout)
 
-    async def areject(
-        self, reason: str, call: int | None = None, *, timeout: float = 30.0
-    ) -> list[Decision]:
+    async def areject(self, reason: str, call: int | None = None, *, timeout: float = 30.0) -> list[Decision]:
         """``reject`` for asyncio."""
         return await asyncio.to_thread(self.reject, reason, call, timeout=timeout)
 

@@ -89,7 +89,11 @@ def bounded(store: JobStore, timeout: float = CLIENT_SOCKET_TIMEOUT) -> JobStore
 
 def redis_address(redis: Any) -> str:
     """Where a redis-py client connects (``host:port/db`` or ``unix:path/db``), never its
-    credentials."""
+    credentials; for a Redis Cluster, ``cluster:`` and its masters' ``host:port``)."""
+    from tandem.broker_config.job_redis import is_cluster
+
+    if is_cluster(redis):
+        return "cluster:" + ",".join(f"{n.host}:{n.port}" for n in redis.get_primaries())
     kwargs: Mapping[str, Any] = getattr(getattr(redis, "connection_pool", None), "connection_kwargs", {})
     db = kwargs.get("db", 0)
     if kwargs.get("path"):

@@ -7,9 +7,10 @@ import threading
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from redis import BlockingConnectionPool, Redis
+from redis import Redis
 
 from tandem.broker_config import Settings
+from tandem.broker_config.job_redis import job_store_client
 from tandem.reasoner.loop.kinds import plan_for
 from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.react import FunctionCalling
@@ -84,15 +85,15 @@ class Runtime:
 
         Reads and connects time out (``TANDEM_REDIS_SOCKET_TIMEOUT``, ``_CONNECT_TIMEOUT``) and TCP
         keepalive is on, so a half-open connection fails a step (which is retried) instead of
-        blocking it for ever.
+        blocking it for ever. A ``redis+cluster://`` URL gives a ``RedisCluster`` client with one
+        such pool per node (``tandem.broker_config.job_redis``).
         """
-        pool = BlockingConnectionPool.from_url(
-            self.settings.redis_url,
+        return job_store_client(
+            self.settings,
             max_connections=self.pool_size,
-            timeout=self.settings.redis_pool_timeout,
+            pool_timeout=self.settings.redis_pool_timeout,
             **redis_options(self.settings),
         )
-        return Redis(connection_pool=pool)
 
     @cached_property
     def store(self) -> JobStore:

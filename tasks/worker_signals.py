@@ -103,13 +103,20 @@ def _redact_logs(logger: logging.Logger | None = None, **_: Any) -> None:
 
 
 def check_start() -> str | None:
-    """Load the toolkit (listing its MCP servers) and the tool policy, as a worker does at start;
-    the problem as one line, or ``None`` when the worker can start."""
-    from tandem.broker_config.errors import SettingsError
+    """Load the toolkit (listing its MCP servers) and the tool policy, and check a Redis Cluster
+    job store (``tandem.broker_config.job_redis``), as a worker does at start; the problem as one
+    line, or ``None`` when the worker can start."""
+    from tandem.broker_config.errors import RedisClusterError, SettingsError
+    from tandem.broker_config.job_redis import is_cluster_url
     from tandem.reasoner.errors import ReasonerError
     from tandem.toolkit.errors import ToolkitError
 
     rt = get_runtime()
+    if is_cluster_url(rt.settings.redis_url):
+        try:
+            rt.redis  # noqa: B018 - builds and checks the cluster client
+        except RedisClusterError as exc:
+            return redact(str(exc))
     try:
         toolkit = rt.load_toolkit()
         policy = rt.policy
@@ -283,8 +290,15 @@ def _pool_process_ended(pid: int | None = None, **_: Any) -> None:
 
 @worker_ready.connect
 def _check_persistence(**_: Any) -> None:
+    from tandem.broker_config.job_redis import is_cluster
+
+    redis: Any = get_runtime().redis
     try:
-        warning = persistence_warning(get_runtime().redis.info("persistence"))
+        if is_cluster(redis):  # every master holds jobs: each must persist them
+            infos = list(redis.info("persistence", target_nodes=redis.PRIMARIES).values())
+        else:
+            infos = [redis.info("persistence")]
+        warning = next(filter(None, map(persistence_warning, infos)), None)
     except Exception:
         log.warning("could not read Redis's persistence settings", exc_info=True)
         return

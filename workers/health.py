@@ -67,7 +67,9 @@ class Target:
 def _sanitize(url: str) -> str:
     from kombu.utils.url import maybe_sanitize_url
 
-    return str(maybe_sanitize_url(url))
+    from tandem.broker_config.job_redis import is_cluster_url, masked
+
+    return masked(url) if is_cluster_url(url) else str(maybe_sanitize_url(url))
 
 
 def _ping(url: str, timeout: float) -> str:
@@ -82,7 +84,16 @@ def _ping(url: str, timeout: float) -> str:
 
 
 def _ping_redis(settings: Settings, timeout: float) -> str:
-    return _ping(settings.redis_url, timeout)
+    """``PING`` the job store: one Redis, or every master of a Redis Cluster (checked first:
+    ``tandem.broker_config.job_redis``)."""
+    from tandem.broker_config.job_redis import job_store_client
+
+    client = job_store_client(settings, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return ""
 
 
 def _ping_backend(settings: Settings, timeout: float) -> str:

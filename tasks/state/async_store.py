@@ -40,8 +40,13 @@ def event_from_entry(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
 
 def async_redis_factory(sync: Redis) -> AsyncRedisFactory:
     """A factory of asyncio clients of the same server and database as the client ``sync``
-    (TCP or Unix socket, with its credentials and TLS setting)."""
+    (TCP or Unix socket, with its credentials and TLS setting), or of the same Redis Cluster."""
     from redis.connection import SSLConnection, UnixDomainSocketConnection
+
+    from tandem.broker_config.job_redis import async_twin_factory, is_cluster
+
+    if is_cluster(sync):
+        return async_twin_factory(sync)
 
     pool = sync.connection_pool
     given = dict(pool.connection_kwargs)

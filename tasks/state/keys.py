@@ -2,7 +2,8 @@
 
 A job's keys are ``{prefix}:{<job_id>}:{part}``: one hash tag per job, so each script of the state
 machine touches one Redis Cluster slot. The reconciler's index of live jobs is ``LIVE_SHARDS`` sorted
-sets ``{prefix}:live:{shard}``, so no single key is hot.
+sets ``{prefix}:live:{shard}``, and the index of recent jobs ``RECENT_SHARDS`` sorted sets
+``{prefix}:recent:{shard}``, so no single key is hot (on a cluster the shards spread over the nodes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ LIVE_SHARD_KEY = "{prefix}:live:{shard}"
 """The key of one shard of the live-job index (a ``str.format`` template)."""
 
 
+RECENT_SHARDS = 16
+"""The index of recent jobs (``JobStore.recent``) is this many sorted sets."""
+
+RECENT_SHARD_KEY = "{prefix}:recent:{shard}"
+"""The key of one shard of the index of recent jobs (a ``str.format`` template)."""
+
+LEGACY_RECENT_KEY = "{prefix}:recent-jobs"
+"""The unsharded index of recent jobs of earlier versions: read (never written) until it expires."""
+
+
 def job_key(prefix: str, job_id: str, part: str) -> str:
     """The Redis key of ``part`` (one of ``JOB_PARTS``) of a job."""
     return JOB_KEY.format(prefix=prefix, job_id=job_id, part=part)
@@ -52,3 +63,13 @@ def live_shard_key(prefix: str, shard: int) -> str:
 def live_shard_of(job_id: str) -> int:
     """The shard of the live-job index a job is in."""
     return zlib.crc32(job_id.encode()) % LIVE_SHARDS
+
+
+def recent_shard_key(prefix: str, job_id: str) -> str:
+    """The key of the shard of the index of recent jobs ``job_id`` is in."""
+    return RECENT_SHARD_KEY.format(prefix=prefix, shard=zlib.crc32(job_id.encode()) % RECENT_SHARDS)
+
+
+def recent_shard_keys(prefix: str) -> list[str]:
+    """Every shard of the index of recent jobs."""
+    return [RECENT_SHARD_KEY.format(prefix=prefix, shard=shard) for shard in range(RECENT_SHARDS)]

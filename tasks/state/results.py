@@ -97,7 +97,13 @@ class ResultDelivery:
 
     @classmethod
     def for_store(cls, app: Celery, store: JobStore) -> ResultDelivery:
-        """The delivery for ``app``'s result backend and the job store ``store``."""
+        """The delivery for ``app``'s result backend and the job store ``store``: in the script
+        only when the backend is the store's very Redis database (never for a Redis Cluster store,
+        whose job keys live apart from the backend's: the ``deliver`` mark then)."""
+        from tandem.broker_config.job_redis import is_cluster
+
+        if is_cluster(store.redis):
+            return cls(app, in_script=False)
         backend = app.conf.result_backend
         same = isinstance(backend, str) and redis_address(backend) == client_address(store.redis)
         return cls(app, in_script=same)

@@ -28,7 +28,14 @@ from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_entry, make_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
-from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS
+from tandem.tasks.state.keys import (
+    JOB_KEY,
+    JOB_PARTS,
+    LEGACY_RECENT_KEY,
+    RECENT_SHARDS,
+    recent_shard_key,
+    recent_shard_keys,
+)
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.results import ResultDelivery, end_job
@@ -93,7 +100,10 @@ def final_ends(following: list[str], state: Any) -> bool:
 
 
 RECENT_LIMIT = 1000
-"""How many jobs the index of recent jobs (``JobStore.recent``) keeps."""
+"""About how many jobs the index of recent jobs (``JobStore.recent``) keeps."""
+RECENT_PER_SHARD = 2 * RECENT_LIMIT // RECENT_SHARDS
+"""How many jobs one shard of that index keeps: twice its share, so that the newest
+``RECENT_LIMIT`` jobs are all kept however unevenly they fall into the shards."""
 RECENT_TRIM_EVERY = 16
 """``remember`` trims the index of recent jobs on one call in this many (on average): between
 trims it may hold a few more than ``RECENT_LIMIT`` jobs."""
@@ -196,19 +206,23 @@ class JobStore:
 
     def discard_queued(self, job_id: str) -> None:
         """Undo ``mark_queued`` for a job the intake refused (a refused spec stores nothing): its
-        ``queued`` record and its entry among the recent jobs go; a started job is left alone."""
+        ``queued`` record and its entry among the recent jobs go; a started job is left alone.
+
+        The transaction touches the job's keys only (one cluster slot); the index entry goes after
+        it (``recent`` leaves out jobs without a record anyway)."""
         key = self.key(job_id, "state")
 
-        def undo(pipe: Pipeline) -> None:
+        def undo(pipe: Pipeline) -> bool:
             state: Any = pipe.hget(key, "state")
             started = pipe.exists(self.key(job_id, "spec"))
             if state is None or started or _text(state) != "queued":
-                return
+                return False
             pipe.multi()
             pipe.delete(key, self.key(job_id, "intake"))
-            pipe.zrem(f"{self.prefix}:recent-jobs", job_id)
+            return True
 
-        self.redis.transaction(undo, key, self.key(job_id, "spec"))
+        if self.redis.transaction(undo, key, self.key(job_id, "spec"), value_from_callable=True):
+            self.redis.zrem(recent_shard_key(self.prefix, job_id), job_id)
 
     def remember(self, job_id: str, at: float | None = None) -> None:
         """Add the job to the index of recent jobs (kept to about the newest ``RECENT_LIMIT``, see
@@ -218,10 +232,10 @@ class JobStore:
         pipe.execute()
 
     def _remember_on(self, pipe: Any, job_id: str, at: float | None = None) -> None:
-        key = f"{self.prefix}:recent-jobs"
+        key = recent_shard_key(self.prefix, job_id)
         pipe.zadd(key, {job_id: at or time.time()}, nx=True)
         if random.randrange(RECENT_TRIM_EVERY) == 0:  # trimming on every call would double its cost
-            pipe.zremrangebyrank(key, 0, -RECENT_LIMIT - 1)
+            pipe.zremrangebyrank(key, 0, -RECENT_PER_SHARD - 1)
             pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
         pipe.expire(key, self.ttl)
 
@@ -236,8 +250,18 @@ class JobStore:
         return _text(pipe.execute()[-2])
 
     def recent(self, limit: int = 50) -> list[JobStatus]:
-        """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out)."""
-        ids = [_text(i) for i in self.redis.zrevrange(f"{self.prefix}:recent-jobs", 0, max(limit, 1) - 1)]
+        """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out):
+        the newest of each shard of the index, merged."""
+        count = max(limit, 1)
+        pipe = self.redis.pipeline(transaction=False)
+        shards = [*recent_shard_keys(self.prefix), LEGACY_RECENT_KEY.format(prefix=self.prefix)]
+        for key in shards:
+            pipe.zrevrange(key, 0, count - 1, withscores=True)
+        newest: dict[str, float] = {}
+        for entries in pipe.execute():
+            for raw, score in entries:
+                newest.setdefault(_text(raw), float(score))
+        ids = sorted(newest, key=lambda job_id: newest[job_id], reverse=True)[:count]
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.key(job_id, "state"))

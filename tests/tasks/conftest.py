@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.store import JobStore
+from tests.tasks.slots import SlotCheckingRedis
 
 REAL_REDIS_URL = "redis://127.0.0.1:6379/8"
 
@@ -29,10 +30,14 @@ def real_redis() -> Redis:
     return client
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
+@pytest.fixture(params=["fakeredis", "redis", "slots"])
 def machine(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
-    """A ``JobMachine`` under a fresh key prefix, on fakeredis (with Lua) and on the real Redis."""
-    redis = fakeredis.FakeRedis() if request.param == "fakeredis" else real_redis()
+    """A ``JobMachine`` under a fresh key prefix, on fakeredis (with Lua), on the real Redis, and on
+    fakeredis with Redis Cluster's one-slot rule (``tests.tasks.slots``)."""
+    if request.param == "slots":
+        redis: Redis = SlotCheckingRedis()
+    else:
+        redis = fakeredis.FakeRedis() if request.param == "fakeredis" else real_redis()
     prefix = f"test-{uuid.uuid4().hex[:8]}"
     yield JobStore(redis, prefix=prefix, ttl=600).machine
     for key in redis.scan_iter(match=f"{prefix}:*"):

@@ -21,15 +21,17 @@ from tandem.tasks.hosts.capacity import (
     snapshot,
 )
 from tandem.workers.embedded import redis_answers
+from tests.tasks.slots import SlotCheckingRedis
 
 REAL_REDIS = "redis://127.0.0.1:6379/0"
 
 
-@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.integration)])
+@pytest.fixture(params=["fakeredis", "slots", pytest.param("redis", marks=pytest.mark.integration)])
 def redis(request: pytest.FixtureRequest) -> Iterator[Redis]:
-    """fakeredis always; the real server when one answers (keys under a unique prefix, removed)."""
-    if request.param == "fakeredis":
-        yield fakeredis.FakeRedis()
+    """fakeredis always (also with Redis Cluster's one-slot rule: each script's keys share the
+    host's slot); the real server when one answers (keys under a unique prefix, removed)."""
+    if request.param in ("fakeredis", "slots"):
+        yield fakeredis.FakeRedis() if request.param == "fakeredis" else SlotCheckingRedis()
         return
     if not redis_answers(REAL_REDIS):
         pytest.skip("no Redis at 127.0.0.1:6379")

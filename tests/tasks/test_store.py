@@ -25,6 +25,7 @@ from tandem.tasks.job_events import (
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.state.store import JobStore
 from tests.tasks.round_trips import count_pipelines
+from tests.tasks.slots import SlotCheckingRedis
 
 JOB = "job-1"
 
@@ -36,7 +37,9 @@ def server() -> fakeredis.FakeServer:
 
 @pytest.fixture
 def store(server: fakeredis.FakeServer) -> JobStore:
-    return JobStore(fakeredis.FakeRedis(server=server), prefix="t")
+    """A store on fakeredis with Redis Cluster's one-slot rule (``tests.tasks.slots``): a
+    transaction over two slots fails here as on a cluster."""
+    return JobStore(SlotCheckingRedis(server=server), prefix="t")
 
 
 def result(index: int, output: str) -> FunctionCallResult:
@@ -271,6 +274,26 @@ def test_submitted_jobs_are_listed_newest_first(store: JobStore) -> None:
     assert 0 < store.redis.ttl(store.key("a", "state")) <= store.ttl
     store.set_status("a", state="running")  # later writes keep the TTL
     assert 0 < store.redis.ttl(store.key("a", "state")) <= store.ttl
+
+
+def test_the_recent_jobs_index_is_sharded_and_merged_newest_first(store: JobStore) -> None:
+    """No hot key: jobs fall into ``RECENT_SHARDS`` sorted sets, ``recent`` merges their newest
+    (and reads the unsharded index of earlier versions until it expires)."""
+    from tandem.tasks.state.keys import RECENT_SHARDS, recent_shard_key
+
+    ids = [f"job-{i}" for i in range(40)]
+    start = time.time() - 100
+    for i, job_id in enumerate(ids):
+        store.remember(job_id, at=start + i)
+        store.set_status(job_id, state="queued")
+    store.redis.zadd("t:recent-jobs", {"old-job": start - 1})
+    store.set_status("old-job", state="queued")
+    shards = {recent_shard_key("t", job_id) for job_id in ids}
+    assert len(shards) > RECENT_SHARDS // 2
+    newest = [s.job_id for s in store.recent(45)]
+    assert newest == [*reversed(ids), "old-job"]
+    assert [s.job_id for s in store.recent(3)] == ["job-39", "job-38", "job-37"]
+    assert all(0 < store.redis.ttl(key) <= store.ttl for key in shards)
 
 
 def test_events_arrive_while_the_job_runs(store: JobStore, server: fakeredis.FakeServer) -> None:

@@ -50,6 +50,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
+from tandem.broker_config.job_redis import async_job_store_client, is_cluster_url, job_store_client
 from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
@@ -99,17 +100,13 @@ class Api:
             celery_app = create_app(settings)
         self.celery = celery_app
         options = redis_options(settings)
-        self.redis = redis or Redis.from_url(settings.redis_url, **options)
-        self.async_redis = async_redis or _pooled(
-            settings.redis_url, settings.api.redis_max_connections, settings.redis_pool_timeout, options
-        )
+        self.redis = redis or job_store_client(settings, **options)
+        self.async_redis = async_redis or _pooled(settings, settings.api.redis_max_connections, options)
         # A feed waits in XREAD for up to ``heartbeat`` seconds: its reads may take that long on top
         # of TANDEM_REDIS_SOCKET_TIMEOUT. One connection per job followed, at most stream_jobs.
         wait = {**options, "socket_timeout": settings.redis_socket_timeout + heartbeat}
         self.stream_redis = stream_redis or (
-            self.async_redis
-            if async_redis is not None
-            else _pooled(settings.redis_url, settings.api.stream_jobs, settings.redis_pool_timeout, wait)
+            self.async_redis if async_redis is not None else _pooled(settings, settings.api.stream_jobs, wait)
         )
         self.store = JobStore.from_settings(self.redis, settings)
         self.heartbeat = heartbeat
@@ -359,13 +356,20 @@ class Api:
         self.redis.close()
 
 
-def _pooled(url: str, size: int, wait: float, options: dict[str, Any]) -> AsyncRedis:
-    """An async client on a pool of at most ``size`` connections; a command waits ``wait`` seconds
-    for a free one (then ``ConnectionError``: 503). The API only reads with it: a command whose
-    pooled connection turns out dead (Redis restarted) is sent once more, on a new connection, at
-    once; Redis down still answers 503 at once."""
+def _pooled(settings: Settings, size: int, options: dict[str, Any]) -> AsyncRedis:
+    """An async client of the job store on a pool of at most ``size`` connections; a command waits
+    ``TANDEM_REDIS_POOL_TIMEOUT`` seconds for a free one (then ``ConnectionError``: 503). The API
+    only reads with it: a command whose pooled connection turns out dead (Redis restarted) is sent
+    once more, on a new connection, at once; Redis down still answers 503 at once. On a Redis
+    Cluster: ``size`` connections per node, under the cluster client's own retries."""
+    if is_cluster_url(settings.redis_url):
+        return async_job_store_client(settings, max_connections=size, **options)
     pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
-        url, max_connections=size, timeout=wait, retry=Retry(NoBackoff(), 1), **options
+        settings.redis_url,
+        max_connections=size,
+        timeout=settings.redis_pool_timeout,
+        retry=Retry(NoBackoff(), 1),
+        **options,
     )
     return AsyncRedis.from_pool(pool)  # type: ignore[attr-defined]  # (stubs predate from_pool)
 
