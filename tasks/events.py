@@ -166,10 +166,12 @@ class EventHooks(ReasonerHooks):
             ),
         )
 
-    def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
-        """Publish ``tool_call``."""
+    def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall, *, attempt: int = 1) -> None:
+        """Publish ``tool_call`` (``attempt``: which run of the call this is, from 1)."""
         self._append(
-            ToolCall(round=round_no, index=index, name=call.name, args=call.args, error=call.error),
+            ToolCall(
+                round=round_no, index=index, name=call.name, args=call.args, error=call.error, attempt=attempt
+            ),
         )
 
     def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:

@@ -108,7 +108,12 @@ class ModelReply(_Event):
 
 
 class ToolCall(_Event):
-    """A tool call is about to run (``index`` from 1 in reply order)."""
+    """A tool call is about to run (``index`` from 1 in reply order).
+
+    ``attempt`` counts from 1: a call that runs again because its first run was cut off (its
+    worker was lost, a Redis outage interrupted it) is announced again with the next attempt,
+    while its ``tool_result`` is published once, for the run whose result was stored.
+    """
 
     type: Literal["tool_call"] = "tool_call"
     round: int
@@ -116,6 +121,7 @@ class ToolCall(_Event):
     name: str = ""
     args: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    attempt: int = 1
 
 
 class ToolResult(_Event):

@@ -160,13 +160,29 @@ def _size_redis_pool(sender: Any = None, **_: Any) -> None:
 
 @worker_init.connect
 def _warm_up(sender: Any = None, **_: Any) -> None:
-    """Import LiteLLM before taking work when a real model is configured: the import takes a
-    second or two of CPU, which would otherwise land inside the first step (and its lease)."""
+    """Import LiteLLM before taking work when a real model's calls or prices need it: the import
+    takes two to five seconds of CPU, which would otherwise land inside the first step (and its
+    lease). A worker whose roles all call their hosts straight (``direct_http``) about models
+    LiteLLM's price list does not name (self-hosted ones) never imports it."""
     settings = get_runtime().settings
     # Only where a model is called: a tools worker would pay the import (and ~130 MB) for nothing.
     consumed = app.amqp.queues.consume_from  # the worker's queues (``-Q``), set before worker_init
     models = [r for r in ("thinker", "actor") if r in consumed and not settings.role(r).is_demo]
     if not models:
+        return
+    from tandem.reasoner.models.cost_map import listed
+    from tandem.reasoner.models.direct_http import direct_model
+    from tandem.tasks.hosts.model_loop import threads_are_green
+
+    on_loop = settings.model_loop and not threads_are_green()
+
+    def through_litellm(role: str) -> bool:  # its calls (or its replies' prices) need LiteLLM
+        conf = settings.role(role)
+        direct = direct_model(conf.model or "", conf.api_base, conf.api_key) is not None
+        return conf.stream or not (on_loop and settings.direct_http and direct)
+
+    if not any(through_litellm(r) or listed(settings.role(r).model or "") for r in models):
+        log.info("every model call goes straight to its host: LiteLLM is not imported")
         return
     from tandem.reasoner.models.litellm_setup import (
         async_connection_cap,
@@ -175,22 +191,13 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
     )
 
     import_litellm()
-    from tandem.tasks.hosts.model_loop import threads_are_green
-
     _warm_up_streams(settings, models, sender)
     threads = get_runtime().concurrency
-    if not settings.model_loop or threads_are_green():
+    if not on_loop:
         # Calls in the step threads: one connection per thread (and a few for the in-call
         # retries' overlap).
         size_connection_pool(threads + 8)
         return
-    from tandem.reasoner.models.direct_http import direct_model
-
-    def through_litellm(role: str) -> bool:  # its calls on the loop use LiteLLM's HTTP client
-        conf = settings.role(role)
-        direct = direct_model(conf.model or "", conf.api_base, conf.api_key) is not None
-        return conf.stream or not (settings.direct_http and direct)
-
     cap = async_connection_cap()
     if cap is not None and cap < threads and any(through_litellm(r) for r in models):
         log.warning(
@@ -351,3 +358,12 @@ def _start_warm_up(**_: Any) -> None:
 def _stop_reconciler(**_: Any) -> None:
     if _reconciler is not None:
         _reconciler.stop()
+
+
+@worker_shutdown.connect
+def _stop_model_loop(**_: Any) -> None:
+    """Close the model loop's HTTP session with the worker (left to the interpreter's exit,
+    aiohttp logs it as an error: "Unclosed client session")."""
+    from tandem.tasks.hosts.model_loop import MODEL_LOOP
+
+    MODEL_LOOP.stop()

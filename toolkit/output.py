@@ -68,7 +68,8 @@ def iter_json(value: Any) -> Iterator[str]:
     that contains itself."""
     stack: list[Iterator[Any]] = [iter([value])]
     closers: list[str] = [""]
-    path: list[int] = []
+    path: list[int] = []  # the ids of the containers open, innermost last
+    open_ids: set[int] = set()  # the same, to look up in constant time
     firsts: list[bool] = [True]
     while stack:
         try:
@@ -78,7 +79,7 @@ def iter_json(value: Any) -> Iterator[str]:
             firsts.pop()
             yield closers.pop()
             if path:
-                path.pop()
+                open_ids.discard(path.pop())
             continue
         if len(stack) > 1:
             if not firsts[-1]:
@@ -88,9 +89,10 @@ def iter_json(value: Any) -> Iterator[str]:
             key, item = item
             yield _key(key) + ": "
         if isinstance(item, dict | list | tuple):
-            if id(item) in path:
+            if id(item) in open_ids:
                 raise ValueError("Circular reference detected")
             path.append(id(item))
+            open_ids.add(id(item))
             if isinstance(item, dict):
                 yield "{"
                 stack.append(iter(item.items()))

@@ -74,7 +74,8 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
         return f"\n── round {typed.round + 1} of {typed.max_rounds} " + "─" * 40
     if isinstance(typed, ToolCall):
         args = ", ".join(f"{k}={v!r}" for k, v in typed.args.items())
-        return f"  → tool call {typed.index}: {typed.name}({_short(args, 200)})"
+        again = f" (run again: attempt {typed.attempt})" if typed.attempt > 1 else ""
+        return f"  → tool call {typed.index}: {typed.name}({_short(args, 200)}){again}"
     if isinstance(typed, ToolResult):
         return f"  ← result {typed.index} [{typed.status}]: {_short(str(typed.output), 300)}"
     if isinstance(typed, ApprovalRequested):

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.cost_map import listed
 from tandem.reasoner.models.litellm_errors import (
     MalformedReplyError,
     failure_kind,
@@ -483,6 +484,9 @@ class LiteLlmModelService(BaseModelService):
     def _cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """The call's price from LiteLLM's local cost map; 0 for a model the map does not know."""
         if (not prompt_tokens and not completion_tokens) or self._unpriced:
+            return 0.0
+        if not listed(self.model):  # no price to find: LiteLLM is not imported for it
+            self._unpriced = True
             return 0.0
         try:
             prompt_cost, completion_cost = import_litellm().cost_per_token(

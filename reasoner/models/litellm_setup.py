@@ -19,6 +19,8 @@ import threading
 import time
 from types import ModuleType
 
+from tandem.reasoner.models.cost_map import listed
+
 __all__ = [
     "WARM_UP_WAIT",
     "async_connection_cap",
@@ -34,6 +36,8 @@ _litellm: ModuleType | None = None
 _litellm_lock = threading.Lock()
 _warmed = threading.Event()
 _warmed.set()  # set while no warm-up is in progress
+_to_price: set[str] = set()
+"""Models ``price_unpriced_model`` enters at 0 once LiteLLM is imported."""
 
 WARM_UP_WAIT = 30.0
 """The longest a streamed call waits for a warm-up in progress (seconds)."""
@@ -52,6 +56,9 @@ def import_litellm() -> ModuleType:
 
                 litellm.suppress_debug_info = True
                 _litellm = litellm
+                for model in sorted(_to_price):  # left for the import by ``price_unpriced_model``
+                    _price_at_zero(litellm, model)
+                _to_price.clear()
     return _litellm
 
 
@@ -63,8 +70,20 @@ def price_unpriced_model(model: str) -> bool:
     call (about a dozen lookups through its fallback rules, then a zero-cost diagnostic), about a
     third of its own CPU per call. Such a call costs 0 in tandem either way (``JobResult.usage``,
     ``max_cost_usd``); a price the map already has, or one registered later, is left alone.
+
+    LiteLLM is not imported for it: a model the price list LiteLLM ships does not name
+    (``cost_map.listed``) is entered when LiteLLM is imported, if it ever is in this process (a
+    worker whose calls all go straight to their host never imports it).
     """
-    litellm = import_litellm()
+    if _litellm is None and not listed(model):
+        with _litellm_lock:
+            if _litellm is None:
+                _to_price.add(model)
+                return True
+    return _price_at_zero(import_litellm(), model)
+
+
+def _price_at_zero(litellm: ModuleType, model: str) -> bool:
     try:
         litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
         return False

@@ -113,7 +113,7 @@ def call_tool(ctx: StepContext) -> FunctionCallResult:
     call, approved = cleared
     if tool is not None and tool.at_most_once and not ctx.rt.machine.call_started(claim):
         raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
-    ctx.events.tool_called(round_no, index, call)
+    ctx.events.tool_called(round_no, index, call, attempt=claim.attempt)
     tool_ctx = call_context(ctx.task, round_no, index, claim.attempt)
     runner = ctx.rt.runner
     return ctx.plan.run_call(runner, by_name, call, index, tool_ctx, call_id=call_id, approved=approved)

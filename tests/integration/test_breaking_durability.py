@@ -106,8 +106,8 @@ def test_steps_parked_for_the_model_host_survive_a_restart(parked_on: str) -> No
     if parked_on == "in_flight":
         env["TANDEM_ACTOR_MAX_IN_FLIGHT"] = "1"
     with own_cluster(env) as ((cluster, _, actor), server):
-        if parked_on == "backoff":
-            actor.storm(20, retry_after=15)
+        if parked_on == "backoff":  # from the first Actor call: a slow start does not outlast it
+            actor.storm(20, retry_after=15, from_next_request=True)
         else:
             actor.latency = 2.0
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
@@ -304,12 +304,14 @@ def test_bare_clients_waiting_in_get_through_a_crash_of_a_backend_without_persis
 
 def _each_event_once(cluster: Any, job_id: str) -> list[str]:
     """What the job's stream holds more than once: a model reply per round and role, a tool call
-    and result per round and index, the ``final`` event."""
+    per round, index and attempt, a tool result per round and index, the ``final`` event."""
     seen: dict[tuple[Any, ...], int] = {}
     for e in cluster.store.read_events(job_id, count=100_000):
         if e.type == "model_reply":
             key: tuple[Any, ...] = (e.type, e.round, e.role)
-        elif e.type in ("tool_call", "tool_result"):
+        elif e.type == "tool_call":  # once per attempt: a run cut off is announced again
+            key = (e.type, e.round, e.index, e.attempt)
+        elif e.type == "tool_result":
             key = (e.type, e.round, e.index)
         elif e.type == "final":
             key = (e.type,)

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from tandem.tasks.errors import JobSpecError
+from tandem.tasks.job_events import ToolCall
 from tests.integration.conftest import Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
@@ -55,9 +56,12 @@ def test_dual_job_completes_with_per_role_hosts_and_parallel_tools(dual_cluster:
     assert "thinker reasoning" not in str(actor.requests) + str(thinker.requests[1:])
     assert cluster.redis.ttl(cluster.store.key(handle.id, "memory")) > 0
 
-    kinds = [e["type"] for e in handle.events(timeout=5)]
+    events = list(handle.events(timeout=5))
+    kinds = [e["type"] for e in events]
     assert kinds[0] == "job_started" and kinds[-1] == "final"
     assert {"round_started", "model_reply", "tool_call", "tool_result"} <= set(kinds)
+    attempts = [e.attempt for e in events if isinstance(e, ToolCall)]
+    assert attempts and set(attempts) == {1}  # each call ran once: its first attempt
     assert handle.status().state == "completed"
 
 

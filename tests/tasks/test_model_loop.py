@@ -179,3 +179,26 @@ def test_threads_are_green_only_when_gevent_patched_threading(monkeypatch: pytes
     assert threads_are_green() is False
     patched.add("threading")
     assert threads_are_green() is True
+
+
+def test_a_worker_shutting_down_stops_the_process_loop_and_closes_its_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from celery.signals import worker_shutdown
+
+    from tandem.reasoner.models import direct_http
+    from tandem.tasks import worker_signals
+
+    process_loop = ModelLoop("test-shutdown-loop")
+    monkeypatch.setattr(model_loop_module, "MODEL_LOOP", process_loop)
+
+    async def open_session(_: DeltaListener | None) -> bool:
+        direct_http.allow(asyncio.get_running_loop())
+        return direct_http.session() is not None
+
+    assert process_loop.run(open_session)
+    session = next(iter(direct_http._sessions.values()))
+    assert worker_signals._stop_model_loop in [ref() for _, ref in worker_shutdown.receivers]
+    worker_shutdown.send(sender=None)
+    assert session.closed  # not left to the interpreter's exit ("Unclosed client session")
+    assert process_loop._loop is None

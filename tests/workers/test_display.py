@@ -104,6 +104,8 @@ def test_long_text_is_shortened_with_a_count() -> None:
 def test_tool_call_and_result() -> None:
     call = render_event(event("tool_call", round=0, index=2, name="add", args={"a": 1, "b": "x"}, error=None))
     assert call == "  → tool call 2: add(a=1, b='x')"
+    again = render_event(event("tool_call", round=0, index=2, name="add", args={"a": 1}, attempt=2))
+    assert again == "  → tool call 2: add(a=1) (run again: attempt 2)"
     result = render_event(event("tool_result", round=0, index=2, name="add", status="failed", output="boom"))
     assert result == "  ← result 2 [failed]: boom"
 
