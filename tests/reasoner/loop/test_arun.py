@@ -198,26 +198,21 @@ def test_an_async_tool_timeout_fails_the_call_only() -> None:
 # -- many jobs, one loop, a slow host -----------------------------------------------------------
 
 
-def test_fifty_concurrent_jobs_take_about_the_time_of_one() -> None:
+def test_fifty_concurrent_jobs_on_one_loop_have_their_calls_in_flight_together() -> None:
     """50 jobs on one event loop against a host answering in 5 s (in its own process, as a real
-    host is); each job makes two model calls and runs a tool.
+    host is); each job makes two model calls and runs a tool, and all complete.
 
-    Every job's first model call is in flight before any of them is answered, and the 50 jobs
-    take at most 1.5 times one job. The host is slow enough that LiteLLM's own CPU per call
-    (about 15 ms, stretched on a loaded machine) stays well inside the margin;
-    ``python -m bench.async_jobs`` prints the figures for a faster host.
+    Every job's first model call is in flight before any of them is answered: the loop does not
+    wait for one call to send the next. (How long the 50 take against one is a figure, not a
+    test: ``python -m bench.async_jobs`` prints it; the goal is at most 1.5 times one job.)
     """
     latency = 5.0
     with two_step_host(latency) as url:
         host = LiteLlmModelService("openai/test-model", api_base=url, api_key="k", timeout=60)
-        asyncio.run(run_jobs(MonoModelReasoner(host), 1))  # warm up: LiteLLM sets up its clients
-        single = asyncio.run(run_jobs(MonoModelReasoner(host), 1))
         clock = Clock()
-        together = asyncio.run(run_jobs(MonoModelReasoner(host, hooks=clock), 50))  # all complete
-    assert single >= 2 * latency
+        asyncio.run(run_jobs(MonoModelReasoner(host, hooks=clock), 50))  # raises unless all complete
     assert len(clock.asked) == len(clock.answered) == 50
     assert max(clock.asked) < min(clock.answered), "the 50 first calls were in flight together"
-    assert together <= 1.5 * single, f"one job: {single:.2f}s, fifty at once: {together:.2f}s"
 
 
 class Clock(ReasonerHooks):
