@@ -169,16 +169,13 @@ def test_a_replies_calls_are_awaited_together() -> None:
         fc("wait_sync", {"name": f"s{i}"}) for i in range(2)
     ]
     model = ScriptedModelService(["<action>\n" + "\n".join(calls) + "\n</action>", DONE])
-    started = time.monotonic()
     outcome = asyncio.run(MonoModelReasoner(model).arun(Task(goal="wait", tools=tools)))
-    elapsed = time.monotonic() - started
     assert outcome.status == "completed"
     results = next(m for m in outcome.messages if m.role == "tool").function_results
     assert [r.output for r in results] == ["a0", "a1", "a2", "s0", "s1"]
     latest_start = max(s for s, _ in spans.values())
     earliest_end = min(e for _, e in spans.values())
     assert latest_start < earliest_end, "every call was running at the same moment"
-    assert elapsed < 2.0
 
 
 def test_an_async_tool_timeout_fails_the_call_only() -> None:
