@@ -321,6 +321,7 @@ def test_the_decide_task_function_answers_in_json(store: JobStore) -> None:
     assert accepted == {
         "job_id": JOB,
         "accepted": True,
+        "pause_id": "job:2:tools:1",
         "round": 2,
         "complete": True,
         "decisions": [{"index": 1, "approve": True}, {"index": 3, "approve": True}],
