@@ -74,7 +74,9 @@ class StalePauseError(DecisionRefused):
     ended (decided, or rejected by its timeout) or the job paused again since. Nothing changed.
     ``current_pause`` is the id of the pause the job waits on now (``None``: it waits on none)."""
 
-    def __init__(self, message: str, *, pause_id: str | None = None, current_pause: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, pause_id: str | None = None, current_pause: str | None = None
+    ) -> None:
         super().__init__(message)
         self.pause_id = pause_id
         self.current_pause = current_pause

@@ -73,6 +73,7 @@ def pause_id(job_id: str, round_no: int, seq: int) -> str:
     """The id of a job's pause: job, round, step (``tools``) and the pause's sequence number."""
     return f"{job_id}:{round_no}:tools:{seq}"
 
+
 DecidedBy = Literal["person", "timeout"]
 
 
@@ -296,11 +297,15 @@ class ApprovalStore:
         if reply[0] == "repeat":
             raise _Answered(dict(json.loads(reply[1])))
         if reply[0] == "stale":
-            current = pause_id(job_id, int(reply[3]), int(reply[1])) if reply[2] == "awaiting_approval" else None
+            current = (
+                pause_id(job_id, int(reply[3]), int(reply[1])) if reply[2] == "awaiting_approval" else None
+            )
             raise _stale(f"job {job_id!r} paused again since it was read", wanted, current)
         if reply[0] == "not-waiting":
             raise _stale(
-                f"job {job_id!r} is not waiting for a decision (it is {reply[1]}, round {reply[2]})", wanted, None
+                f"job {job_id!r} is not waiting for a decision (it is {reply[1]}, round {reply[2]})",
+                wanted,
+                None,
             )
         if reply[0] in ("gone", "ended"):
             raise DecisionRefused(_not_waiting(job_id, reply))
@@ -463,7 +468,9 @@ def decisions_of(answer: Any) -> list[Decision]:
     error = str(answer.get("error") or "the decision was refused; nothing was decided")
     reason = answer.get("reason")
     if reason == "stale_pause":
-        raise StalePauseError(error, pause_id=answer.get("pause_id"), current_pause=answer.get("current_pause"))
+        raise StalePauseError(
+            error, pause_id=answer.get("pause_id"), current_pause=answer.get("current_pause")
+        )
     if reason == "withdrawn":
         raise DecisionTimeout(error)
     raise DecisionRefused(error)
