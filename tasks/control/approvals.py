@@ -59,6 +59,7 @@ from tandem.tasks.errors import DecisionRefused, StalePauseError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import ApprovalDecided
 from tandem.tasks.state.claims import Message
+from tandem.tasks.state.keys import pause_id
 from tandem.tasks.state.store import JobStore
 from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.tool import Tool
@@ -68,10 +69,6 @@ __all__ = ["ApprovalRecord", "ApprovalStore", "decisions_of", "pause_id", "rejec
 MAX_KEY = 200
 """The longest idempotency key (characters)."""
 
-
-def pause_id(job_id: str, round_no: int, seq: int) -> str:
-    """The id of a job's pause: job, round, step (``tools``) and the pause's sequence number."""
-    return f"{job_id}:{round_no}:tools:{seq}"
 
 
 DecidedBy = Literal["person", "timeout"]

@@ -64,6 +64,23 @@ class HandleApprovals:
         current one), ``DecisionTimeout`` (no worker answered within ``timeout`` seconds, so the
         decision was withdrawn: it will never apply), or ``DecisionRefused`` with the reason.
         Nothing changed on a refusal."""
+        return decisions_of(
+            self.decision_answer(
+                decisions, pause_id=pause_id, idempotency_key=idempotency_key, timeout=timeout
+            )
+        )
+
+    def decision_answer(
+        self,
+        decisions: Any,
+        *,
+        pause_id: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """``decide``'s definite outcome as ``tandem.decide``'s JSON answer, refusals included
+        (``reason`` ``withdrawn`` when no worker answered in time); ``DecisionRefused`` only
+        when no pause is given and the job waits on none (nothing is sent then)."""
         if isinstance(decisions, dict | Decision):
             decisions = [decisions]  # one decision
         wire = decisions if isinstance(decisions, bool) else [_wire(d) for d in decisions]
@@ -71,7 +88,7 @@ class HandleApprovals:
         machine = self._store.machine
         prior = machine.answered(self.id, key) if isinstance(key, str) and key else None
         if prior is not None:
-            return decisions_of(json.loads(prior))
+            return dict(json.loads(prior))
         if pause_id is None and not _names_pause(wire):
             pause_id = self._current_pause()
         kwargs = {"job_id": self.id, "decisions": wire, "pause_id": pause_id, "idempotency_key": key}
@@ -92,7 +109,7 @@ class HandleApprovals:
             }
             # The first answer under the key wins: a worker's (read back here) or this withdrawal.
             answer = json.loads(machine.remember(self.id, key, json.dumps(withdrawn)))
-        return decisions_of(answer)
+        return dict(answer) if isinstance(answer, dict) else {"accepted": False, "error": repr(answer)}
 
     def _current_pause(self) -> str:
         """The id of the pause the job waits on now; ``DecisionRefused`` if it waits on none."""
