@@ -21,8 +21,8 @@ if redis.call('GET', KEYS[9]) ~= ARGV[2] then return {'changed'} end
 redis.call('SET', KEYS[9], ARGV[3], 'KEEPTTL')
 if ARGV[10] ~= '' then
   redis.call('HSET', D, ARGV[10], ARGV[11])
-  local ttl = redis.call('PTTL', KEYS[1])
-  redis.call('PEXPIRE', D, ttl > 0 and ttl or 86400000)
+  local ttl = redis.call('TTL', KEYS[1])
+  redis.call('EXPIRE', D, ttl > 0 and ttl or 86400)
 end
 if ARGV[4] ~= '1' then return {'stored'} end
 for _, r in ipairs(cjson.decode(ARGV[5])) do
