@@ -274,3 +274,21 @@ def test_a_tool_with_its_own_schema_keeps_it() -> None:
     pending = [PendingCall(index=1, tool="search", args={"q": "x"})]
     record = ApprovalRecord.for_round(JOB, 0, pending, [mcp], timeout_s=60)
     assert record.schemas["search"] == schema  # the tool's own (it accepts extra keys in-process too)
+
+
+# -- resume and fork -----------------------------------------------------------------------------
+
+
+def test_a_fork_counts_its_pauses_on_from_its_origin(approvals: ApprovalStore, store: JobStore) -> None:
+    from tandem.tasks.state.reopen import Placement, Reopener
+
+    at = Placement(round=1, kind="actor", outbox=[])
+    assert store.machine.pause(JOB)[1] == 1
+    got = Reopener(store.machine).start(
+        "fork-1", '{"goal": "g"}', "mono", at, timeout=60, ttl_after=60, memory=[]
+    )
+    assert got.outcome == "ok" and store.machine.pause("fork-1")[1] == 0  # no count given: from 0
+    got = Reopener(store.machine).start(
+        "fork-2", '{"goal": "g"}', "mono", at, timeout=60, ttl_after=60, memory=[], pause_seq=1
+    )
+    assert got.outcome == "ok" and store.machine.record("fork-2")["pause_seq"] == "1"  # its next pause is 2
