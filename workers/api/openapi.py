@@ -190,11 +190,11 @@ def openapi_document() -> dict[str, Any]:
         "/v1/jobs/{job_id}/decisions": {
             "post": {
                 "summary": "Approve or reject tool calls awaiting approval",
-                "description": 'Body: {"pause_id": "...", "idempotency_key": "...", "decisions": [{"index": 1, '
-                '"approve": true}, {"index": 2, "approve": false, "reason": "..."}, {"index": 3, "approve": '
-                'true, "args": {...}}]}, or {"decisions": true|false} for every undecided call. GET '
-                "/v1/jobs/{id} shows the pause (approval.pause_id). The key may come as an Idempotency-Key "
-                "header instead; the same key gets the same answer and applies once.",
+                "description": 'Body: {"pause_id": "...", "idempotency_key": "...", "decisions": '
+                '[{"index": 1, "approve": true}, {"index": 2, "approve": false, "reason": "..."}, '
+                '{"index": 3, "approve": true, "args": {...}}]}, or {"decisions": true|false} for every '
+                "undecided call. GET /v1/jobs/{id} shows the pause (approval.pause_id). The key may "
+                "come as an Idempotency-Key header instead; the same key gets the same answer, applied once.",
                 "operationId": "decide",
                 "parameters": [_JOB_ID],
                 "requestBody": {
@@ -210,7 +210,7 @@ def openapi_document() -> dict[str, Any]:
                         "names pause_id and current_pause) or decision_refused (unknown call, bad args, ...)."
                     ),
                     "422": _error("The body is not a list of decisions or true/false."),
-                    "504": _error("No worker applied the decision in time: it was withdrawn and never applies."),
+                    "504": _error("No worker applied the decision in time: it was withdrawn, never applies."),
                 },
             }
         },
