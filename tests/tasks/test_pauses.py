@@ -292,3 +292,20 @@ def test_a_fork_counts_its_pauses_on_from_its_origin(approvals: ApprovalStore, s
         "fork-2", '{"goal": "g"}', "mono", at, timeout=60, ttl_after=60, memory=[], pause_seq=1
     )
     assert got.outcome == "ok" and store.machine.record("fork-2")["pause_seq"] == "1"  # its next pause is 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        pytest.param({"pause_id": 5}, "pause_id must be a pause's id string", id="pause-id-not-a-string"),
+        pytest.param({"pause_id": ""}, "pause_id must be a pause's id string", id="pause-id-empty"),
+        pytest.param({"idempotency_key": 5}, "idempotency_key must be a string", id="key-not-a-string"),
+        pytest.param({"idempotency_key": ""}, "idempotency_key must be a string", id="key-empty"),
+    ],
+)
+def test_a_malformed_decide_message_is_a_refusal(
+    approvals: ApprovalStore, kwargs: dict[str, Any], says: str
+) -> None:
+    answer = decide_job(approvals, JOB, True, **kwargs)
+    assert answer["accepted"] is False and says in answer["error"]
+    assert approvals.get(JOB).decisions == []  # type: ignore[union-attr]

@@ -490,3 +490,18 @@ def test_a_decision_for_another_pause_is_one_line_and_exit_2(
     assert (
         cli.main(["approve", "J1", "--pause", "J1:2:tools:1", "--key", "k1"]) == 0
     )  # the same key: same answer
+
+
+def test_a_decision_no_worker_applied_exits_3_in_one_line(
+    parked: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tandem.tasks.client import JobHandle
+    from tandem.tasks.errors import DecisionTimeout
+
+    def withdrawn(self: JobHandle, decisions: Any, **_: Any) -> list[Any]:
+        raise DecisionTimeout("no worker applied the decision within 2 s, so it was withdrawn")
+
+    monkeypatch.setattr(JobHandle, "decide", withdrawn)
+    assert cli.main(["approve", "J1", "--timeout", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("tandem: no worker applied the decision within 2 s") and err.count("\n") == 1
