@@ -70,7 +70,6 @@ MAX_KEY = 200
 """The longest idempotency key (characters)."""
 
 
-
 DecidedBy = Literal["person", "timeout"]
 
 

@@ -309,3 +309,9 @@ def test_a_malformed_decide_message_is_a_refusal(
     answer = decide_job(approvals, JOB, True, **kwargs)
     assert answer["accepted"] is False and says in answer["error"]
     assert approvals.get(JOB).decisions == []  # type: ignore[union-attr]
+
+
+def test_an_unknown_job_gets_no_key_written(store: JobStore) -> None:
+    answer = ApprovalStore(store).answer("nope", True, pause="nope:0:tools:1", key="k")
+    assert answer["accepted"] is False and answer["reason"] == "stale_pause"
+    assert store.redis.exists(store.machine.decisions_key("nope")) == 0
