@@ -42,6 +42,7 @@ from tandem.tasks.state.keys import (
     JOB_PARTS,
     LEGACY_RECENT_KEY,
     RECENT_SHARDS,
+    pause_id,
     recent_shard_key,
     recent_shard_keys,
 )
@@ -54,6 +55,12 @@ from tandem.toolkit.redaction import redact, redact_data, redact_known
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pause_of(job_id: str, raw: Mapping[Any, Any], approval: Any) -> str | None:
+    """The id of the pause of a raw approval record (JSON), numbered by the raw job record."""
+    seq = raw.get(b"pause_seq", raw.get("pause_seq", 0))
+    return pause_id(job_id, int(json.loads(approval).get("round", 0)), int(_text(seq) or 0))
 
 
 def _undecided(approval: Any) -> list[PendingCall]:
@@ -87,6 +94,7 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None
         if waiting
         else None,
         pending_approval=_undecided(approval) if parked and approval is not None else None,
+        pause_id=_pause_of(job_id, raw, approval) if parked and approval is not None else None,
         approval_until=rec.approval_until or None if parked else None,
     )
 
