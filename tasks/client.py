@@ -279,25 +279,39 @@ class JobHandle(HandleApprovals):
 
     # -- resume and fork ----------------------------------------------------------------------
 
-    def resume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
+    def resume(
+        self, max_rounds: int | None = None, *, timeout: float = 30.0, owner: str | None = None
+    ) -> JobHandle:
         """Continue this failed, cancelled or truncated job from its last stored step, under the
         same id (``tandem.resume``: stored model replies and tool results are reused, never
         redone); ``max_rounds`` raises its round budget. Returns this handle: ``result()`` then
-        waits for the new end. ``ResumeRefused`` says why not (nothing changed then)."""
+        waits for the new end. ``ResumeRefused`` says why not (nothing changed then). ``owner``:
+        the tenant asking (``default`` if none): another tenant's job is refused as unknown."""
         kwargs: dict[str, Any] = {"job_id": self.id}
+        if owner is not None:
+            kwargs["owner"] = owner
         if max_rounds is not None:
             kwargs["max_rounds"] = max_rounds
         self._ask("tandem.resume", kwargs, timeout)
         return self
 
     def fork(
-        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+        self,
+        round: int,
+        goal: str | None = None,
+        *,
+        max_rounds: int | None = None,
+        timeout: float = 30.0,
+        owner: str | None = None,
     ) -> JobHandle:
         """Start a new job holding rounds ``0..round-1`` of this ended job, running on from round
         ``round`` with the same spec (the goal replaced by ``goal``, the budget by ``max_rounds``,
         if given) through ``tandem.fork``; its handle. This job is untouched. ``ResumeRefused``
-        says why not."""
+        says why not. ``owner``: the tenant asking (``default`` if none); the fork keeps the
+        job's owner, and another tenant's job is refused as unknown."""
         kwargs: dict[str, Any] = {"job_id": self.id, "round": round}
+        if owner is not None:
+            kwargs["owner"] = owner
         if goal is not None:
             kwargs["goal"] = goal
         if max_rounds is not None:
@@ -453,7 +467,7 @@ def submit(
     # starts reading its events at once does not take it for an unknown job. The spec is kept
     # until a worker starts the job, and the job is in the reconciler's index: a lost intake
     # message is sent again after TANDEM_STALL_SECONDS.
-    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire))
+    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire), owner=job_spec.owner)
     timeout = job_spec.timeout_s or rt.settings.job_timeout
     store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
     try:
