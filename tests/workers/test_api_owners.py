@@ -151,5 +151,5 @@ def test_a_malformed_token_table_is_refused_naming_the_problem_not_the_token(raw
 
 
 def test_an_unreadable_tokens_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="TANDEM_API_TOKENS_FILE=.*cannot be read"):
+    with pytest.raises(SettingsError, match=r"TANDEM_API_TOKENS_FILE=.*cannot be read"):
         Settings.from_env({"TANDEM_API_TOKENS_FILE": str(tmp_path / "none.json")})
