@@ -19,6 +19,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.tasks.control.handle import HandleApprovals
 from tandem.tasks.errors import (
     JobLostError,
@@ -115,7 +116,9 @@ class JobHandle(HandleApprovals):
         # before the ``queued`` marker of ``submit`` is removed).
         refused = self._celery_result()
         if refused is not None:
-            return JobStatus(job_id=self.id, state=refused.status, error=refused.error, step="intake")
+            return JobStatus(
+                job_id=self.id, state=refused.status, error=refused.error, step="intake", owner=refused.owner
+            )
         if stored is not None:
             return stored
         if self._known_at is not None:  # submitted (``submit`` wrote its record first) or seen
@@ -265,9 +268,13 @@ class JobHandle(HandleApprovals):
         The revoke is best effort: a worker that takes the message finds the job ended and does
         nothing, so a failed broadcast (a client whose Redis user may not broadcast to workers'
         control queues, see docs/security.md, or a broker outage) loses nothing."""
+        queued = reach.call(lambda: self._store.status(self.id))
+        owner = queued.owner if queued is not None else DEFAULT_TENANT
         reach.call(
             lambda: self._store.finish(
-                JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
+                JobResult(
+                    job_id=self.id, status="cancelled", error="cancelled before it started", owner=owner
+                ),
                 ttl=_seconds(self._app.conf.result_expires),
                 delivery=ResultDelivery.for_store(self._app, self._store),
             )

@@ -287,6 +287,8 @@ class JobResult(BaseModel):
 
     job_id: str
     status: Literal["completed", "truncated", "failed", "cancelled"]
+    owner: str = DEFAULT_TENANT
+    """The tenant that owns the job (``JobSpec.owner``; for a spec refused at intake, the one it named)."""
     deliverable: str = ""
     rounds: int = 0
     error: str | None = None
