@@ -153,3 +153,13 @@ def test_a_malformed_token_table_is_refused_naming_the_problem_not_the_token(raw
 def test_an_unreadable_tokens_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"TANDEM_API_TOKENS_FILE=.*cannot be read"):
         Settings.from_env({"TANDEM_API_TOKENS_FILE": str(tmp_path / "none.json")})
+
+
+def test_me_names_the_tokens_tenant_and_scopes(api: Fixture) -> None:
+    assert api.client.get("/v1/me", headers=auth(READER)).json() == {
+        "tenant": "team-a",
+        "scopes": ["read"],
+        "admin": False,
+    }
+    assert api.client.get("/v1/me", headers=auth(ADMIN)).json()["admin"] is True
+    assert api.client.get("/v1/me", headers=auth("not-a-token-0123456789")).status_code == 401

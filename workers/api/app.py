@@ -19,7 +19,11 @@
   stored step (body ``{"max_rounds": N}`` optional); 202. ``POST /v1/jobs/{id}/fork``: a new job
   from rounds ``0..round-1`` (body ``{"round": R, "goal"?, "max_rounds"?}``); 202 with its id. Refusals:
   404 (unknown or expired), 409 (not ended), 422 (budget or round), 504 (no worker answered).
+* ``GET /v1/me``: the token's tenant and scopes.
 * ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
+
+Every ``/v1/`` action checks the token's scope (403 ``missing_scope``) and the job's owner (another
+tenant's job is 404, as an unknown one): ``tandem.workers.api.callers``.
 
 In front of the routes (``create_api``): security headers on every answer (``headers``), the
 ``Host`` allow-list (``host_header``), cross-site refusals and CORS (``origins``), bearer tokens and
@@ -63,7 +67,7 @@ from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
 from tandem.tasks.state.store import RECENT_LIMIT, JobStore
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
-from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job
+from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
@@ -384,6 +388,11 @@ class Api:
 
         return EventStreamResponse(self.hub.stream(sub, after, request.is_disconnected), close)
 
+    async def me(self, request: Request) -> Response:
+        """``GET /v1/me``: whom the token acts for, its tenant and scopes (the console shows them)."""
+        token = whoami(request)
+        return JSONResponse({"tenant": token.tenant, "scopes": sorted(token.scopes), "admin": token.admin})
+
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
 
@@ -508,6 +517,7 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
         Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
         Route("/v1/jobs/{job_id}/resume", api.resume_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/fork", api.fork_job, methods=["POST"]),
+        Route("/v1/me", api.me, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         *(Route(path, api.static, methods=["GET"]) for path in _STATIC),

@@ -31,9 +31,15 @@ _ACTIONS = {
 }
 
 
+def whoami(request: Request) -> ApiToken:
+    """The request's token (``ANONYMOUS`` for an API without tokens)."""
+    token: ApiToken = getattr(request.state, "token", ANONYMOUS)
+    return token
+
+
 def caller(request: Request, scope: str) -> ApiToken:
     """The request's token, once it is known to hold ``scope``; 403 ``missing_scope`` otherwise."""
-    token: ApiToken = getattr(request.state, "token", ANONYMOUS)
+    token = whoami(request)
     if not token.allows(scope):
         held = ", ".join(sorted(token.scopes)) or "none"
         raise ApiError(
@@ -65,4 +71,4 @@ def may_see(token: ApiToken, owner: str) -> bool:
     return token.admin or owner == token.tenant
 
 
-__all__ = ["ANONYMOUS", "caller", "check_owner", "may_see", "unknown_job"]
+__all__ = ["ANONYMOUS", "caller", "check_owner", "may_see", "unknown_job", "whoami"]
