@@ -66,6 +66,9 @@ class JobHandle(HandleApprovals):
     """Seconds ``status``, ``cancel`` (and their ``a``-twins) keep trying to reach Redis."""
     reconnect_wait: float = 300.0
     """Seconds of one outage a wait with no timeout (``result``, ``events``, ...) rides out."""
+    owner: str | None = None
+    """The tenant this handle asks for in ``resume``, ``fork`` and decisions when they name none
+    (``None``: ``default``); workers refuse another tenant's job as unknown."""
 
     def __init__(
         self,
@@ -295,6 +298,7 @@ class JobHandle(HandleApprovals):
         waits for the new end. ``ResumeRefused`` says why not (nothing changed then). ``owner``:
         the tenant asking (``default`` if none): another tenant's job is refused as unknown."""
         kwargs: dict[str, Any] = {"job_id": self.id}
+        owner = owner if owner is not None else self.owner
         if owner is not None:
             kwargs["owner"] = owner
         if max_rounds is not None:
@@ -317,6 +321,7 @@ class JobHandle(HandleApprovals):
         says why not. ``owner``: the tenant asking (``default`` if none); the fork keeps the
         job's owner, and another tenant's job is refused as unknown."""
         kwargs: dict[str, Any] = {"job_id": self.id, "round": round}
+        owner = owner if owner is not None else self.owner
         if owner is not None:
             kwargs["owner"] = owner
         if goal is not None:
@@ -324,7 +329,9 @@ class JobHandle(HandleApprovals):
         if max_rounds is not None:
             kwargs["max_rounds"] = max_rounds
         reply = self._ask("tandem.fork", kwargs, timeout)
-        return JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
+        forked = JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
+        forked.owner = self.owner
+        return forked
 
     def _ask(self, task: str, kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
         reply = self._app.send_task(task, kwargs=kwargs).get(timeout=timeout)

@@ -93,6 +93,7 @@ class HandleApprovals:
         if pause_id is None and not _names_pause(wire):
             pause_id = self._current_pause()
         kwargs = {"job_id": self.id, "decisions": wire, "pause_id": pause_id, "idempotency_key": key}
+        owner = owner if owner is not None else getattr(self, "owner", None)
         if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
             kwargs["owner"] = owner
         try:

@@ -68,3 +68,41 @@ def test_another_tenants_decision_is_refused_and_changes_nothing(rt: Runtime) ->
     assert not plain["accepted"] and "no such job" in plain["error"]
     own = decide_job(ApprovalStore(rt.store), JOB, True, owner="team-a")
     assert "no such job" not in str(own.get("error"))  # refused only because it awaits no decision
+
+
+class _Reply:
+    def __init__(self, answer: dict[str, object]) -> None:
+        self.answer = answer
+
+    def get(self, timeout: float) -> dict[str, object]:
+        return self.answer
+
+
+class _App:
+    """Records what a handle sends, and answers as a worker accepting it would."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, object]]] = []
+
+    def send_task(self, name: str, kwargs: dict[str, object]) -> _Reply:
+        self.sent.append((name, kwargs))
+        return _Reply({"accepted": True, "fork_id": "fork-2", "pause_id": "p", "decisions": []})
+
+
+def test_a_handle_asks_for_its_owner_and_its_fork_keeps_it(rt: Runtime) -> None:
+    from tandem.tasks.client import JobHandle
+    from tandem.workers.cli import _parser
+
+    app = _App()
+    handle = JobHandle(JOB, rt.store, app)  # type: ignore[arg-type]
+    handle.resume()
+    assert app.sent[-1] == ("tandem.resume", {"job_id": JOB})  # naming none: the default tenant
+    handle.owner = "team-a"
+    handle.resume(5)
+    forked = handle.fork(1, "again")
+    handle.decision_answer(True, pause_id="p")
+    assert [kw.get("owner") for _, kw in app.sent[1:]] == ["team-a"] * 3
+    assert forked.owner == "team-a"
+    assert handle.fork(1, owner="team-b") and app.sent[-1][1]["owner"] == "team-b"  # an explicit one wins
+    for argv in (["resume", JOB], ["fork", JOB, "--round", "1"], ["approve", JOB]):
+        assert _parser().parse_args([*argv, "--owner", "team-a"]).owner == "team-a"
