@@ -199,7 +199,7 @@ class JobStore:
         """Store the spec and a ``queued`` status; ``False`` if the job already exists."""
         created = bool(self.redis.set(self.key(job_id, "spec"), spec.model_dump_json(), nx=True, ex=self.ttl))
         if created:
-            self.set_status(job_id, state="queued", reasoner=spec.reasoner)
+            self.set_status(job_id, state="queued", reasoner=spec.reasoner, owner=spec.owner)
             self.remember(job_id)
         return created
 

@@ -345,14 +345,17 @@ class Api:
                 "received (like '1700000000000-0'), or '0' for the first event",
             )
         # A crowd of clients arriving at once must not take a thread and a connection each.
-        owner = (
-            await self.async_redis.hget(self.store.key(job_id, "state"), "owner")
+        # One read on the pooled client; a record without an owner field (written before owners)
+        # is the default tenant's, as ``JobRecord`` reads it.
+        found = (
+            await self.async_redis.hmget(self.store.key(job_id, "state"), ["state", "owner"])
             if _JOB_ID.match(job_id)
-            else None
+            else [None, None]
         )
-        if owner is None:
+        if found[0] is None:
             await run_in_threadpool(self.owned, job_id, token)  # 404, or a job refused at intake
         else:
+            owner = found[1] or b"default"
             check_owner(token, job_id, owner.decode() if isinstance(owner, bytes) else str(owner))
         who = _client_identity(request)
         if not self.slots.acquire(who):
