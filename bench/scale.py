@@ -27,6 +27,8 @@ Figures (one ``name: value`` line each, and JSON in ``--out``):
   summed, ``scale_store_busiest_master_cpu_ms_per_round`` the busiest one's,
   ``scale_broker_redis_cpu_ms_per_round`` the broker's, and the command counts add up all of them
   (the end of the jobs is then polled on the Celery results, so no poll loads the masters);
+* with ``--broker-pid PID``, ``scale_broker_process_cpu_ms_per_round``: that process's CPU (RabbitMQ's
+  ``beam.smp`` when ``--env TANDEM_BROKER_URL=amqp://...`` makes it the broker);
 * ``scale_job_p50_s``, ``scale_job_p99_s``: job times from submission;
 * ``scale_busy_timeline`` (JSON only): ``[thinker, actor]`` requests in flight at the model hosts,
   one pair every 2 s (every 0.1 s with ``--timeline``): where a run loses time shows as dips.
@@ -113,10 +115,13 @@ def run(
     extra_env: dict[str, str] | None = None,
     timeline: bool = False,
     store_masters: int = 0,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures (printed as they come); ``timeline``: keep every
     0.1 s sample of the requests in flight (else one every 2 s); ``store_masters``: the job state
-    on a Redis Cluster of that many masters (the broker and result backend stay one Redis)."""
+    on a Redis Cluster of that many masters (the broker and result backend stay one Redis);
+    ``broker_pid``: a process whose CPU per round is measured too (RabbitMQ's ``beam.smp`` when
+    ``TANDEM_BROKER_URL`` names it)."""
     threads = dict.fromkeys(ROLES, concurrency)
     bound = bound_jobs_per_s(threads, latency)
     ideal = jobs / bound + 2 * latency + TOOL_SECONDS
@@ -156,6 +161,7 @@ def run(
             cmds_before, rcpu_before = command_counts(redis), redis_cpu(redis)
             nodes_before = [(command_counts(n), redis_cpu(n)) for n in nodes]
             cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
             samples: list[tuple[int, int]] = []
             stop = threading.Event()
 
@@ -179,6 +185,7 @@ def run(
                 stop.set()
                 sampler.join()
             cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            broker_after = cpu_seconds(broker_pid) if broker_pid else 0.0
             own_cpu = time.process_time() - own_cpu
             cmds_after, rcpu_after = command_counts(redis), redis_cpu(redis)
             nodes_after = [(command_counts(n), redis_cpu(n)) for n in nodes]
@@ -211,6 +218,8 @@ def run(
             add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
             for role, seconds in cpu.items():
                 add(f"scale_cpu_ms_per_round_{role}", seconds * 1000 / rounds)
+            if broker_pid:
+                add("scale_broker_process_cpu_ms_per_round", (broker_after - broker_before) * 1000 / rounds)
             deltas = {name: cmds_after.get(name, 0) - cmds_before.get(name, 0) for name in cmds_after}
             if nodes:  # the job store's share, on each master of the cluster
                 node_cpu = [
@@ -285,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MASTERS",
         help="keep the job state on a Redis Cluster of MASTERS nodes (the broker stays one Redis)",
     )
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="also measure this process's CPU per round (RabbitMQ's beam.smp, with --env TANDEM_BROKER_URL=amqp://...)",
+    )
     args = parser.parse_args(argv)
     extra = {
         "TANDEM_THINKER_MODEL": f"{args.provider}/thinker-model",
@@ -292,7 +308,15 @@ def main(argv: list[str] | None = None) -> int:
         **dict(item.split("=", 1) for item in args.env),
     }
     figures = run(
-        args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra, args.timeline, args.cluster
+        args.jobs,
+        args.latency,
+        args.concurrency,
+        args.pool,
+        args.timeout,
+        extra,
+        args.timeline,
+        args.cluster,
+        args.broker_pid,
     )
     command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
