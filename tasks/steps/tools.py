@@ -83,6 +83,7 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
         moved = retrying(
             rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect, outbox_id=outbox_id)
         )
+    tracing.annotate({"tandem.commit": "committed" if moved else "lost"})
     if not moved:
         log.warning(
             "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
