@@ -249,8 +249,11 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         from tandem.broker_config.queue_depth import queue_depths
         from tandem.tasks.hosts.capacity import host_snapshots
         from tandem.tasks.metrics import WORKER_UP, serve
+        from tandem.tasks.state.census import JobCensus
 
-        serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)
+        census = JobCensus(rt.redis, rt.store.prefix)
+        snapshots = lambda: host_snapshots(rt.redis, rt.settings)  # noqa: E731
+        serve(port, snapshots, queue_depths(rt.settings).read, census.read)
         role, pool = worker_labels(sender)
         WORKER_UP.labels(role, pool).set(1)
 
