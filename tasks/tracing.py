@@ -16,7 +16,7 @@ as the guard learns them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore, Retry
@@ -116,3 +116,20 @@ def detach(token: Any) -> None:
     from opentelemetry import context as otel_context
 
     otel_context.detach(token)
+
+
+def control_span(
+    job_id: Any, cause: str, spec_of: Callable[[], Any]
+) -> contextlib.AbstractContextManager[Span | None]:
+    """The ``tandem.resume`` span of a control task that sets a parked or ended job going again
+    (``cause``: ``approval`` for ``tandem.decide``, ``resume`` for ``tandem.resume``), in the job's
+    trace (``spec_of()``'s ``trace_context``, read only when tracing is on)."""
+    if not tracing.STATE.on or not isinstance(job_id, str):
+        return contextlib.nullcontext(None)
+    try:
+        spec = spec_of()
+    except Exception:  # the task answers the refusal itself; the span only loses its parent
+        spec = None
+    parent = tracing.extract(getattr(spec, "trace_context", None))
+    attrs = {"tandem.job_id": job_id, "tandem.resume.cause": cause}
+    return tracing.span("tandem.resume", attrs, parent=parent, kind="consumer", quiet=QUIET)

@@ -26,6 +26,7 @@ from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.tracing import control_span
 
 
 def decide_job(store: ApprovalStore, job_id: Any, decisions: Any) -> dict[str, Any]:
@@ -53,7 +54,10 @@ def decide_job(store: ApprovalStore, job_id: Any, decisions: Any) -> dict[str, A
 def decide(job_id: str, decisions: Any) -> dict[str, Any]:
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring)."""
     rt = get_runtime()
-    reply = decide_job(ApprovalStore(rt.store), job_id, decisions)
-    if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
-        send_outbox(rt, job_id)
-    return reply
+    with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
+        reply = decide_job(ApprovalStore(rt.store), job_id, decisions)
+        if span is not None:
+            span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
+        if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
+            send_outbox(rt, job_id)
+        return reply

@@ -271,3 +271,26 @@ def test_a_trace_context_holds_only_w3c_keys() -> None:
     with pytest.raises(ValueError, match="only 'traceparent' and 'tracestate'"):
         JobSpec(goal="g", trace_context={"baggage": "x"})
     assert Step(0, "thinker").kind == "thinker"
+
+
+def test_a_job_parked_for_approval_and_resumed_by_a_decision_stays_one_trace(
+    rt: Runtime, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_job(monkeypatch, {"goal": "What is 17 * 23?", "approve_tools": "all"})
+    parked = [s for s in spans.get_finished_spans() if any(e.name == "tandem.park" for e in s.events)]
+    assert parked and (parked[0].attributes or {})["tandem.commit"] == "waiting"
+    event = next(e for e in parked[0].events if e.name == "tandem.park")
+    assert (event.attributes or {})["tandem.wait.reason"] == "approval"
+    assert rt.store.result(JOB) is None  # waiting for a person
+
+    queue = capture(monkeypatch)
+    app.tasks["tandem.decide"].apply(kwargs={"job_id": JOB, "decisions": True})  # a client: no headers
+    drain(queue)
+    exported = spans.get_finished_spans()
+    assert rt.store.result(JOB).status == "completed"  # type: ignore[union-attr]
+    assert len({s.context.trace_id for s in exported}) == 1
+    (resumed,) = by_name(exported, "tandem.resume")
+    assert (resumed.attributes or {})["tandem.resume.cause"] == "approval"
+    assert (resumed.attributes or {})["tandem.accepted"] is True
+    known = {s.context.span_id for s in exported}
+    assert all(s.parent.span_id in known for s in exported if s.parent is not None)
