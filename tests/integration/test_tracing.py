@@ -137,3 +137,20 @@ def test_a_dual_job_with_a_killed_worker_is_one_trace_with_every_step(
     assert any(s.attributes.get("gen_ai.usage.output_tokens") for s in models)
     assert [s for s in spans if s.name == "execute_tool add"], "each tool call is a span"
     assert {s.service for s in spans} == {"tandem-client", "tandem-worker"}
+
+
+def test_a_prefork_worker_exports_the_spans_of_its_pool_processes(
+    fresh_cluster: Hosts, receiver: OtlpReceiver
+) -> None:
+    cluster, _, _ = fresh_cluster
+    group = cluster.start("all", pool="prefork", concurrency={"all": 2}, **otel_env(receiver))
+    plan = [[{"name": "add", "args": {"a": 2, "b": 3}}]]
+    handle = cluster.submit(goal=goal_with_plan("prefork", plan), max_rounds=4)
+    assert handle.result(timeout=90).status == "completed"
+    group.stop()  # each pool process exports what it holds as it ends
+    cluster.killed.update(p.pid for p in group.processes.values())
+    spans = [s for s in receiver.spans() if s.attributes.get("tandem.job_id", handle.id) == handle.id]
+    assert {("intake", 0), ("thinker", 0), ("actor", 0), ("tools", 0), ("collect", 0)} <= steps_of(spans)
+    assert len({s.trace_id for s in spans}) == 1
+    known = {s.span_id for s in spans}
+    assert all(s.parent_id in known for s in spans if s.parent_id)
