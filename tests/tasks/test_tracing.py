@@ -294,3 +294,40 @@ def test_a_job_parked_for_approval_and_resumed_by_a_decision_stays_one_trace(
     assert (resumed.attributes or {})["tandem.accepted"] is True
     known = {s.context.span_id for s in exported}
     assert all(s.parent.span_id in known for s in exported if s.parent is not None)
+
+
+def test_a_429_is_an_event_of_the_model_span_and_the_fleet_back_off_another(
+    spans: InMemorySpanExporter,
+) -> None:
+    from tandem.reasoner.errors import TransientModelError
+    from tandem.reasoner.testing import ScriptedModelService
+    from tandem.tasks.hosts.capacity import HostCapacity, HostLimits
+    from tandem.tasks.hosts.host_model import CapacityWait, HostModel
+
+    host = "http://gpu-9:8000/v1"
+    capacity = HostCapacity(fakeredis.FakeRedis(), "t", HostLimits(host, max_in_flight=4))
+    limited = TransientModelError("HTTP 429", retry_after=7.0, status_code=429, model="m")
+    model = HostModel(
+        ScriptedModelService([limited], name="scripted"), role="actor", host=host, capacity=capacity
+    )
+    with pytest.raises(CapacityWait):
+        model.generate("", [{"role": "user", "content": "2 + 2?"}])
+    (span,) = spans.get_finished_spans()
+    assert span.name == "chat scripted" and span.status.status_code.name == "ERROR"
+    assert (span.attributes or {})["error.type"] == "CapacityWait"
+    events = {e.name: dict(e.attributes or {}) for e in span.events}
+    assert events["gen_ai.rate_limited"] == {"http.response.status_code": 429, "tandem.retry_after": 7.0}
+    assert events["tandem.fleet_backoff"] == {"tandem.backoff_seconds": 7.0}
+
+
+def test_a_model_span_names_the_host_never_its_credentials(spans: InMemorySpanExporter) -> None:
+    with tracing.model_span("hosted_vllm/qwen3", "https://user:pa55word@gpu-1.example:8443/v1", "thinker"):
+        pass
+    (span,) = spans.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert attrs["server.address"] == "gpu-1.example" and attrs["server.port"] == 8443
+    assert (
+        attrs["gen_ai.provider.name"] == "hosted_vllm"
+        and attrs["gen_ai.request.model"] == "hosted_vllm/qwen3"
+    )
+    assert "pa55word" not in repr(attrs)
