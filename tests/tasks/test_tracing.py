@@ -331,3 +331,33 @@ def test_a_model_span_names_the_host_never_its_credentials(spans: InMemorySpanEx
         and attrs["gen_ai.request.model"] == "hosted_vllm/qwen3"
     )
     assert "pa55word" not in repr(attrs)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-http", "litellm"])
+def test_a_retry_on_the_model_loop_is_an_event_of_the_calls_span(
+    spans: InMemorySpanExporter, direct: bool
+) -> None:
+    from tandem.reasoner.models.litellm_service import LiteLlmModelService
+    from tandem.tasks.hosts.host_model import HostModel
+    from tandem.tasks.hosts.model_loop import ModelLoop
+    from tests.openai_server import OpenAIServer, Reply
+
+    loop = ModelLoop("test-trace-loop", direct_http=direct)
+    script = [Reply(status=429, headers={"Retry-After": "0.1"}), Reply("4")]
+    try:
+        with OpenAIServer(script) as server:
+            inner = LiteLlmModelService(
+                "openai/test-model", api_base=server.url, api_key="sk-test-trace-4242"
+            )
+            model = HostModel(inner, role="actor", host=server.url, model_loop=loop)
+            assert model.model_loop is loop  # the call runs on the loop's thread
+            with tracing.span("step"):
+                assert model.generate("", [{"role": "user", "content": "2 + 2?"}]).content == "4"
+    finally:
+        loop.stop()
+    (call,) = [s for s in spans.get_finished_spans() if s.name == "chat openai/test-model"]
+    retries = [dict(e.attributes or {}) for e in call.events if e.name == "gen_ai.retry"]
+    assert retries == [
+        {"tandem.attempt": 1, "tandem.retry_in": pytest.approx(0.1, abs=0.05), "error.type": "429"}
+    ]
+    assert (call.attributes or {})["server.address"] == "127.0.0.1"
