@@ -80,13 +80,15 @@ def step_span(
 
 def claimed(attempt: int, epoch: int) -> None:
     """The current step's claim stood: its attempt and epoch."""
-    tracing.annotate({"tandem.claim": "claimed", "tandem.attempt": attempt, "tandem.epoch": epoch})
+    if tracing.STATE.on:
+        tracing.annotate({"tandem.claim": "claimed", "tandem.attempt": attempt, "tandem.epoch": epoch})
 
 
 def outcome(key: str, value: str) -> None:
     """Record on the current step's span how its claim or commit went (``tandem.claim``,
     ``tandem.commit``)."""
-    tracing.annotate({key: value})
+    if tracing.STATE.on:
+        tracing.annotate({key: value})
 
 
 def parked(reason: str, until: float, error: str = "", host: str | None = None) -> None:

@@ -361,3 +361,19 @@ def test_a_retry_on_the_model_loop_is_an_event_of_the_calls_span(
         {"tandem.attempt": 1, "tandem.retry_in": pytest.approx(0.1, abs=0.05), "error.type": "429"}
     ]
     assert (call.attributes or {})["server.address"] == "127.0.0.1"
+
+
+def test_an_api_request_with_a_traceparent_submits_its_job_in_that_trace(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from starlette.datastructures import Headers
+
+    from tandem.workers.api import app as api_app
+
+    seen: list[dict[str, str]] = []
+    monkeypatch.setattr(api_app, "submit", lambda spec, **kw: seen.append(tracing.carrier()))
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    headers = Headers({"traceparent": f"00-{trace_id}-b7ad6b7169203331-01", "authorization": "Bearer x"})
+    api_app._submit_under(tracing.extract(headers), {"goal": "g"}, None, None)
+    assert seen[0]["traceparent"].split("-")[1] == trace_id
+    assert tracing.carrier() == {}  # detached again
