@@ -20,10 +20,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.reasoner import tracing
-from tandem.reasoner.approval import Decision
-from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
+from tandem.tasks.control.handle import HandleApprovals
 from tandem.tasks.errors import (
-    DecisionRefused,
     JobLostError,
     JobTimeout,
     RedisUnavailable,
@@ -51,7 +49,7 @@ from tandem.toolkit.redaction import redact
 log = logging.getLogger("tandem.client")
 
 
-class JobHandle:
+class JobHandle(HandleApprovals):
     """A submitted job: its ``id`` (the Celery id of ``tandem.infer``), status, events and result.
 
     The ``a``-methods are for asyncio code: they wait on redis's asyncio client (a new client of
@@ -281,53 +279,6 @@ class JobHandle:
         except Exception as exc:
             log.info("job %s: intake message not revoked (%s); a worker taking it ends", self.id, exc)
 
-    # -- approval ----------------------------------------------------------------------------
-
-    def pending_approval(self) -> ApprovalRecord | None:
-        """The job's calls waiting for a decision and the decisions so far (``None``: none asked)."""
-        return ApprovalStore(self._store).get(self.id)
-
-    def decide(self, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
-        """Decide on calls awaiting approval through the ``tandem.decide`` task (a worker applies
-        it); all the decisions stored so far for the round.
-
-        ``decisions``: ``[{"index": 1, "approve": True}, {"index": 2, "approve": False, "reason":
-        "..."}, {"index": 3, "approve": True, "args": {...}}]`` (``Decision`` objects too), or
-        ``True``/``False`` for every undecided call.
-        ``DecisionRefused`` with the reason when refused (nothing changed then)."""
-        if isinstance(decisions, dict | Decision):
-            decisions = [decisions]  # one decision
-        wire = decisions if isinstance(decisions, bool) else [_wire(d) for d in decisions]
-        sent = self._app.send_task("tandem.decide", kwargs={"job_id": self.id, "decisions": wire})
-        reply = sent.get(timeout=timeout)
-        if not isinstance(reply, dict) or not reply.get("accepted"):
-            error = reply.get("error") if isinstance(reply, dict) else repr(reply)
-            raise DecisionRefused(str(error))
-        return [Decision.model_validate(d) for d in reply.get("decisions", [])]
-
-    def approve(
-        self, call: int | None = None, *, args: dict[str, Any] | None = None, timeout: float = 30.0
-    ) -> list[Decision]:
-        """Approve call ``call`` (with edited ``args`` if given), or every undecided call."""
-        if call is None:
-            if args is not None:
-                raise DecisionRefused("edited args need the call they are for: approve(call=N, args=...)")
-            return self.decide(True, timeout=timeout)
-        decision: dict[str, Any] = {"index": call, "approve": True}
-        if args is not None:
-            decision["args"] = args
-        return self.decide([decision], timeout=timeout)
-
-    def reject(self, reason: str, call: int | None = None, *, timeout: float = 30.0) -> list[Decision]:
-        """Reject call ``call``, or every undecided call, with ``reason`` (the model reads it)."""
-        if call is not None:
-            return self.decide([{"index": call, "approve": False, "reason": reason}], timeout=timeout)
-        record = self.pending_approval()
-        if record is None:
-            raise DecisionRefused(f"job {self.id!r} is not waiting for a decision; nothing was decided")
-        undecided = [{"index": p.index, "approve": False, "reason": reason} for p in record.undecided()]
-        return self.decide(undecided, timeout=timeout)
-
     # -- resume and fork ----------------------------------------------------------------------
 
     def resume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
@@ -444,25 +395,6 @@ class JobHandle:
         if last_type != "final" and early and await asyncio.to_thread(reach.call, self._vanished):
             raise await asyncio.to_thread(self._lost)
 
-    async def apending_approval(self) -> ApprovalRecord | None:
-        """``pending_approval`` for asyncio."""
-        return await asyncio.to_thread(self.pending_approval)
-
-    async def adecide(self, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
-        """``decide`` for asyncio: the ``tandem.decide`` task is sent and its reply awaited
-        without blocking the event loop."""
-        return await asyncio.to_thread(self.decide, decisions, timeout=timeout)
-
-    async def aapprove(
-        self, call: int | None = None, *, args: dict[str, Any] | None = None, timeout: float = 30.0
-    ) -> list[Decision]:
-        """``approve`` for asyncio."""
-        return await asyncio.to_thread(self.approve, call, args=args, timeout=timeout)
-
-    async def areject(self, reason: str, call: int | None = None, *, timeout: float = 30.0) -> list[Decision]:
-        """``reject`` for asyncio."""
-        return await asyncio.to_thread(self.reject, reason, call, timeout=timeout)
-
     async def aresume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
         """``resume`` for asyncio; this handle."""
         return await asyncio.to_thread(self.resume, max_rounds, timeout=timeout)
@@ -487,13 +419,6 @@ class JobHandle:
                 return
         if status.state == "queued":
             await asyncio.to_thread(self._cancel_queued, reach)
-
-
-def _wire(decision: Any) -> Any:
-    """A decision in its JSON form (``Decision`` objects are dumped; dicts pass as they are)."""
-    if isinstance(decision, Decision):
-        return decision.model_dump(mode="json", exclude_none=True)
-    return decision
 
 
 def _seconds(expires: Any) -> int:

@@ -11,6 +11,8 @@ The tree::
     ├── RedisUnavailable      Redis stayed unreachable for a client call's whole reconnect window; the
     │                         job may still be running (also a ``redis.exceptions.ConnectionError``)
     ├── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
+    │   ├── StalePauseError   it named a pause that is not the job's current one (ended or later)
+    │   └── DecisionTimeout   no worker applied it in time: it was withdrawn and will never apply
     └── ResumeRefused         a resume or fork was refused (unknown, not ended, bad budget or round)
 
 A job that fails at run time is not an exception: its ``JobResult`` has ``status="failed"`` and the
@@ -65,6 +67,25 @@ class RedisUnavailable(JobError, RedisConnectionError):
 class DecisionRefused(JobError, ValueError):
     """A decision on a job's calls awaiting approval was refused (the job waits for none, an
     unknown call, edited args that do not fit, decided already, too late); nothing changed."""
+
+
+class StalePauseError(DecisionRefused):
+    """A decision named a pause (``pause_id``) that is not the one the job waits on now: that pause
+    ended (decided, or rejected by its timeout) or the job paused again since. Nothing changed.
+    ``current_pause`` is the id of the pause the job waits on now (``None``: it waits on none)."""
+
+    def __init__(
+        self, message: str, *, pause_id: str | None = None, current_pause: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.pause_id = pause_id
+        self.current_pause = current_pause
+
+
+class DecisionTimeout(DecisionRefused):
+    """No worker applied the decision within the caller's timeout, so the caller withdrew it (an
+    atomic write under its idempotency key): it will never apply, even if its message is still
+    queued. Nothing changed; decide again once workers run."""
 
 
 class ResumeRefused(JobError, ValueError):

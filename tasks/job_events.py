@@ -159,10 +159,14 @@ class Waiting(_Event):
 
 class ApprovalRequested(_Event):
     """Tool calls of round ``round`` wait for a person's decision (``pending``) until ``until``
-    (Unix time; ``timeout_s`` after they were asked)."""
+    (Unix time; ``timeout_s`` after they were asked). ``pause_id`` names this pause (job, round,
+    step, ``seq``): a decision names it, and one naming another pause is refused."""
 
     type: Literal["approval_requested"] = "approval_requested"
     round: int
+    pause_id: str = ""
+    seq: int = 0
+    """The pause's number in the job (from 1; it grows with every pause, across resume and fork)."""
     pending: list[PendingCall] = Field(default_factory=list)
     timeout_s: float | None = None
     until: float | None = None
@@ -174,6 +178,7 @@ class ApprovalDecided(_Event):
 
     type: Literal["approval_decided"] = "approval_decided"
     round: int
+    pause_id: str = ""
     by: str = "person"
     decisions: list[Decision] = Field(default_factory=list)
     complete: bool = False

@@ -279,6 +279,8 @@ class JobStatus(BaseModel):
     pending_approval: list[PendingCall] | None = None
     """While ``awaiting_approval``: the calls still waiting for a decision (index, tool, args,
     objective), as ``tandem approve`` / ``JobHandle.decide`` name them."""
+    pause_id: str | None = None
+    """While ``awaiting_approval``: the id of the pause, which a decision names (see docs/approvals.md)."""
     approval_until: float | None = None
     """While ``awaiting_approval``: when the undecided calls are rejected (Unix time)."""
 

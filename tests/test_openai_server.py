@@ -215,9 +215,10 @@ def test_above_its_capacity_the_server_answers_429_with_retry_after() -> None:
 def test_a_storm_refuses_everything_for_a_while() -> None:
 
     with OpenAIServer("ok") as server:
-        server.storm(0.3, retry_after=20)
+        server.storm(3.0, retry_after=20)  # long enough that a loaded machine sends one inside it
+        ends = time.monotonic() + 3.0
         first = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
-        time.sleep(0.4)
+        time.sleep(max(0.0, ends - time.monotonic()) + 0.1)
         after = httpx.post(f"{server.url}/chat/completions", json={"messages": []})
     assert (first.status_code, first.headers["retry-after"], after.status_code) == (429, "20", 200)
     assert server.rejected == 1

@@ -112,12 +112,16 @@ def _parser() -> argparse.ArgumentParser:
         help="decide on a job's tool calls awaiting approval: approve (by default), edit or reject",
         description="Approves every undecided call of the job, or only --call N; --reject REASON "
         "rejects instead (the model reads the reason); --args JSON approves call N with these "
-        "arguments instead of the model's. `tandem status JOB` lists the calls waiting.",
+        "arguments instead of the model's. The decision answers the job's current pause (or --pause ID, "
+        "from `tandem status JOB`); one for a pause that has ended is refused (exit 2, nothing "
+        "changes). No worker answering within --timeout withdraws it (exit 3: it never applies).",
     )
     ap.add_argument("job_id")
     ap.add_argument("--call", type=int, default=None, metavar="N", help="the call's index (default: all)")
     ap.add_argument("--reject", default=None, metavar="REASON", help="reject, with this reason")
     ap.add_argument("--args", default=None, metavar="JSON", help="approve call N with these arguments")
+    ap.add_argument("--pause", default=None, metavar="ID", help="the pause answered (default: the current)")
+    ap.add_argument("--key", default=None, metavar="KEY", help="idempotency key (the same key applies once)")
     ap.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for a worker to apply it (default 30)"
     )

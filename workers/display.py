@@ -80,7 +80,8 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
         return f"  ← result {typed.index} [{typed.status}]: {_short(str(typed.output), 300)}"
     if isinstance(typed, ApprovalRequested):
         calls = "; ".join(f"{p.index}. {p.tool}({_short(str(p.args), 200)})" for p in typed.pending)
-        return f"  ⏸ waiting for approval: {calls}  (decide with `tandem approve JOB`)"
+        pause = f" (pause {typed.pause_id})" if typed.pause_id else ""
+        return f"  ⏸ waiting for approval{pause}: {calls}  (decide with `tandem approve JOB`)"
     if isinstance(typed, ApprovalDecided):
         done = "; ".join(
             f"{d.index} " + ("approved" if d.approve else f"rejected: {d.reason}") for d in typed.decisions

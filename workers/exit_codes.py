@@ -5,7 +5,8 @@ apart (the table is in docs/distributed.md, "Exit statuses").
 0     done: the job completed (``run``, ``watch``, ``resume``, ``fork``), or the command did its work
 1     the job did not complete: it failed, was lost, or had not ended when ``--timeout`` ran out
 2     a usage error: bad arguments, a bad setting, a refused spec or decision, an unknown job id
-3     cannot connect: Redis, the broker or the result backend does not answer (one line says which)
+3     cannot connect: Redis, the broker or the result backend does not answer (one line says which);
+      ``approve``: no worker applied the decision in time (it was withdrawn: it never applies)
 4     the job was cancelled
 5     the job was truncated (it used up ``max_rounds`` or a budget before delivering)
 130   interrupted (Ctrl-C)

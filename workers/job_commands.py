@@ -89,9 +89,8 @@ def watch(args: argparse.Namespace) -> int:
 def approve(args: argparse.Namespace) -> int:
     import json
 
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
     from tandem.tasks import job
+    from tandem.tasks.errors import DecisionTimeout, StalePauseError
 
     def refuse(message: str) -> int:
         print(f"tandem: {message}", file=sys.stderr)
@@ -110,16 +109,21 @@ def approve(args: argparse.Namespace) -> int:
     if args.reject is not None and not args.reject.strip():
         return refuse("--reject needs a reason (the model reads it)")
     handle = job(args.job_id)
+    named = {"pause_id": args.pause, "idempotency_key": args.key, "timeout": args.timeout}
+    if args.pause is None:  # the pause current now, named so a decision arriving after it ended is refused
+        current = handle.pending_approval()
+        named["pause_id"] = current.pause_id if current is not None and not current.decided else None
     try:
         if args.reject is not None:
-            decided = handle.reject(args.reject, args.call, timeout=args.timeout)
+            decided = handle.reject(args.reject, args.call, **named)
         else:
-            decided = handle.approve(args.call, args=edited, timeout=args.timeout)
-    except CeleryTimeout:
-        return refuse(
-            f"no worker applied the decision within {args.timeout:g} s: are workers running? "
-            f"(`tandem status {args.job_id}` shows whether it was applied)"
-        )
+            decided = handle.approve(args.call, args=edited, **named)
+    except StalePauseError as exc:
+        return refuse(f"stale pause: {exc}")
+    except DecisionTimeout as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return exit_codes.UNREACHABLE
+    print(f"job {handle.id}, pause {named['pause_id'] or '(current)'}:")
     for d in decided:
         what = "approved" if d.approve else f"rejected: {d.reason}"
         print(f"call {d.index}: {what}" + (f" with args {json.dumps(d.args)}" if d.args is not None else ""))

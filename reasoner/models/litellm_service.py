@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -494,7 +495,7 @@ class LiteLlmModelService(BaseModelService):
         """The call's price from LiteLLM's local cost map; 0 for a model the map does not know."""
         if (not prompt_tokens and not completion_tokens) or self._unpriced:
             return 0.0
-        if not listed(self.model):  # no price to find: LiteLLM is not imported for it
+        if "litellm" not in sys.modules and not listed(self.model):  # no price: LiteLLM stays out
             self._unpriced = True
             return 0.0
         try:

@@ -15,17 +15,34 @@ decision wins, and a batch touching a call decided already is refused whole and 
 No decision within the timeout rejects the calls still undecided (``expire_if_due``, run by the
 reconciler, or the first decision that comes too late).
 
-Key: ``{prefix}:{<job_id>}:approval`` (one JSON record), a part of the job (``JOB_PARTS``): it
-lives as long as the job's other keys.
+**Pauses.** Every park is a pause with an id, ``<job>:<round>:tools:<seq>`` (``ApprovalRecord.pause_id``):
+``seq`` is the job's ``pause_seq``, counted up by the parking transition in the job's record, so
+it survives restarts and resume (a fork starts from its origin's count). A decision names the pause
+it answers; ``settle`` checks the name against ``pause_seq`` in the script that stores it, so a
+decision for a pause that ended (decided, or rejected by its timeout) or for an earlier one is
+refused whole (``StalePauseError``) even if it waited in a queue while no worker ran. A decision
+naming no pause answers the one current when it is read.
+
+**Answers by key.** A decision with an idempotency key keeps its answer (accepted or refused)
+under the key in the job's ``decisions`` hash, written by the same script as the decision; the
+key sent again gets that answer and changes nothing. A client that gets no answer in time writes a
+withdrawal under the key (``JobMachine.remember``, which keeps the first answer): either a
+worker applied the decision first, and the client reads that answer, or the decision never
+applies (the worker finds the key answered). Either way the caller's outcome is definite.
+
+Keys: ``{prefix}:{<job_id>}:approval`` (one JSON record), a part of the job (``JOB_PARTS``): it
+lives as long as the job's other keys; ``{prefix}:{<job_id>}:decisions`` (answers by idempotency
+key), given the TTL of the job's record whenever it is written.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from tandem.reasoner.approval import (
     Decision,
@@ -38,15 +55,20 @@ from tandem.reasoner.approval import (
 from tandem.reasoner.errors import ApprovalError
 from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult
-from tandem.tasks.errors import DecisionRefused
+from tandem.tasks.errors import DecisionRefused, StalePauseError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import ApprovalDecided
 from tandem.tasks.state.claims import Message
+from tandem.tasks.state.keys import pause_id
 from tandem.tasks.state.store import JobStore
 from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.tool import Tool
 
-__all__ = ["ApprovalRecord", "ApprovalStore", "rejected_results"]
+__all__ = ["ApprovalRecord", "ApprovalStore", "decisions_of", "pause_id", "rejected_results"]
+
+MAX_KEY = 200
+"""The longest idempotency key (characters)."""
+
 
 DecidedBy = Literal["person", "timeout"]
 
@@ -66,6 +88,14 @@ class ApprovalRecord(BaseModel):
     decided_by: DecidedBy | None = None
     """Who completed the decisions: a person, or the timeout (rejecting what was left)."""
     decided_at: float | None = None
+    seq: int = 0
+    """The pause's number in the job (its ``pause_seq``, from 1; read from the job's record)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pause_id(self) -> str:
+        """The id a decision names: ``<job>:<round>:tools:<seq>``."""
+        return pause_id(self.job_id, self.round, self.seq)
 
     @property
     def deadline(self) -> float | None:
@@ -100,7 +130,7 @@ class ApprovalRecord(BaseModel):
             job_id=job_id,
             round=round_no,
             pending=pending,
-            schemas={p.tool: by_name[p.tool].parameters for p in pending if p.tool in by_name},
+            schemas={p.tool: _strict(by_name[p.tool]) for p in pending if p.tool in by_name},
             requested_at=time.time() if now is None else now,
             timeout_s=timeout_s,
         )
@@ -115,6 +145,16 @@ class ApprovalRecord(BaseModel):
             name: Tool(name=name, description="", function=_never_run, schema=schema)
             for name, schema in self.schemas.items()
         }
+
+
+def _strict(tool: Tool) -> dict[str, Any]:
+    """The schema edited args of ``tool`` are checked against on any worker: the tool's own, with
+    no parameter beyond those it names when the tool comes from a Python function (whose
+    signature refuses them in-process too)."""
+    schema = dict(tool.parameters)
+    if tool.schema is None and schema.get("type", "object") == "object":
+        schema.setdefault("additionalProperties", False)
+    return schema
 
 
 def _never_run(**_: Any) -> None:  # pragma: no cover - the stand-ins only validate
@@ -134,6 +174,14 @@ def _clash(decisions: Any, decided: set[int]) -> int | None:
     return None
 
 
+class _Answered(Exception):
+    """The decision's idempotency key has an answer already: ``answer``."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__("answered")
+        self.answer = answer
+
+
 class ApprovalStore:
     """Reads and writes the pending approvals of one ``JobStore``'s jobs."""
 
@@ -146,45 +194,120 @@ class ApprovalStore:
         return self.store.key(job_id, "approval")
 
     def get(self, job_id: str) -> ApprovalRecord | None:
-        """The job's approval record, if it has one."""
-        raw = self.redis.get(self.key(job_id))
-        return None if raw is None else ApprovalRecord.model_validate_json(raw)
+        """The job's approval record (the last pause's, with its ``pause_id``), if it has one."""
+        raw, seq = self.store.machine.pause(job_id)
+        return None if raw is None else _read(raw, seq)
 
-    def decide(self, job_id: str, decisions: Any, *, now: float | None = None) -> ApprovalRecord:
+    def answer(
+        self,
+        job_id: str,
+        decisions: Any,
+        *,
+        pause: str | None = None,
+        key: str | None = None,
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        """The JSON answer of a decision (what ``tandem.decide`` returns): ``{"job_id",
+        "accepted": true, "pause_id", "round", "complete", "decisions"}`` or ``{"job_id",
+        "accepted": false, "error", "reason", "pause_id", "current_pause"}`` (``reason``:
+        ``stale_pause``, ``refused`` or ``withdrawn``). With an idempotency ``key`` the first
+        answer is kept and given again for the same key, and the decision is applied once."""
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY):
+            return _refusal(
+                job_id,
+                DecisionRefused(
+                    f"idempotency_key must be a string of 1 to {MAX_KEY} characters, got {key!r}; "
+                    "nothing was decided"
+                ),
+                pause,
+            )
+        if key:
+            prior = self.store.machine.answered(job_id, key)
+            if prior is not None:
+                return dict(json.loads(prior))
+        try:
+            record = self._decide(job_id, decisions, pause, key or "", now)
+        except _Answered as done:
+            return done.answer
+        except DecisionRefused as exc:
+            refused = _refusal(job_id, exc, pause)
+            if not key:
+                return refused
+            return dict(json.loads(self.store.machine.remember(job_id, key, json.dumps(refused))))
+        return _accepted(job_id, record)
+
+    def decide(
+        self, job_id: str, decisions: Any, *, pause: str | None = None, now: float | None = None
+    ) -> ApprovalRecord:
         """Apply a batch of decisions (the wire form, ``Decision`` objects, or ``True``/``False``
-        for every undecided call) and return the record.
+        for every undecided call) on pause ``pause`` (``None``: the one current when read) and
+        return the record.
 
         Refused with ``DecisionRefused``, changing nothing, when the job waits for no decision,
         a decision does not fit (unknown call, bad edited args, ...), or a call in the batch was
-        decided already. A batch that comes after the timeout makes the timeout's rejection of
-        the undecided calls be stored instead, and is refused saying so.
+        decided already; with ``StalePauseError`` when ``pause`` is not the job's current pause.
+        A batch that comes after the timeout makes the timeout's rejection of the undecided
+        calls be stored instead, and is refused saying so (``StalePauseError``).
         """
+        return self._decide(job_id, decisions, pause, "", now)
+
+    def _decide(
+        self, job_id: str, decisions: Any, pause: str | None, key: str, now: float | None
+    ) -> ApprovalRecord:
+        decisions, pause = _named_pause(job_id, decisions, pause)
         for _ in range(100):  # another decision between the read and the write: read again
-            raw = self.redis.get(self.key(job_id))
+            raw, seq = self.store.machine.pause(job_id)
             if raw is None:
+                if pause is not None:
+                    raise StalePauseError(
+                        f"job {job_id!r} waits on no pause (none was asked, or its records expired), "
+                        f"so pause {pause!r} is not current; nothing was decided",
+                        pause_id=pause,
+                    )
                 raise DecisionRefused(
                     f"job {job_id!r} is not waiting for a decision (no call of it needs approval now); "
                     "nothing was decided"
                 )
-            record = ApprovalRecord.model_validate_json(raw)
+            record = _read(raw, seq)
+            wanted = record.pause_id if pause is None else pause
+            _check_current(job_id, record, wanted)
             updated, added, late = self._apply(job_id, record, decisions, now)
+            answer = (
+                _refusal(job_id, _stale(late, wanted, None), wanted) if late else _accepted(job_id, updated)
+            )
             reply = self.store.machine.settle(
                 job_id,
                 record.round,
-                raw.decode() if isinstance(raw, bytes) else raw,
-                updated.model_dump_json(),
+                raw,
+                updated.model_dump_json(exclude={"pause_id"}),
                 complete=updated.decided,
+                seq=record.seq,
+                key=key,
+                answer=json.dumps(answer) if key else "",
                 **_moves(job_id, updated),
             )
             if reply[0] != "changed":
                 break
         else:  # pragma: no cover - a hundred decisions racing on one job
             raise DecisionRefused(f"job {job_id!r}: too many decisions at once; try again")
-        if reply[0] in ("gone", "ended", "not-waiting"):
+        if reply[0] == "repeat":
+            raise _Answered(dict(json.loads(reply[1])))
+        if reply[0] == "stale":
+            current = (
+                pause_id(job_id, int(reply[3]), int(reply[1])) if reply[2] == "awaiting_approval" else None
+            )
+            raise _stale(f"job {job_id!r} paused again since it was read", wanted, current)
+        if reply[0] == "not-waiting":
+            raise _stale(
+                f"job {job_id!r} is not waiting for a decision (it is {reply[1]}, round {reply[2]})",
+                wanted,
+                None,
+            )
+        if reply[0] in ("gone", "ended"):
             raise DecisionRefused(_not_waiting(job_id, reply))
         self._published(job_id, updated, added, "timeout" if late else "person")
         if late:
-            raise DecisionRefused(late)
+            raise _stale(late, wanted, None)
         return updated
 
     def _apply(
@@ -192,11 +315,6 @@ class ApprovalStore:
     ) -> tuple[ApprovalRecord, list[Decision], str]:
         """The record with ``decisions`` added, the decisions added, and why they were not the
         ones given (a late batch: the timeout's rejections); ``DecisionRefused`` if they do not fit."""
-        if record.decided:
-            raise DecisionRefused(
-                f"every call of job {job_id!r} (round {record.round}) was decided already "
-                f"(by {record.decided_by}); this decision changes nothing"
-            )
         waiting = record.undecided()
         at = time.time() if now is None else now
         late = ""
@@ -226,7 +344,14 @@ class ApprovalStore:
     def _published(self, job_id: str, record: ApprovalRecord, added: list[Decision], by: str) -> None:
         """Publish ``approval_decided`` and, once the round goes on, the rejected calls' results."""
         self.store.publish(
-            job_id, ApprovalDecided(round=record.round, by=by, decisions=added, complete=record.decided)
+            job_id,
+            ApprovalDecided(
+                round=record.round,
+                pause_id=record.pause_id,
+                by=by,
+                decisions=added,
+                complete=record.decided,
+            ),
         )
         if record.decided:
             hooks = EventHooks(self.store, job_id)
@@ -241,9 +366,110 @@ class ApprovalStore:
         if record is None or record.decided or record.deadline is None or at < record.deadline:
             return record
         try:
-            return self.decide(job_id, [], now=at)
+            return self.decide(job_id, [], pause=record.pause_id, now=at)
         except DecisionRefused:  # the timeout's rejection was stored (here or by another process)
             return self.get(job_id)
+
+
+def _read(raw: str, seq: int) -> ApprovalRecord:
+    """A stored record with the job's pause count (the record's own pause number)."""
+    return ApprovalRecord.model_validate_json(raw).model_copy(update={"seq": seq})
+
+
+def _named_pause(job_id: str, decisions: Any, pause: Any) -> tuple[Any, str | None]:
+    """The decisions without their ``pause_id`` fields, and the one pause they and ``pause`` name
+    (``None``: none named); ``DecisionRefused`` if they name two, or a pause id is not a string."""
+    named = set() if pause is None else {pause}
+    if isinstance(decisions, list):
+        stripped = []
+        for raw in decisions:
+            if isinstance(raw, dict) and "pause_id" in raw:
+                named.add(raw["pause_id"])
+                raw = {k: v for k, v in raw.items() if k != "pause_id"}
+            stripped.append(raw)
+        decisions = stripped
+    bad = [p for p in named if not isinstance(p, str) or not p]
+    if bad:
+        raise DecisionRefused(
+            f"job {job_id!r}: pause_id must be a pause's id string (like {pause_id(job_id, 0, 1)!r}, "
+            f"from approval_requested or the pending approval), got {bad[0]!r}; nothing was decided"
+        )
+    if len(named) > 1:
+        raise DecisionRefused(
+            f"job {job_id!r}: one batch answers one pause, but it names {sorted(named)!r}; "
+            "nothing was decided"
+        )
+    return decisions, (next(iter(named)) if named else None)
+
+
+def _check_current(job_id: str, record: ApprovalRecord, wanted: str) -> None:
+    """``StalePauseError`` unless ``wanted`` is the pause of ``record`` and it is undecided."""
+    current = None if record.decided else record.pause_id
+    if wanted != record.pause_id:
+        now_waiting = f"it waits on pause {current!r}" if current else "it waits on no pause now"
+        raise _stale(f"job {job_id!r}: that pause is not the current one ({now_waiting})", wanted, current)
+    if record.decided:
+        raise _stale(
+            f"that pause of job {job_id!r} has ended: every call of it was decided already "
+            f"(by {record.decided_by})",
+            wanted,
+            None,
+        )
+
+
+def _stale(why: str, wanted: str | None, current: str | None) -> StalePauseError:
+    """The refusal of a decision for pause ``wanted`` that is not current."""
+    return StalePauseError(
+        f"{why}; this decision for pause {wanted!r} changes nothing"
+        + (f" (decide on {current!r} instead)" if current else ""),
+        pause_id=wanted,
+        current_pause=current,
+    )
+
+
+def _accepted(job_id: str, record: ApprovalRecord) -> dict[str, Any]:
+    """The answer of a stored decision."""
+    return {
+        "job_id": job_id,
+        "accepted": True,
+        "pause_id": record.pause_id,
+        "round": record.round,
+        "complete": record.decided,
+        "decisions": [d.model_dump(mode="json", exclude_none=True) for d in record.decisions],
+    }
+
+
+def _refusal(job_id: str, exc: DecisionRefused, pause: str | None) -> dict[str, Any]:
+    """The answer of a refused decision."""
+    stale = isinstance(exc, StalePauseError)
+    return {
+        "job_id": job_id,
+        "accepted": False,
+        "error": str(exc),
+        "reason": "stale_pause" if stale else "refused",
+        "pause_id": exc.pause_id if isinstance(exc, StalePauseError) else pause,
+        "current_pause": exc.current_pause if isinstance(exc, StalePauseError) else None,
+    }
+
+
+def decisions_of(answer: Any) -> list[Decision]:
+    """The decisions of an accepted answer of ``tandem.decide``; a refusal raised as its error
+    (``StalePauseError``, ``DecisionTimeout`` for a withdrawn one, else ``DecisionRefused``)."""
+    from tandem.tasks.errors import DecisionTimeout
+
+    if not isinstance(answer, dict):
+        raise DecisionRefused(f"tandem.decide answered {answer!r}, not a decision's answer")
+    if answer.get("accepted"):
+        return [Decision.model_validate(d) for d in answer.get("decisions", [])]
+    error = str(answer.get("error") or "the decision was refused; nothing was decided")
+    reason = answer.get("reason")
+    if reason == "stale_pause":
+        raise StalePauseError(
+            error, pause_id=answer.get("pause_id"), current_pause=answer.get("current_pause")
+        )
+    if reason == "withdrawn":
+        raise DecisionTimeout(error)
+    raise DecisionRefused(error)
 
 
 def rejected_results(record: ApprovalRecord) -> list[FunctionCallResult]:

@@ -2,19 +2,33 @@
 
 Any Celery client can send it, without importing tandem::
 
-    app.send_task("tandem.decide", kwargs={"job_id": job_id, "decisions": [
-        {"index": 1, "approve": True},
-        {"index": 2, "approve": False, "reason": "not this address"},
-    ]}).get()
+    app.send_task("tandem.decide", kwargs={
+        "job_id": job_id,
+        "pause_id": pause_id,              # from approval_requested / the pending approval
+        "idempotency_key": "4f1c...",      # any string up to 200 characters, one per decision
+        "decisions": [
+            {"index": 1, "approve": True},
+            {"index": 2, "approve": False, "reason": "not this address"},
+        ],
+    }).get()
 
-It is consumed from the intake queue (like ``tandem.infer``), validates the batch against the
-stored ``ApprovalRecord`` and stores it atomically (``ApprovalStore.decide``); once every waiting
-call is decided the job goes on, and this task sends the approved calls to the tools queue (a
-failed send is left to the reconciler). Its result is
-``{"job_id", "accepted": true, "round", "complete", "decisions": [...]}`` (every decision
-stored so far for the round; ``complete`` once every waiting call has one) or ``{"job_id", "accepted": false,
-"error": "..."}``: a refused decision changes nothing. Running it twice is safe: the second run
-finds the calls decided and is refused.
+It is consumed from the intake queue (like ``tandem.infer``), checks the batch against the pause
+it names and the stored ``ApprovalRecord`` and stores it atomically (``ApprovalStore.answer``);
+once every waiting call is decided the job goes on, and this task sends the approved calls to the
+tools queue (a failed send is left to the reconciler).
+
+``pause_id`` (or a ``"pause_id"`` in each decision) names the pause the batch answers: a batch for
+another pause (one that ended by a decision or its timeout, or an earlier one) is refused, even
+when it arrives long after it was sent. Without one, the batch answers the pause current when it
+is read (the behaviour of earlier clients). ``idempotency_key`` makes the task safe to send again:
+the same key gets the first answer and the decision applies once.
+
+Its result is ``{"job_id", "accepted": true, "pause_id", "round", "complete", "decisions":
+[...]}`` (every decision stored so far for the pause; ``complete`` once every waiting call has
+one) or ``{"job_id", "accepted": false, "error", "reason", "pause_id", "current_pause"}``
+(``reason``: ``stale_pause``, ``refused``, or ``withdrawn`` when the client gave up waiting
+first): a refused decision changes nothing. Running it twice is safe: the second run finds its
+key answered, or the calls decided, and is refused.
 """
 
 from __future__ import annotations
@@ -23,39 +37,37 @@ from typing import Any
 
 from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
-from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.tracing import control_span
 
 
-def decide_job(store: ApprovalStore, job_id: Any, decisions: Any) -> dict[str, Any]:
+def decide_job(
+    store: ApprovalStore,
+    job_id: Any,
+    decisions: Any,
+    pause_id: Any = None,
+    idempotency_key: Any = None,
+) -> dict[str, Any]:
     """What ``tandem.decide`` does, as a function: the task's JSON result."""
     if not isinstance(job_id, str) or not job_id:
         return {
             "job_id": job_id,
             "accepted": False,
             "error": f"job_id must be a job id string, got {job_id!r}",
+            "reason": "refused",
         }
-    try:
-        record = store.decide(job_id, decisions)
-    except DecisionRefused as exc:
-        return {"job_id": job_id, "accepted": False, "error": str(exc)}
-    return {
-        "job_id": job_id,
-        "accepted": True,
-        "round": record.round,
-        "complete": record.decided,
-        "decisions": [d.model_dump(mode="json", exclude_none=True) for d in record.decisions],
-    }
+    return store.answer(job_id, decisions, pause=pause_id, key=idempotency_key)
 
 
 @app.task(name="tandem.decide", acks_late=True)
-def decide(job_id: str, decisions: Any) -> dict[str, Any]:
+def decide(
+    job_id: str, decisions: Any, pause_id: str | None = None, idempotency_key: str | None = None
+) -> dict[str, Any]:
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring)."""
     rt = get_runtime()
     with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
-        reply = decide_job(ApprovalStore(rt.store), job_id, decisions)
+        reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key)
         if span is not None:
             span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
         if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)

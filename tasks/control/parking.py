@@ -63,10 +63,18 @@ def park_for(
 
 
 def announce(store: JobStore, job_id: str, park: Park) -> None:
-    """Publish ``approval_requested`` for a job just parked."""
-    record = ApprovalRecord.model_validate_json(park.record_json)
+    """Publish ``approval_requested`` for a job just parked, with its pause's id (the record as
+    stored, which carries the pause number the parking transition counted)."""
+    parked = ApprovalRecord.model_validate_json(park.record_json)
+    stored = ApprovalStore(store).get(job_id)
+    record = stored if stored is not None and stored.round == parked.round else parked
     asked = ApprovalRequested(
-        round=record.round, pending=list(record.pending), timeout_s=record.timeout_s, until=record.deadline
+        round=record.round,
+        pause_id=record.pause_id,
+        seq=record.seq,
+        pending=list(record.pending),
+        timeout_s=record.timeout_s,
+        until=record.deadline,
     )
     store.publish(job_id, asked)
 

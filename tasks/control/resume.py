@@ -282,6 +282,7 @@ def fork_job(
         ttl_after=ttl_after,
         memory=[(m.key, m.model_dump_json()) for m in kept],
         call_results=[(k, v.model_dump_json()) for k, v in calls.items()],
+        pause_seq=rt.machine.pause(job_id)[1],  # the fork's pause ids go on from its origin's
     )
     if got.outcome == "exists":  # a redelivered fork: the first run made it
         return {**answer, "max_rounds": spec.max_rounds}

@@ -45,6 +45,12 @@ LEGACY_RECENT_KEY = "{prefix}:recent-jobs"
 """The unsharded index of recent jobs of earlier versions: read (never written) until it expires."""
 
 
+def pause_id(job_id: str, round_no: int, seq: int) -> str:
+    """The id of a job's pause for a person: job, round, step (``tools``) and the pause's number
+    in the job (its record's ``pause_seq`` when it paused, from 1)."""
+    return f"{job_id}:{round_no}:tools:{seq}"
+
+
 def job_key(prefix: str, job_id: str, part: str) -> str:
     """The Redis key of ``part`` (one of ``JOB_PARTS``) of a job."""
     return JOB_KEY.format(prefix=prefix, job_id=job_id, part=part)

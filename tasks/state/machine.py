@@ -74,6 +74,8 @@ SCRIPTS = (
     "call_started",
     "call_done",
     "settle",
+    "remember",
+    "pause",
     "finish",
     "delivered",
     "reconcile",
@@ -293,28 +295,60 @@ class JobMachine:
         rejected: list[tuple[int, str]],
         approved: list[Message],
         collect: list[Message],
+        seq: int = 0,
+        key: str = "",
+        answer: str = "",
     ) -> tuple[str, ...]:
-        """Store the decisions of a parked job (``record_json``) if its approval record is still
-        ``read`` and it awaits approval in ``round_no``; once ``complete``, store the ``rejected``
-        calls' results, count them down, and move on: ``approved`` calls' messages in the outbox
-        (or ``collect``'s when no call is pending). The deadline moves back by the time waited.
+        """Store the decisions of a parked job (``record_json``) if it still waits on pause ``seq``
+        (its ``pause_seq``), its approval record is still ``read`` and it awaits approval in
+        ``round_no``; once ``complete``, store the ``rejected`` calls' results, count them down, and
+        move on: ``approved`` calls' messages in the outbox (or ``collect``'s when no call is
+        pending). The deadline moves back by the time waited. With an idempotency ``key``, a key
+        answered already changes nothing, and a stored decision keeps ``answer`` under it.
 
         Returns ``("stored",)``, ``("running",)``, ``("collect",)``, ``("changed",)`` (another
-        decision came first: read again), ``("not-waiting", state, round)``, ``("ended", state)``
-        or ``("gone",)``."""
-        reply = self._run(
-            "settle",
-            job_id,
-            round_no,
-            read,
-            record_json,
-            "1" if complete else "0",
-            json.dumps([[str(i), r] for i, r in rejected]),
-            json.dumps(approved),
-            json.dumps(collect),
-            uuid.uuid4().hex,
+        decision came first: read again), ``("repeat", answer)`` (the key's first answer),
+        ``("stale", current seq, state, round)``, ``("not-waiting", state, round)``,
+        ``("ended", state)`` or ``("gone",)``."""
+        reply = self._scripts["settle"](
+            keys=[*self._keys(job_id), self.decisions_key(job_id)],
+            args=[
+                round_no,
+                read,
+                record_json,
+                "1" if complete else "0",
+                json.dumps([[str(i), r] for i, r in rejected]),
+                json.dumps(approved),
+                json.dumps(collect),
+                uuid.uuid4().hex,
+                str(seq),
+                key,
+                answer,
+            ],
         )
         return tuple(_text(x) for x in reply)
+
+    def decisions_key(self, job_id: str) -> str:
+        """The key of a job's decision answers by idempotency key (a hash; TTL of the job)."""
+        return self._key(job_id, "decisions")
+
+    def remember(self, job_id: str, key: str, answer: str) -> str:
+        """Keep ``answer`` under idempotency ``key`` unless the key has one; the one kept."""
+        kept = self._scripts["remember"](
+            keys=[self._key(job_id, "state"), self.decisions_key(job_id)], args=[key, answer]
+        )
+        return _text(kept)
+
+    def pause(self, job_id: str) -> tuple[str | None, int]:
+        """The job's approval record (JSON, ``None`` if it has none) and its pause count, read
+        together (the count is the record's pause number while the record is the last pause's)."""
+        raw, seq = self._scripts["pause"](keys=[self._key(job_id, "state"), self._key(job_id, "approval")])
+        return (None if raw is None else _text(raw)), int(_text(seq) or 0)
+
+    def answered(self, job_id: str, key: str) -> str | None:
+        """The answer kept under idempotency ``key``, if any."""
+        raw = self.redis.hget(self.decisions_key(job_id), key)
+        return None if raw is None else _text(raw)
 
     def finish(
         self,

@@ -81,6 +81,7 @@ class Reopener:
         memory: Sequence[tuple[str, str]] = (),
         call_results: Sequence[tuple[str, str]] = (),
         forget: Sequence[int] = (),
+        pause_seq: int = 0,
     ) -> Reopened:
         reply = self._script(
             keys=self.machine.store.keys(job_id),
@@ -101,6 +102,7 @@ class Reopener:
                 json.dumps([list(w) for w in memory]),
                 json.dumps([list(w) for w in call_results]),
                 json.dumps(list(forget)),
+                str(pause_seq),
             ],
         )
         outcome, detail = _text(reply[0]), _text(reply[1])
@@ -145,9 +147,11 @@ class Reopener:
         ttl_after: int,
         memory: Sequence[tuple[str, str]],
         call_results: Sequence[tuple[str, str]] = (),
+        pause_seq: int = 0,
     ) -> Reopened:
         """Create job ``job_id`` at ``at`` with ``memory`` (message key, JSON) and ``call_results``
-        (``"<round>:<index>"``, JSON) already stored; ``exists`` if the id has a record."""
+        (``"<round>:<index>"``, JSON) already stored, counting its pauses on from ``pause_seq`` (its
+        origin's count); ``exists`` if the id has a record."""
         return self._run(
             "fork",
             job_id,
@@ -159,6 +163,7 @@ class Reopener:
             ttl_after=ttl_after,
             memory=memory,
             call_results=call_results,
+            pause_seq=pause_seq,
         )
 
 

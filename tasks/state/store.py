@@ -5,8 +5,9 @@ machine's scripts touch one Redis Cluster slot): ``state`` (the record of
 ``tandem.tasks.state.machine``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
 calls' attempts and leases), ``events``, ``result``, ``cancel``, ``approval`` (the calls awaiting a
 decision, ``tandem.tasks.control.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
-starts the job: the reconciler sends a lost intake message again from it). Every key has a TTL from
-the moment it is written.
+starts the job: the reconciler sends a lost intake message again from it), and ``appended`` (the
+write tokens of the event batches written, so one sent again is not doubled: ``append_all``).
+Every key has a TTL from the moment it is written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,24 +28,39 @@ from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.tasks.job_events import JobEvent, StreamSettings, checked, decode_entry, make_event
+from tandem.tasks.job_events import (
+    JobEvent,
+    ModelDelta,
+    StreamSettings,
+    checked,
+    decode_entry,
+    make_event,
+)
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
 from tandem.tasks.state.keys import (
     JOB_KEY,
     JOB_PARTS,
     LEGACY_RECENT_KEY,
     RECENT_SHARDS,
+    pause_id,
     recent_shard_key,
     recent_shard_keys,
 )
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.results import ResultDelivery, end_job
+from tandem.tasks.state.scripts import lua
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pause_of(job_id: str, raw: Mapping[Any, Any], approval: Any) -> str | None:
+    """The id of the pause of a raw approval record (JSON), numbered by the raw job record."""
+    seq = raw.get(b"pause_seq", raw.get("pause_seq", 0))
+    return pause_id(job_id, int(json.loads(approval).get("round", 0)), int(_text(seq) or 0))
 
 
 def _undecided(approval: Any) -> list[PendingCall]:
@@ -77,6 +94,7 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None
         if waiting
         else None,
         pending_approval=_undecided(approval) if parked and approval is not None else None,
+        pause_id=_pause_of(job_id, raw, approval) if parked and approval is not None else None,
         approval_until=rec.approval_until or None if parked else None,
     )
 
@@ -420,9 +438,13 @@ class JobStore:
         return _text(entry_id)
 
     def append(self, job_id: str, event: JobEvent) -> str:
-        """``publish`` for a running job's steps: one ``XADD`` that never creates the stream (the
+        """``publish`` for a running job's steps, written once (``append_all``). A ``model_delta``
+        is one plain ``XADD`` instead (the cheapest write, for the most frequent event: a reader
+        tells its attempt and place by ``attempt`` and ``seq``). Neither creates the stream (the
         intake made it, with its TTL); a stream that is not there (expired, or the intake died
-        before its first event) is made by ``publish`` instead."""
+        before its first event) is made by ``publish``."""
+        if not isinstance(event, ModelDelta):
+            return self.append_all(job_id, [event])[0]
         entry_id = self.redis.xadd(
             self.key(job_id, "events"),
             self.entry(event),
@@ -433,16 +455,27 @@ class JobStore:
         return self.publish(job_id, event) if entry_id is None else _text(entry_id)
 
     def append_all(self, job_id: str, events: Sequence[JobEvent]) -> list[str]:
-        """``append`` for several events, in order, in one pipelined round trip."""
-        key = self.key(job_id, "events")
-        pipe = self.redis.pipeline(transaction=False)
+        """``append`` for several events, in order, in one round trip, written once.
+
+        redis-py sends a command again when its connection drops before the reply (a Redis
+        restart): a plain ``XADD`` that had been applied would then be in the stream twice. The
+        batch carries a write token instead, marked in the job's ``appended`` hash by the same
+        script (``append_events.lua``), so a second delivery returns the first one's ids.
+        """
+        if not events:
+            return []
+        args: list[Any] = [uuid.uuid4().hex, self.stream.maxlen, self.ttl]
         for event in events:
-            pipe.xadd(key, self.entry(event), maxlen=self.stream.maxlen, approximate=True, nomkstream=True)
-        ids = pipe.execute()  # ``None`` where there was no stream: ``publish`` makes it
-        return [
-            self.publish(job_id, event) if entry_id is None else _text(entry_id)
-            for event, entry_id in zip(events, ids, strict=True)
-        ]
+            entry = self.entry(event)
+            args += [entry["type"], entry["data"], entry["at"]]
+        ids = self._append_events(keys=[self.key(job_id, "events"), self.key(job_id, "appended")], args=args)
+        if not ids:  # no stream: ``publish`` makes it
+            return [self.publish(job_id, event) for event in events]
+        return [_text(entry_id) for entry_id in ids]
+
+    @cached_property
+    def _append_events(self) -> Any:
+        return self.redis.register_script(lua("append_events"))
 
     @staticmethod
     def entry(typed: JobEvent) -> dict[str, str]:

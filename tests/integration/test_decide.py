@@ -145,7 +145,7 @@ def test_a_rejection_reaches_the_model_with_its_reason(cluster: Hosts) -> None:
         text=True,
         timeout=120,
     )
-    assert again.returncode == 2 and "decided already" in again.stderr
+    assert again.returncode == 2 and "not waiting for a decision" in again.stderr
 
 
 def test_edited_args_are_validated_and_used(cluster: Hosts) -> None:

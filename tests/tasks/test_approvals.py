@@ -315,11 +315,13 @@ def test_the_decide_task_function_answers_in_json(store: JobStore) -> None:
         "job_id": 42,
         "accepted": False,
         "error": "job_id must be a job id string, got 42",
+        "reason": "refused",
     }
     accepted = decide_job(approvals, JOB, [{"index": 1, "approve": True}, {"index": 3, "approve": True}])
     assert accepted == {
         "job_id": JOB,
         "accepted": True,
+        "pause_id": "job:2:tools:1",
         "round": 2,
         "complete": True,
         "decisions": [{"index": 1, "approve": True}, {"index": 3, "approve": True}],

@@ -187,9 +187,9 @@ def test_the_async_controls_send_what_the_sync_ones_send_off_the_event_loop(stor
     handle = JobHandle("job-1", store, workers)  # type: ignore[arg-type]
 
     async def run() -> tuple[Any, ...]:
-        approved = await handle.aapprove(1, args={"text": "hi"})
-        rejected = await handle.areject("no", 2)
-        both = await handle.adecide(True)
+        approved = await handle.aapprove(1, args={"text": "hi"}, pause_id="P", idempotency_key="k1")
+        rejected = await handle.areject("no", 2, pause_id="P", idempotency_key="k2")
+        both = await handle.adecide(True, pause_id="P", idempotency_key="k3")
         resumed = await handle.aresume(max_rounds=9)
         forked = await handle.afork(2, "new goal", max_rounds=5)
         return approved, rejected, both, resumed, forked
@@ -200,10 +200,23 @@ def test_the_async_controls_send_what_the_sync_ones_send_off_the_event_loop(stor
     assert [(name, kwargs) for name, kwargs, _ in workers.sent] == [
         (
             "tandem.decide",
-            {"job_id": "job-1", "decisions": [{"index": 1, "approve": True, "args": {"text": "hi"}}]},
+            {
+                "job_id": "job-1",
+                "decisions": [{"index": 1, "approve": True, "args": {"text": "hi"}}],
+                "pause_id": "P",
+                "idempotency_key": "k1",
+            },
         ),
-        ("tandem.decide", {"job_id": "job-1", "decisions": [{"index": 2, "approve": False, "reason": "no"}]}),
-        ("tandem.decide", {"job_id": "job-1", "decisions": True}),
+        (
+            "tandem.decide",
+            {
+                "job_id": "job-1",
+                "decisions": [{"index": 2, "approve": False, "reason": "no"}],
+                "pause_id": "P",
+                "idempotency_key": "k2",
+            },
+        ),
+        ("tandem.decide", {"job_id": "job-1", "decisions": True, "pause_id": "P", "idempotency_key": "k3"}),
         ("tandem.resume", {"job_id": "job-1", "max_rounds": 9}),
         ("tandem.fork", {"job_id": "job-1", "round": 2, "goal": "new goal", "max_rounds": 5}),
     ]
@@ -214,7 +227,9 @@ def test_the_async_controls_raise_the_refusals(store: JobStore) -> None:
     refused = {"accepted": False, "error": "job 'job-1' is not waiting for a decision", "reason": "state"}
     handle = JobHandle("job-1", store, _Workers({"tandem.decide": refused, "tandem.resume": refused}))  # type: ignore[arg-type]
     with pytest.raises(DecisionRefused, match="not waiting for a decision"):
-        asyncio.run(handle.aapprove())
+        asyncio.run(handle.aapprove())  # it waits on no pause: refused before anything is sent
+    with pytest.raises(DecisionRefused, match="not waiting for a decision"):
+        asyncio.run(handle.aapprove(pause_id="P"))  # the worker's refusal
     with pytest.raises(ResumeRefused) as no:
         asyncio.run(handle.aresume())
     assert no.value.reason == "state"

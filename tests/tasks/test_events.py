@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import fakeredis
 import pytest
@@ -17,6 +18,7 @@ from tandem.tasks.job_events import (
     ModelReply,
     RoundStarted,
     StreamSettings,
+    ToolCall,
     decode_entry,
     encode_event,
     make_event,
@@ -156,13 +158,17 @@ def test_held_events_go_out_together_in_order_after_the_commit() -> None:
     redis = fakeredis.FakeRedis()
     store = JobStore(redis)
     store.publish("job", RoundStarted(round=0, max_rounds=3))  # the intake's first event makes the stream
+    redis.script_load(store._append_events.script)  # loaded: no NOSCRIPT round trip below
     sent = count_pipelines(redis)
+    scripts: list[int] = []
+    real_evalsha = redis.evalsha
+    redis.evalsha = lambda sha, n, *args: scripts.append(len(args) - n) or real_evalsha(sha, n, *args)
     hooks = DeferredHooks(EventHooks(store, "job"))
     hooks.round_started(1, 3)
     hooks.model_replied(ModelMessage(role="thinker", content="plan", round=1))
     assert [e.type for e in store.read_events("job")] == ["round_started"]  # held until the flush
     hooks.flush()
-    assert sent == [2]  # both events in one round trip
+    assert (sent, scripts) == ([], [3 + 2 * 3])  # both events in one script call, one round trip
     assert [e.type for e in store.read_events("job")] == ["round_started", "round_started", "model_reply"]
 
 
@@ -177,3 +183,35 @@ def test_batched_events_make_a_missing_stream() -> None:
         ("round_started", 1),
     ]
     assert store.redis.ttl(store.key("job", "events")) > 0
+
+
+def test_a_batch_sent_again_after_a_lost_reply_is_written_once() -> None:
+    """redis-py sends a command again when the connection drops before its reply (a Redis
+    restart): the batch's write token makes the second delivery return the first one's ids."""
+    redis = fakeredis.FakeRedis()
+    store = JobStore(redis, ttl=600)
+    store.publish("job", RoundStarted(round=0, max_rounds=3), ttl=900)
+    redis.script_load(store._append_events.script)  # loaded: no NOSCRIPT round trip below
+    calls: list[tuple[Any, ...]] = []
+    real_evalsha = redis.evalsha
+
+    def delivered_twice(sha: str, n: int, *args: Any) -> Any:
+        calls.append(args)
+        real_evalsha(sha, n, *args)  # applied, but its reply was lost
+        return real_evalsha(sha, n, *args)  # the client's retry
+
+    redis.evalsha = delivered_twice
+    ids = store.append_all(
+        "job", [ToolCall(round=0, index=1, name="add"), ToolCall(round=0, index=2, name="add")]
+    )
+    assert len(calls) == 1
+    events = store.read_events("job")
+    assert [(e.type, getattr(e, "index", None)) for e in events] == [
+        ("round_started", None),
+        ("tool_call", 1),
+        ("tool_call", 2),
+    ]
+    assert ids == [e.id for e in events[1:]]  # the retry was answered with the first write's ids
+    marks = store.key("job", "appended")
+    assert redis.hlen(marks) == 1 and 0 < redis.ttl(marks) <= 900  # the stream's TTL, not forever
+    assert store.append("job", ToolCall(round=0, index=3, name="add")) == store.read_events("job")[-1].id

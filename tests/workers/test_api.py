@@ -336,27 +336,32 @@ def test_api_settings_are_read_and_checked() -> None:
 def test_decisions_reach_the_job_handle_and_refusals_are_409(
     api: Fixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tandem.reasoner.approval import Decision
     from tandem.tasks.client import JobHandle
     from tandem.tasks.errors import DecisionRefused
 
     job_id = api.client.post("/v1/jobs", json={"goal": "g"}).json()["id"]
     asked: list[Any] = []
 
-    def decide(self: JobHandle, decisions: Any, *, timeout: float = 30.0) -> list[Decision]:
-        asked.append((self.id, decisions))
+    def answer(self: JobHandle, decisions: Any, **kw: Any) -> dict[str, Any]:
+        asked.append((self.id, decisions, kw["pause_id"], kw["idempotency_key"]))
         if decisions is False:
             raise DecisionRefused(f"job {self.id!r} is not waiting for a decision; nothing was decided")
-        return [Decision(index=1, approve=True)]
+        done = [{"index": 1, "approve": True}]
+        return {"accepted": True, "pause_id": "p", "complete": True, "decisions": done}
 
-    monkeypatch.setattr(JobHandle, "decide", decide)
+    monkeypatch.setattr(JobHandle, "decision_answer", answer)
     ok = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"decisions": [{"index": 1, "approve": True}]})
     assert ok.status_code == 200 and ok.json()["decisions"][0]["approve"] is True
-    refused = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"decisions": False})
+    assert ok.json()["pause_id"] == "p" and ok.json()["complete"] is True
+    refused = api.client.post(
+        f"/v1/jobs/{job_id}/decisions", json={"decisions": False}, headers={"Idempotency-Key": "k"}
+    )
     assert refused.status_code == 409 and "not waiting for a decision" in refused.json()["error"]["message"]
     bad = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"approve": "yes"})
     assert bad.status_code == 422 and bad.json()["error"]["fields"][0]["field"] == "decisions"
-    assert asked == [(job_id, [{"index": 1, "approve": True}]), (job_id, False)]
+    bad_pause = api.client.post(f"/v1/jobs/{job_id}/decisions", json={"decisions": True, "pause_id": 3})
+    assert bad_pause.status_code == 422 and bad_pause.json()["error"]["fields"][0]["field"] == "pause_id"
+    assert asked == [(job_id, [{"index": 1, "approve": True}], None, None), (job_id, False, None, "k")]
     assert api.client.get(f"/v1/jobs/{job_id}").json()["approval"] is None
     assert api.client.post("/v1/jobs/nope/decisions", json={"decisions": True}).status_code == 404
 

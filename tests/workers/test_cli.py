@@ -431,20 +431,17 @@ def parked(fake_runtime: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A job parked with calls 1 and 3 awaiting approval; decisions are applied at once, as a
     worker's ``tandem.decide`` would."""
     from tandem.tasks.client import JobHandle
-    from tandem.tasks.control.approvals import ApprovalStore
+    from tandem.tasks.control.approvals import ApprovalStore, decisions_of
     from tandem.tasks.control.decide import decide_job
-    from tandem.tasks.errors import DecisionRefused
     from tests.tasks.test_approvals import park
 
     park(fake_runtime.store, "J1", now=time.time(), timeout_s=600)
 
-    def decide(self: JobHandle, decisions: Any, *, timeout: float = 30.0) -> list[Any]:
-        from tandem.reasoner.approval import Decision
-
-        reply = decide_job(ApprovalStore(self._store), self.id, decisions)
-        if not reply["accepted"]:
-            raise DecisionRefused(reply["error"])
-        return [Decision.model_validate(d) for d in reply["decisions"]]
+    def decide(self: JobHandle, decisions: Any, *, timeout: float = 30.0, **named: Any) -> list[Any]:
+        reply = decide_job(
+            ApprovalStore(self._store), self.id, decisions, named["pause_id"], named["idempotency_key"]
+        )
+        return decisions_of(reply)
 
     monkeypatch.setattr(JobHandle, "decide", decide)
     return fake_runtime
@@ -475,3 +472,36 @@ def test_approve_everything_and_a_refused_decision(parked: Any, capsys: pytest.C
     assert "decided already" in capsys.readouterr().err
     assert cli.main(["approve", "nope"]) == 2
     assert "no job 'nope'" in capsys.readouterr().err
+
+
+def test_a_decision_for_another_pause_is_one_line_and_exit_2(
+    parked: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["approve", "J1", "--pause", "J1:2:tools:7"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("tandem: stale pause: job 'J1': that pause is not the current one")
+        and err.count("\n") == 1
+    )
+    assert "decide on 'J1:2:tools:1' instead" in err
+    assert parked.machine.record("J1")["state"] == "awaiting_approval"  # nothing changed
+    assert cli.main(["approve", "J1", "--pause", "J1:2:tools:1", "--key", "k1"]) == 0
+    assert "job J1, pause J1:2:tools:1:\ncall 1: approved\ncall 3: approved\n" in capsys.readouterr().out
+    assert (
+        cli.main(["approve", "J1", "--pause", "J1:2:tools:1", "--key", "k1"]) == 0
+    )  # the same key: same answer
+
+
+def test_a_decision_no_worker_applied_exits_3_in_one_line(
+    parked: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tandem.tasks.client import JobHandle
+    from tandem.tasks.errors import DecisionTimeout
+
+    def withdrawn(self: JobHandle, decisions: Any, **_: Any) -> list[Any]:
+        raise DecisionTimeout("no worker applied the decision within 2 s, so it was withdrawn")
+
+    monkeypatch.setattr(JobHandle, "decide", withdrawn)
+    assert cli.main(["approve", "J1", "--timeout", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("tandem: no worker applied the decision within 2 s") and err.count("\n") == 1

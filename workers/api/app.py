@@ -10,8 +10,11 @@
   Redis stream id, so ``Last-Event-ID`` (or ``?after=``) resumes right after it. Comment lines keep
   an idle connection alive; the stream ends after the ``final`` event.
 * ``POST /v1/jobs/{id}/cancel``: ask the job to stop (202), 409 once it has ended.
-* ``POST /v1/jobs/{id}/decisions``: approve or reject tool calls awaiting approval (409 when
-  refused: nothing changed); ``GET /v1/jobs/{id}`` shows the pending ``approval``.
+* ``POST /v1/jobs/{id}/decisions``: approve or reject tool calls awaiting approval, naming the
+  pause (``pause_id``; the current one if none) and an ``idempotency_key`` (or an ``Idempotency-Key``
+  header). 409 when refused, nothing changed: ``stale_pause`` (the body names the pause asked and
+  the current one) or ``decision_refused``; 504 when no worker answered (the decision was
+  withdrawn and never applies). ``GET /v1/jobs/{id}`` shows the last pause as ``approval``.
 * ``POST /v1/jobs/{id}/resume``: continue a failed, cancelled or truncated job from its last
   stored step (body ``{"max_rounds": N}`` optional); 202. ``POST /v1/jobs/{id}/fork``: a new job
   from rounds ``0..round-1`` (body ``{"round": R, "goal"?, "max_rounds"?}``); 202 with its id. Refusals:
@@ -30,6 +33,7 @@ import hashlib
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -197,28 +201,41 @@ class Api:
         job_id = request.path_params["job_id"]
         handle = await run_in_threadpool(self.handle, job_id)
         raw = await read_json(request, self.settings.api_max_body)
-        decisions = raw.get("decisions") if isinstance(raw, dict) else None
+        body = raw if isinstance(raw, dict) else {}
+        decisions = body.get("decisions")
         if not isinstance(decisions, bool | list):
             raise ApiError(
                 422,
                 "invalid_decisions",
-                'send {"decisions": [{"index": 1, "approve": true}, {"index": 2, "approve": false, '
-                '"reason": "..."}]} (an "args" object edits a call), or {"decisions": true|false} '
-                "for every undecided call",
+                'send {"pause_id": "...", "decisions": [{"index": 1, "approve": true}, {"index": 2, '
+                '"approve": false, "reason": "..."}]} (an "args" object edits a call), or {"decisions": '
+                "true|false} for every undecided call",
                 fields=[{"field": "decisions", "message": "a list of decisions, or true/false"}],
             )
+        pause_id = body.get("pause_id")
+        key = body.get("idempotency_key", request.headers.get("idempotency-key"))
+        for field, value in (("pause_id", pause_id), ("idempotency_key", key)):
+            if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200):
+                raise ApiError(
+                    422,
+                    f"invalid_{field}",
+                    f"{field} must be a string of 1 to 200 characters (a pause's id from GET "
+                    "/v1/jobs/{id}, or a key of your choice for idempotency_key)",
+                    fields=[{"field": field, "message": "a string of 1 to 200 characters"}],
+                )
         try:
-            decided = await run_in_threadpool(handle.decide, decisions, timeout=self.decide_timeout)
+            answer = await run_in_threadpool(
+                partial(
+                    handle.decision_answer,
+                    decisions,
+                    pause_id=pause_id,
+                    idempotency_key=key,
+                    timeout=self.decide_timeout,
+                )
+            )
         except DecisionRefused as exc:
-            raise ApiError(409, "decision_refused", str(exc)) from None
-        except CeleryTimeout:
-            raise ApiError(
-                504,
-                "no_worker_answered",
-                f"no worker applied the decisions within {self.decide_timeout:g} s: are workers "
-                "running? Nothing was decided unless GET /v1/jobs/{id} shows it",
-            ) from None
-        return JSONResponse({"id": job_id, "decisions": [d.model_dump(mode="json") for d in decided]})
+            raise ApiError(409, "decision_refused", str(exc), pause_id=None, current_pause=None) from None
+        return decision_response(job_id, answer)
 
     async def resume_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -382,6 +399,26 @@ def _client_identity(request: Request) -> str:
     if scheme.lower() == "bearer" and token.strip():
         return "token:" + hashlib.sha256(token.strip().encode()).hexdigest()[:24]
     return "client:" + (request.client.host if request.client else "unknown")
+
+
+def decision_response(job_id: str, answer: dict[str, Any]) -> JSONResponse:
+    """The answer of ``POST /v1/jobs/{id}/decisions`` for ``tandem.decide``'s JSON ``answer``: 200
+    with the pause's decisions, 409 ``stale_pause`` or ``decision_refused`` naming the pause asked
+    and the current one, 504 ``no_worker_answered`` when the decision was withdrawn."""
+    if answer.get("accepted"):
+        body = {
+            "id": job_id,
+            "pause_id": answer.get("pause_id"),
+            "complete": bool(answer.get("complete")),
+            "decisions": answer.get("decisions", []),
+        }
+        return JSONResponse(body)
+    pauses = {"pause_id": answer.get("pause_id"), "current_pause": answer.get("current_pause")}
+    error = str(answer.get("error") or "the decision was refused; nothing changed")
+    if answer.get("reason") == "withdrawn":
+        raise ApiError(504, "no_worker_answered", error, withdrawn=True, **pauses)
+    code = "stale_pause" if answer.get("reason") == "stale_pause" else "decision_refused"
+    raise ApiError(409, code, error, **pauses)
 
 
 def _links(job_id: str) -> dict[str, str]:

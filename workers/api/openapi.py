@@ -190,9 +190,11 @@ def openapi_document() -> dict[str, Any]:
         "/v1/jobs/{job_id}/decisions": {
             "post": {
                 "summary": "Approve or reject tool calls awaiting approval",
-                "description": 'Body: {"decisions": [{"index": 1, "approve": true}, {"index": 2, "approve": '
-                'false, "reason": "..."}, {"index": 3, "approve": true, "args": {...}}]}, or {"decisions": '
-                "true|false} for every undecided call. GET /v1/jobs/{id} shows the pending approval.",
+                "description": 'Body: {"pause_id": "...", "idempotency_key": "...", "decisions": '
+                '[{"index": 1, "approve": true}, {"index": 2, "approve": false, "reason": "..."}, '
+                '{"index": 3, "approve": true, "args": {...}}]}, or {"decisions": true|false} for every '
+                "undecided call. GET /v1/jobs/{id} shows the pause (approval.pause_id). The key may "
+                "come as an Idempotency-Key header instead; the same key gets the same answer, applied once.",
                 "operationId": "decide",
                 "parameters": [_JOB_ID],
                 "requestBody": {
@@ -200,14 +202,15 @@ def openapi_document() -> dict[str, Any]:
                     "content": {"application/json": {"schema": {"type": "object"}}},
                 },
                 "responses": {
-                    "200": _json({"type": "object"}, "The decisions stored for the round."),
+                    "200": _json({"type": "object"}, "The pause's id and the decisions stored for it."),
                     "401": unauthorized,
                     "404": unknown,
                     "409": _error(
-                        "Refused (no call waits, unknown call, bad args, decided already); nothing changed."
+                        "Refused, nothing changed: stale_pause (the pause named is not current; the body "
+                        "names pause_id and current_pause) or decision_refused (unknown call, bad args, ...)."
                     ),
                     "422": _error("The body is not a list of decisions or true/false."),
-                    "504": _error("No worker applied the decisions in time."),
+                    "504": _error("No worker applied the decision in time: it was withdrawn, never applies."),
                 },
             }
         },

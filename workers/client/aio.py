@@ -101,20 +101,47 @@ class AsyncClient:
             (await self._send(Call("POST", calls.job_path(job_id, "/cancel"))))["status"]
         )
 
-    async def decide(self, job_id: str, decisions: list[dict[str, Any]] | bool) -> list[dict[str, Any]]:
-        """Decide the tool calls awaiting approval: ``[{"index": 1, "approve": True}, {"index": 2,
+    async def decide(
+        self,
+        job_id: str,
+        decisions: list[dict[str, Any]] | bool,
+        *,
+        pause_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Decide the tool calls of pause ``pause_id``: ``[{"index": 1, "approve": True}, {"index": 2,
         "approve": False, "reason": "..."}]`` (``"args"`` edits a call), or ``True``/``False`` for
-        every undecided call; the round's decisions. ``Conflict`` when refused (nothing changed)."""
-        body = await self._send(Call("POST", calls.job_path(job_id, "/decisions"), {"decisions": decisions}))
+        every undecided call; the pause's decisions so far. Without ``pause_id`` the job's current
+        pause is read first and named, so a decision that arrives after it ended is refused.
+        ``idempotency_key`` (a fresh one if not given): the same key sent again gets the first
+        answer. ``StalePauseError`` when the pause is not current, ``Conflict`` when refused
+        otherwise (nothing changed); ``Unavailable`` (504) when no worker answered: the decision
+        was withdrawn and never applies."""
+        if pause_id is None:
+            pause_id = calls.current_pause(await self._send(Call("GET", calls.job_path(job_id))))
+        body = await self._send(calls.decide_call(job_id, decisions, pause_id, idempotency_key))
         return list(body["decisions"])
 
-    async def approve(self, job_id: str, *indices: int) -> list[dict[str, Any]]:
-        """Approve the calls ``indices`` (none: every undecided call)."""
-        return await self.decide(job_id, calls.decisions_for(indices, True, None))
+    async def approve(
+        self, job_id: str, *indices: int, pause_id: str | None = None, idempotency_key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Approve the calls ``indices`` (none: every undecided call) of pause ``pause_id`` (``None``:
+        the current one)."""
+        decisions = calls.decisions_for(indices, True, None)
+        return await self.decide(job_id, decisions, pause_id=pause_id, idempotency_key=idempotency_key)
 
-    async def reject(self, job_id: str, *indices: int, reason: str | None = None) -> list[dict[str, Any]]:
-        """Reject the calls ``indices`` (none: every undecided call), telling the model ``reason``."""
-        return await self.decide(job_id, calls.decisions_for(indices, False, reason))
+    async def reject(
+        self,
+        job_id: str,
+        *indices: int,
+        reason: str | None = None,
+        pause_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Reject the calls ``indices`` (none: every undecided call) of pause ``pause_id`` (``None``:
+        the current one), telling the model ``reason``."""
+        decisions = calls.decisions_for(indices, False, reason)
+        return await self.decide(job_id, decisions, pause_id=pause_id, idempotency_key=idempotency_key)
 
     async def resume(self, job_id: str, max_rounds: int | None = None) -> JobState:
         """Go on with a failed, cancelled or truncated job from its last stored step."""

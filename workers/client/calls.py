@@ -3,6 +3,7 @@ share (they only differ in how they send)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,29 @@ def decisions_for(indices: tuple[int, ...], approve: bool, reason: str | None) -
         raise InvalidRequest("a reason applies to named calls: reject(job_id, 1, reason='...')")
     extra = {} if reason is None else {"reason": reason}
     return [{"index": i, "approve": approve, **extra} for i in indices]
+
+
+def decide_call(
+    job_id: str, decisions: list[dict[str, Any]] | bool, pause_id: str | None, idempotency_key: str | None
+) -> Call:
+    """``POST /v1/jobs/{id}/decisions`` for pause ``pause_id``, with an idempotency key (a fresh one
+    if none is given: the request may then be sent again safely)."""
+    body: dict[str, Any] = {"decisions": decisions, "idempotency_key": idempotency_key or uuid.uuid4().hex}
+    if pause_id is not None:
+        body["pause_id"] = pause_id
+    return Call("POST", job_path(job_id, "/decisions"), body)
+
+
+def current_pause(job: Mapping[str, Any]) -> str | None:
+    """The id of the pause a job (``GET /v1/jobs/{id}``'s body) waits on, if any."""
+    approval = job.get("approval")
+    status = job.get("status")
+    if not isinstance(approval, dict) or not isinstance(status, dict):
+        return None
+    if status.get("state") != "awaiting_approval" or approval.get("decided_by"):
+        return None
+    pause = approval.get("pause_id")
+    return pause if isinstance(pause, str) else None
 
 
 def fork_call(job_id: str, round_no: int, goal: str | None, max_rounds: int | None) -> Call:

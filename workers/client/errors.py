@@ -9,6 +9,8 @@ The tree::
         ├── Unauthorized      401, 403: no token, a wrong one, or one without the right
         ├── NotFound          404: no such job (never submitted, or its records expired)
         ├── Conflict          409: refused in the job's state (ended, not awaiting, decided)
+        │   └── StalePauseError  409 ``stale_pause``: a decision for a pause that is not current
+        │                     (``pause_id`` asked, ``current_pause`` the job waits on, or ``None``)
         ├── RateLimited       429: too many requests or streams (``retry_after`` seconds)
         ├── Unavailable       503, 504: Redis, or any worker, did not answer (``retry_after``)
         ├── ServerError       500 and any other status
@@ -59,6 +61,19 @@ class Conflict(ClientError):
     """409: refused in the job's state (it ended, awaits nothing, or was decided); nothing changed."""
 
 
+class StalePauseError(Conflict):
+    """409 ``stale_pause``: the decision named a pause (``pause_id``) that is not the job's current
+    one (it ended, or the job paused again); nothing changed. ``current_pause`` is the pause the
+    job waits on now (``None``: none); decide on it after looking at its calls."""
+
+    def __init__(
+        self, message: str, *, pause_id: str | None = None, current_pause: str | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.pause_id = pause_id
+        self.current_pause = current_pause
+
+
 class RateLimited(ClientError):
     """429: too many requests or streams; try again after ``retry_after`` seconds."""
 
@@ -106,5 +121,11 @@ def error_for(status: int, body: Any, retry_after: str | None) -> ClientError:
             wait = float(retry_after)
         except ValueError:
             wait = None
+    text = f"{message} ({status} {code})"
+    if status == 409 and code == "stale_pause":
+        pauses = {
+            k: error.get(k) if isinstance(error.get(k), str) else None for k in ("pause_id", "current_pause")
+        }
+        return StalePauseError(text, status=status, code=code, fields=fields, **pauses)
     kind = _BY_STATUS.get(status, ServerError)
-    return kind(f"{message} ({status} {code})", status=status, code=code, fields=fields, retry_after=wait)
+    return kind(text, status=status, code=code, fields=fields, retry_after=wait)

@@ -1,6 +1,7 @@
 -- KEYS: the job's keys in JOB_PARTS order. ARGV: mode, expected updated_at, spec, reasoner, round,
 -- kind, calls, status, pending, outbox, outbox id, timeout, ttl_after, memory writes, call-result
--- writes (JSON [[field, value], ...]), call indices to forget (JSON list).
+-- writes (JSON [[field, value], ...]), call indices to forget (JSON list), the pause count a fork
+-- starts from (its origin's ``pause_seq``; a resume keeps the job's own).
 --! with prelude.lua
 local RESUMABLE = {failed=true, cancelled=true, truncated=true}
 local s = redis.call('HMGET', KEYS[1], 'state', 'updated_at')
@@ -34,5 +35,8 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[4], 'round', AR
   'retries', 0, 'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t),
   'deadline', fmt(t + tonumber(ARGV[12])), 'ttl_after', ARGV[13], 'wait_for', '', 'wait_until', 0,
   'last_error', '', 'error', '', 'tx', '', 'held', '', 'approval_until', 0, 'deliver', '')
+if ARGV[1] ~= 'resume' and tonumber(ARGV[17] or '0') > 0 then
+  redis.call('HSET', KEYS[1], 'pause_seq', ARGV[17])
+end
 expire_all(live_ttl(t))
 return {'ok', tostring(epoch)}

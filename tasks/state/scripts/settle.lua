@@ -1,13 +1,29 @@
 -- ARGV: round, the approval record as read, the record to store, '1' when every call is decided,
 -- the rejected calls' results (JSON [[index, result], ...]), the approved calls' messages, the
--- collect step's messages, outbox id.
+-- collect step's messages, outbox id, the pause's sequence number the decision names, its
+-- idempotency key ('' for none), and the answer to keep under that key.
+-- KEYS: the job's keys in JOB_PARTS order, then its decisions key (a hash: key -> answer).
+-- The pause check, the key check and the write are one atomic step: a decision for a pause that
+-- ended, or one whose key was answered (or withdrawn) already, changes nothing.
 --! with prelude.lua
-local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'parked_at', 'park_bound', 'deadline')
+local D = KEYS[#KEYS]
+if ARGV[10] ~= '' then
+  local prior = redis.call('HGET', D, ARGV[10])
+  if prior then return {'repeat', prior} end
+end
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'parked_at', 'park_bound', 'deadline', 'pause_seq')
 if not s[1] then return {'gone'} end
 if FINAL[s[1]] then return {'ended', s[1]} end
+local seq = s[6] or '0'
+if seq ~= ARGV[9] then return {'stale', seq, s[1], s[2]} end
 if s[1] ~= 'awaiting_approval' or s[2] ~= ARGV[1] then return {'not-waiting', s[1], s[2]} end
 if redis.call('GET', KEYS[9]) ~= ARGV[2] then return {'changed'} end
 redis.call('SET', KEYS[9], ARGV[3], 'KEEPTTL')
+if ARGV[10] ~= '' then
+  redis.call('HSET', D, ARGV[10], ARGV[11])
+  local ttl = redis.call('TTL', KEYS[1])
+  redis.call('EXPIRE', D, ttl > 0 and ttl or 86400)
+end
 if ARGV[4] ~= '1' then return {'stored'} end
 for _, r in ipairs(cjson.decode(ARGV[5])) do
   if redis.call('HSETNX', KEYS[4], ARGV[1] .. ':' .. r[1], r[2]) == 1 then

@@ -1,6 +1,8 @@
 -- ARGV: round, kind, epoch, token, tx, next round, next kind, next calls, next status, outbox,
 -- outbox id, memory writes (JSON [[field, value], ...]), then to park the job ('' for no): the
 -- approval record, the held calls (",2,3,"), the longest wait (s), when it ends (epoch s).
+-- Parking counts the job's pauses (``pause_seq``, kept across resume): the new count is the pause's
+-- sequence number, which a decision names.
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx', 'deadline',
   'ttl_after', 'calls')
@@ -21,6 +23,7 @@ if ARGV[13] ~= '' then
   local deadline = tonumber(s[7]) + tonumber(ARGV[15])
   redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'held', ARGV[14], 'parked_at', fmt(t),
     'park_bound', ARGV[15], 'approval_until', ARGV[16], 'deadline', fmt(deadline))
+  redis.call('HINCRBY', KEYS[1], 'pause_seq', 1)
   -- Parking moves the deadline back: every key of the job must live as long (rare, so all of them).
   expire_all(live_ttl(t))
 end

@@ -137,16 +137,11 @@ def test_calls_run_in_parallel(server: OpenAIServer, host: LiteLlmModelService) 
         ]
     )
 
-    started = time.monotonic()
     outcome = ReActReasoner(host).run(Task(goal="run both", tools=tools))
-    took = time.monotonic() - started
 
     assert outcome.status == "completed" and outcome.deliverable == "both done"
     (_, start_a, end_a), (_, start_b, end_b) = sorted(log)
     assert start_a < end_b and start_b < end_a, "the two calls did not overlap"
-    tool_step = max(end_a, end_b) - min(start_a, start_b)
-    assert tool_step < 1.5, f"the tool step of two 1 s tools took {tool_step:.2f} s"
-    assert took < 1.8, f"the whole run (two model calls, two 1 s tools) took {took:.2f} s"
     assert [m["content"] for m in tool_messages(server.requests[1])] == ["slow_a:1", "slow_b:2"]
 
 

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { token: localStorage.getItem("tandem.token") || "", jobId: null, stream: null, turns: {} };
+const state = { token: localStorage.getItem("tandem.token") || "", jobId: null, stream: null, turns: {}, pauseId: null };
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -172,19 +172,25 @@ function onFinal(ev) {
   refreshJobs();
 }
 
-function showApproval(pending) {
+function showApproval(pending, pauseId) {
   const waiting = pending && pending.length > 0;
+  state.pauseId = waiting ? pauseId || null : null;
   $("#approve").hidden = !waiting;
   $("#reject").hidden = !waiting;
   $("#approval").hidden = !waiting;
   if (waiting) {
     const calls = pending.map((p) => `${p.index}. ${p.tool || p.name || "call"}(${JSON.stringify(p.args || {})})`);
-    $("#approval").textContent = `Waiting for your decision on: ${calls.join("; ")}`;
+    const pause = state.pauseId ? ` (pause ${state.pauseId})` : "";
+    $("#approval").textContent = `Waiting for your decision${pause} on: ${calls.join("; ")}`;
   }
 }
 
 async function decideAll(approve) {
-  const body = approve ? { decisions: true } : { decisions: false };
+  // The decision names the pause it answers (refused with 409 if that pause has ended) and
+  // carries a key, so a click sent twice is applied once.
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  const body = { decisions: approve, idempotency_key: key };
+  if (state.pauseId) body.pause_id = state.pauseId;
   const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/decisions`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
@@ -207,7 +213,7 @@ function handle(ev) {
     case "tool_call": onToolCall(ev); break;
     case "tool_result": onToolResult(ev); break;
     case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
-    case "approval_requested": showApproval(ev.pending || []); break;
+    case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
     case "final": showApproval([]); onFinal(ev); break;
     default: break; // kinds this console does not know yet
