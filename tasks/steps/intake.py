@@ -39,8 +39,11 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     job_id = self.request.id
     trace = spec.get("trace_context") if isinstance(spec, dict) else None
     parent = tracing.extract(trace) if isinstance(trace, dict) else None  # ``submit``'s job span
-    if tracing.STATE.on and parent is None:  # a bare client's job: its trace starts here
-        trace = job_span(job_id)  # under the message's ``traceparent`` header, if it has one
+    if tracing.STATE.on and parent is None:  # a bare client's job: its trace starts here...
+        stored = get_runtime().store.spec(job_id)  # ...unless a first copy of this message started it
+        trace = stored.trace_context if stored is not None and stored.trace_context else None
+        # (the job span opens under the message's ``traceparent`` header, if it has one)
+        trace = trace or job_span(job_id)
         parent = tracing.extract(trace)
     with step_span(job_id, 0, "intake", parent=parent):
         return _intake(self, job_id, spec, trace if isinstance(trace, dict) else None)

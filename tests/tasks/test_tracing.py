@@ -377,3 +377,18 @@ def test_an_api_request_with_a_traceparent_submits_its_job_in_that_trace(
     api_app._submit_under(tracing.extract(headers), {"goal": "g"}, None, None)
     assert seen[0]["traceparent"].split("-")[1] == trace_id
     assert tracing.carrier() == {}  # detached again
+
+
+def test_a_bare_clients_intake_delivered_twice_keeps_the_jobs_one_trace(
+    rt: Runtime, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = capture(monkeypatch)
+    for _ in range(2):  # redelivered: its worker died after creating the job
+        app.tasks["tandem.infer"].apply(kwargs={"spec": {"goal": "What is 17 * 23?"}}, task_id=JOB)
+    drain(queue)
+    exported = spans.get_finished_spans()
+    assert len(by_name(exported, "tandem.job")) == 1 and len({s.context.trace_id for s in exported}) == 1
+    intakes = [
+        s for s in by_name(exported, "tandem.step") if (s.attributes or {})["tandem.step.kind"] == "intake"
+    ]
+    assert sorted((s.attributes or {})["tandem.commit"] for s in intakes) == ["created", "duplicate"]
