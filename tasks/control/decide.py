@@ -39,6 +39,7 @@ from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.tracing import control_span
 
 
 def decide_job(
@@ -65,7 +66,10 @@ def decide(
 ) -> dict[str, Any]:
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring)."""
     rt = get_runtime()
-    reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key)
-    if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
-        send_outbox(rt, job_id)
-    return reply
+    with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
+        reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key)
+        if span is not None:
+            span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
+        if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
+            send_outbox(rt, job_id)
+        return reply

@@ -25,6 +25,7 @@ from tandem.reasoner.errors import ReasonerError, TransientModelError
 from tandem.reasoner.loop.step import Step, StepKind
 from tandem.reasoner.models.retry_policy import RetryPolicy
 from tandem.reasoner.task import OutcomeStatus
+from tandem.tasks import tracing
 from tandem.tasks.control.parking import announce
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
@@ -37,6 +38,7 @@ from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
+from tandem.tasks.tracing import step_span
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -106,6 +108,7 @@ def finish(
     )
     ttl = rt.settings.memory_ttl
     first, stored = end_job_durably(rt.store, result, ttl, claim=claim, delivery=rt.delivery)
+    tracing.outcome("tandem.commit", f"ended {status}" if stored is not None else "lost")
     if stored is None:  # a lost claim, and nobody ended the job: nothing to report
         raise Ignore()
     if first and outcome is not None:
@@ -137,6 +140,7 @@ def end_job(job_id: str, reason: str, detail: str = "") -> dict[str, Any] | None
 def refused(job_id: str, refusal: ClaimRefused) -> None:
     """Leave a step whose claim was refused (ending the job if its deadline passed or its worker
     was lost too often)."""
+    tracing.outcome("tandem.claim", refusal.reason)
     if refusal.reason in ("deadline", "give-up"):
         end_job(job_id, refusal.reason)
     raise Ignore()
@@ -193,6 +197,7 @@ def reschedule(
         round=claim.round, step=claim.kind, reason=reason, until=until, error=error, detail=error, host=host
     )
     rt.store.publish(claim.job_id, waiting)
+    tracing.parked(reason, until, error, host)
     log.warning(
         "job %s: %s; %s of round %d runs again in %.1f s", claim.job_id, error, claim.kind, claim.round, delay
     )
@@ -222,6 +227,7 @@ def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind) -> Claim
     if isinstance(got, ClaimRefused):
         refused(job_id, got)
     assert isinstance(got, Claim)
+    tracing.claimed(got.attempt, got.epoch)
     return got
 
 
@@ -233,6 +239,7 @@ def claim_call(rt: Runtime, job_id: str, round_no: int, index: int) -> Claim:
     if isinstance(got, ClaimRefused):
         refused(job_id, got)
     assert isinstance(got, Claim)
+    tracing.claimed(got.attempt, got.epoch)
     return got
 
 
@@ -256,6 +263,7 @@ def commit(
             claim, (nxt.round, nxt.kind, nxt.calls, nxt.status), messages, memory.writes(), tx=tx, park=park
         ),
     )
+    tracing.outcome("tandem.commit", "committed" if moved else "lost")
     if not moved:
         log.warning(
             "job %s: %s of round %d lost its claim (epoch %d); its work is dropped",
@@ -267,6 +275,7 @@ def commit(
         raise Ignore()
     hooks.flush()
     if park is not None:
+        tracing.parked("approval", park.until)
         announce(rt.store, claim.job_id, park)
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
@@ -283,6 +292,13 @@ def finalize_step(
 ) -> dict[str, Any]:
     """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
     the job there (which passes the ``status`` it wrote in the record, and the job's ``spec``)."""
+    with step_span(job_id, round_no, "finalize"):
+        return _finalize_step(job_id, round_no, status, spec)
+
+
+def _finalize_step(
+    job_id: str, round_no: int, status: EndStatus | None, spec: JobSpec | None
+) -> dict[str, Any]:
     rt = get_runtime()
     claim = claim_step(rt, job_id, round_no, "finalize")
     if status is None:
