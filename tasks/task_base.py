@@ -15,6 +15,7 @@ from typing import Any
 from celery import Task
 from celery.worker.request import Request
 
+from tandem.tasks.task_args import InvalidArgument, check_arguments, refusal_of
 from tandem.toolkit.redaction import MASK, redact, redact_data
 
 REPR_CHARS = 1024
@@ -70,6 +71,19 @@ def _plain(value: Any) -> bool:
 
 
 class TandemTask(Task):
-    """Every tandem task: its requests are ``RedactingRequest``."""
+    """Every tandem task: its requests are ``RedactingRequest``, its arguments are checked before
+    it runs (``tandem.tasks.task_args``)."""
 
     Request = RedactingRequest
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task once its arguments pass ``tandem.tasks.task_args`` (and, with message
+        signing, once the message passes ``tandem.broker_config.replay``); a refused message is a
+        logged no-op."""
+        name = self.name or ""
+        if name.startswith("tandem."):
+            try:
+                check_arguments(name, self.run, args, kwargs)
+            except InvalidArgument as refused:
+                return refusal_of(name, refused, kwargs, args)
+        return super().__call__(*args, **kwargs)

@@ -231,6 +231,14 @@ def claim_call(rt: Runtime, job_id: str, round_no: int, index: int) -> Claim:
         job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries
     )
     if isinstance(got, ClaimRefused):
+        if got.reason == "no-call":  # no message tandem sends names a call its round lacks
+            log.warning(
+                "message refused, nothing done: tandem.run_tool: argument 'index' = %d: round %d of "
+                "job %s has no such call",
+                index,
+                round_no,
+                job_id,
+            )
         refused(job_id, got)
     assert isinstance(got, Claim)
     return got
