@@ -126,10 +126,11 @@ _SIGNATURES: dict[str, inspect.Signature] = {}
 
 def check_arguments(
     task: str, run: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> None:
-    """Raise ``InvalidArgument`` unless ``args``/``kwargs`` bind to ``run``'s signature and every
-    argument named in ``CHECKS`` has a value it allows. Extra positional arguments a step takes
-    as ``*_`` (kept for messages of earlier versions) are not checked: the step never reads them."""
+) -> dict[str, Any]:
+    """The arguments by name; ``InvalidArgument`` unless ``args``/``kwargs`` bind to ``run``'s
+    signature and every argument named in ``CHECKS`` has a value it allows. Extra positional
+    arguments a step takes as ``*_`` (kept for messages of earlier versions) are not checked:
+    the step never reads them."""
     signature = _SIGNATURES.get(task)
     if signature is None:  # a bound task's ``run`` is a bound method: no ``self`` to pass
         signature = _SIGNATURES[task] = inspect.signature(run)
@@ -147,11 +148,12 @@ def check_arguments(
         reason = check(value)
         if reason is not None:
             raise InvalidArgument(task, name, value, reason)
+    return dict(bound.arguments)
 
 
-def refusal_of(task: str, error: InvalidArgument, kwargs: Mapping[str, Any], args: tuple[Any, ...]) -> Any:
-    """What a refused message gives: ``Ignore`` raised for an internal step, an answer for a
-    control task (``None`` for a task that is neither: it is ignored too)."""
+def refusal_of(task: str, error: Exception, kwargs: Mapping[str, Any], args: tuple[Any, ...]) -> Any:
+    """What a refused message gives, after one WARNING line: ``Ignore`` raised for an internal
+    step or any task that answers no one, an answer for a control task."""
     log.warning("message refused, nothing done: %s", error)
     if task in CONTROL_TASKS:
         job_id = kwargs.get("job_id", args[0] if args else None)

@@ -9,12 +9,14 @@ redacted (``tandem.toolkit.redaction``), and the text is cut to ``REPR_CHARS``.
 
 from __future__ import annotations
 
+from contextvars import copy_context
 from reprlib import Repr
 from typing import Any
 
 from celery import Task
 from celery.worker.request import Request
 
+from tandem.tasks.replay import SEAL, Replayed, check_seal
 from tandem.tasks.task_args import InvalidArgument, check_arguments, refusal_of
 from tandem.toolkit.redaction import MASK, redact, redact_data
 
@@ -77,13 +79,36 @@ class TandemTask(Task):
     Request = RedactingRequest
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the task once its arguments pass ``tandem.tasks.task_args`` (and, with message
-        signing, once the message passes ``tandem.broker_config.replay``); a refused message is a
-        logged no-op."""
+        """Run the task, in a context of its own, once its arguments pass
+        ``tandem.tasks.task_args`` and, with message signing, its seal passes
+        ``tandem.tasks.replay``; a refused message is a logged no-op."""
         name = self.name or ""
         if name.startswith("tandem."):
             try:
-                check_arguments(name, self.run, args, kwargs)
-            except InvalidArgument as refused:
+                named = check_arguments(name, self.run, args, kwargs)
+                if self._signed() and not self.request.called_directly:
+                    self._check_seal(named.get("job_id"))
+            except (InvalidArgument, Replayed) as refused:
+                if isinstance(refused, Replayed):
+                    refused = Replayed(f"{name} (task id {self.request.id}): {refused}")
                 return refusal_of(name, refused, kwargs, args)
-        return super().__call__(*args, **kwargs)
+        # A context of its own: the job scope a step enters for redaction ends with the task.
+        return copy_context().run(super().__call__, *args, **kwargs)
+
+    def _signed(self) -> bool:
+        return list(self.app.conf.accept_content or ()) == ["auth"]
+
+    def _check_seal(self, job_id: Any) -> None:
+        from tandem.tasks.runtime import get_runtime  # the runtime imports the app: only when run
+
+        rt = get_runtime()
+        request = self.request
+        delivery = request.delivery_info or {}
+        check_seal(
+            getattr(request, SEAL, None),
+            request.id,
+            job_id if isinstance(job_id, str) else str(request.id),
+            redis=rt.store.redis,
+            prefix=rt.settings.prefix,
+            redelivered=bool(delivery.get("redelivered")),
+        )

@@ -35,6 +35,7 @@ from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
 from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
+from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.errors import ToolkitError
@@ -86,6 +87,8 @@ def finish(
     """
     rt = get_runtime()
     spec = spec or rt.store.spec(job_id)
+    if spec is not None:
+        enter_job_scope(rt, job_id, spec)  # the result masks the job's own secrets
     memory = rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
     outcome_status: OutcomeStatus = status if status in ("completed", "truncated") else "failed"

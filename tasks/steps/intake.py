@@ -25,7 +25,7 @@ from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
 from tandem.toolkit.errors import ToolkitError
-from tandem.toolkit.redaction import redact
+from tandem.toolkit.redaction import enter_scope, redact
 
 log = logging.getLogger("tandem.tasks")
 
@@ -39,6 +39,7 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     try:  # a refused spec stores nothing: the answer is this task's result only
         job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))  # secrets sealed
         job = JobFixtures.build(rt, job_id, job_spec)
+        enter_scope(job.scope)  # what intake writes masks the job's secrets (and no other job's)
         job.recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else describe_failure(exc)
