@@ -11,6 +11,7 @@ wins); a lost claim ends nothing.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 import uuid
@@ -85,6 +86,14 @@ def finish(
     job ends whatever step it is at (cancel, deadline, give-up). ``spec``: the job's, when the
     caller has it (else it is read).
     """
+    # In a context of its own: the job's secret scope entered here ends with it (the reconciler's
+    # thread ends many jobs, and must not mask one job's secrets in the next one's records).
+    return contextvars.copy_context().run(_finish, job_id, status, error, claim, spec)
+
+
+def _finish(
+    job_id: str, status: EndStatus, error: str | None, claim: Claim | None, spec: JobSpec | None
+) -> dict[str, Any]:
     rt = get_runtime()
     spec = spec or rt.store.spec(job_id)
     if spec is not None:
