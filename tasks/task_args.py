@@ -151,9 +151,12 @@ def check_arguments(
     return dict(bound.arguments)
 
 
-def refusal_of(task: str, error: Exception, kwargs: Mapping[str, Any], args: tuple[Any, ...]) -> Any:
+def refusal_of(
+    task: str, error: Exception, kwargs: Mapping[str, Any], args: tuple[Any, ...], reason: str = "invalid"
+) -> Any:
     """What a refused message gives, after one WARNING line: ``Ignore`` raised for an internal
-    step or any task that answers no one, an answer for a control task."""
+    step or ``tandem.infer`` (no result stored: the message may name a real job's id), an answer
+    for a control task (``reason`` says why: ``invalid``, ``replayed``)."""
     log.warning("message refused, nothing done: %s", error)
     if task in CONTROL_TASKS:
         job_id = kwargs.get("job_id", args[0] if args else None)
@@ -161,7 +164,7 @@ def refusal_of(task: str, error: Exception, kwargs: Mapping[str, Any], args: tup
             "job_id": job_id if isinstance(job_id, str) else None,
             "accepted": False,
             "error": str(error),
-            "reason": "invalid",
+            "reason": reason,
         }
     from celery.exceptions import Ignore
 

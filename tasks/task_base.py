@@ -88,10 +88,11 @@ class TandemTask(Task):
                 named = check_arguments(name, self.run, args, kwargs)
                 if self._signed() and not self.request.called_directly:
                     self._check_seal(named.get("job_id"))
-            except (InvalidArgument, Replayed) as refused:
-                if isinstance(refused, Replayed):
-                    refused = Replayed(f"{name} (task id {self.request.id}): {refused}")
-                return refusal_of(name, refused, kwargs, args)
+            except InvalidArgument as invalid:
+                return refusal_of(name, invalid, kwargs, args)
+            except Replayed as replayed:
+                said = Replayed(f"{name} (task id {self.request.id}): {replayed}")
+                return refusal_of(name, said, kwargs, args, reason="replayed")
         # A context of its own: the job scope a step enters for redaction ends with the task.
         return copy_context().run(super().__call__, *args, **kwargs)
 
