@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from cryptography.fernet import Fernet
 
 from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
-from tests.integration.test_security import _certificate
+from tests.integration.test_security import ROOT, _certificate
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +150,47 @@ def test_a_replayed_signed_intake_is_refused_and_no_second_job_exists(signed: Cl
     assert "was run before (a replay of a signed message)" in text
     assert cluster.app.AsyncResult(sent.id).get(timeout=5)["status"] == "completed"  # its result stands
     assert cluster.exited() == []
+
+
+BARE_SIGNED_CLIENT = """
+import json, sys
+from celery import Celery
+url, key, cert, store, goal, seal = sys.argv[1:7]
+app = Celery(broker=url, backend=url)
+app.conf.update(
+    security_key=key, security_certificate=cert, security_cert_store=store, security_digest="sha256",
+    task_serializer="auth", accept_content=["auth"],
+)
+app.setup_security(allowed_serializers=["json"], serializer="json")
+if seal == "seal":
+    from tandem.tasks.replay import install
+    install(600)
+print(app.send_task("tandem.infer", kwargs={"spec": {"goal": goal, "max_rounds": 4}}).id)
+"""
+
+
+def test_a_bare_signing_client_needs_the_seal(signed: Cluster) -> None:
+    """The compatibility note: a bare Celery client that signs must add tandem's seal."""
+    cluster = signed
+    cluster.start("thinker", "actor", "tools")
+    env = cluster.env
+
+    def send(goal: str, seal: str) -> str:
+        argv = [env["TANDEM_SIGNING_KEY"], env["TANDEM_SIGNING_CERT"], env["TANDEM_SIGNING_CERT_STORE"]]
+        done = subprocess.run(
+            [sys.executable, "-c", BARE_SIGNED_CLIENT, cluster.url, *argv, goal, seal],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    sealed_id = send(goal_with_plan("bare sealed", [[{"name": "add", "args": {"a": 1, "b": 2}}]]), "seal")
+    assert cluster.app.AsyncResult(sealed_id).get(timeout=90)["status"] == "completed"
+    unsealed_id = send(goal_with_plan("bare unsealed", [[{"name": "add", "args": {"a": 1, "b": 2}}]]), "none")
+    _wait_for(
+        lambda: f"tandem.infer (task id {unsealed_id}): it carries no seal" in _logs(cluster), timeout=30
+    )
+    assert list(cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:{{{unsealed_id}}}:*")) == []
