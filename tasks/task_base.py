@@ -18,7 +18,7 @@ from celery.worker.request import Request
 
 from tandem.tasks.replay import SEAL, Replayed, check_seal
 from tandem.tasks.task_args import InvalidArgument, check_arguments, refusal_of
-from tandem.toolkit.redaction import MASK, redact, redact_data
+from tandem.toolkit.redaction import MASK, enter_scope, redact, redact_data
 
 REPR_CHARS = 1024
 _repr = Repr()
@@ -79,7 +79,7 @@ class TandemTask(Task):
     Request = RedactingRequest
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the task, in a context of its own, once its arguments pass
+        """Run the task once its arguments pass
         ``tandem.tasks.task_args`` and, with message signing, its seal passes
         ``tandem.tasks.replay``; a refused message is a logged no-op."""
         name = self.name or ""
@@ -93,8 +93,17 @@ class TandemTask(Task):
             except Replayed as replayed:
                 said = Replayed(f"{name} (task id {self.request.id}): {replayed}")
                 return refusal_of(name, said, kwargs, args, reason="replayed")
-        # A context of its own: the job scope a step enters for redaction ends with the task.
-        return copy_context().run(super().__call__, *args, **kwargs)
+        if self.request.called_directly:  # a plain call: the caller's context is left as it was
+            return copy_context().run(super().__call__, *args, **kwargs)
+        # From a message: every task starts with no job's secret scope (the step enters its
+        # job's), which stays through Celery's own log of the outcome, tracebacks included, and
+        # ends in ``after_return``.
+        enter_scope(None)
+        return super().__call__(*args, **kwargs)
+
+    def after_return(self, *args: Any, **kwargs: Any) -> None:
+        """End the job's secret scope a step entered (after Celery logged the task's outcome)."""
+        enter_scope(None)
 
     def _signed(self) -> bool:
         return list(self.app.conf.accept_content or ()) == ["auth"]

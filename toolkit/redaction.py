@@ -280,9 +280,10 @@ _scope: ContextVar[SecretScope | None] = ContextVar("tandem_secret_scope", defau
 
 
 def enter_scope(scope: SecretScope | None) -> None:
-    """Make ``scope`` the current job's secrets for this context (``None``: no job's). The caller
-    runs in a context of its own (a tandem task does: ``tandem.tasks.task_base``), which ends the
-    scope with it."""
+    """Make ``scope`` the current job's secrets for this context (``None``: no job's). Whoever
+    enters one ends it: a tandem task starts with none and ends the one its step entered once
+    Celery has logged its outcome (``tandem.tasks.task_base``); other callers run in a context
+    of their own (``contextvars.copy_context().run``)."""
     _scope.set(scope)
 
 
