@@ -151,6 +151,14 @@ def check_arguments(
     return dict(bound.arguments)
 
 
+def check_job_id(task: str, value: Any) -> None:
+    """``InvalidArgument`` unless ``value`` (``tandem.infer``'s task id: the new job's id) is a
+    job id its steps will accept (a bare client chooses it as it likes)."""
+    reason = _job_id(value)
+    if reason is not None:
+        raise InvalidArgument(task, "task id", value, reason)
+
+
 def refusal_of(
     task: str, error: Exception, kwargs: Mapping[str, Any], args: tuple[Any, ...], reason: str = "invalid"
 ) -> Any:
@@ -177,6 +185,7 @@ __all__ = [
     "STEP_TASKS",
     "InvalidArgument",
     "check_arguments",
+    "check_job_id",
     "refusal_of",
     "shown_value",
 ]

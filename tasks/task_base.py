@@ -17,10 +17,11 @@ from celery import Task
 from celery.worker.request import Request
 
 from tandem.tasks.replay import SEAL, Replayed, check_seal
-from tandem.tasks.task_args import InvalidArgument, check_arguments, refusal_of
+from tandem.tasks.task_args import InvalidArgument, check_arguments, check_job_id, refusal_of
 from tandem.toolkit.redaction import MASK, enter_scope, redact, redact_data
 
 REPR_CHARS = 1024
+INTAKE = "tandem.infer"
 _repr = Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxstring, _repr.maxother = 6, 20, 20, 200, 200
 
@@ -86,6 +87,8 @@ class TandemTask(Task):
         if name.startswith("tandem."):
             try:
                 named = check_arguments(name, self.run, args, kwargs)
+                if name == INTAKE and not self.request.called_directly:
+                    check_job_id(name, self.request.id)  # the new job's id, which its steps carry
                 if self._signed() and not self.request.called_directly:
                     self._check_seal(named.get("job_id"))
             except InvalidArgument as invalid:

@@ -86,7 +86,12 @@ def test_a_refused_step_is_ignored_with_one_warning_and_reads_nothing(
     def no_runtime() -> None:
         raise AssertionError("a refused message must not reach the job's state")
 
-    monkeypatch.setattr(runtime, "get_runtime", no_runtime)
+    import tandem.tasks.steps.guard as guard
+    import tandem.tasks.steps.model as model
+    import tandem.tasks.steps.tools as tools
+
+    for module in (runtime, guard, model, tools):
+        monkeypatch.setattr(module, "get_runtime", no_runtime)
     with caplog.at_level(logging.WARNING, "tandem.tasks"), pytest.raises(Ignore):
         app.tasks[task](*args)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -115,3 +120,19 @@ def test_a_secret_in_a_refused_value_is_not_logged(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.WARNING, "tandem.tasks"), pytest.raises(Ignore):
         app.tasks["tandem.run_tool"](JOB, 0, "api_key=sk-live-0123456789abcdef")
     assert "sk-live-0123456789abcdef" not in caplog.text
+
+
+@pytest.mark.parametrize("task_id", ["a b", "x{y}", "z" * 300])
+def test_an_intake_under_a_task_id_no_step_would_accept_is_ignored(
+    task_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tandem.tasks.runtime as runtime
+    import tandem.tasks.steps.intake as intake
+
+    def no_runtime() -> None:
+        raise AssertionError("a refused intake must not reach the job store")
+
+    monkeypatch.setattr(runtime, "get_runtime", no_runtime)
+    monkeypatch.setattr(intake, "get_runtime", no_runtime)
+    result = app.tasks["tandem.infer"].apply(kwargs={"spec": {"goal": "g"}}, task_id=task_id)
+    assert result.state == "IGNORED"
