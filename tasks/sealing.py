@@ -3,7 +3,8 @@
 A sealed value is ``"sealed:v1:<Fernet token>"``. ``tandem.tasks.submit`` seals on the client when it
 has ``TANDEM_SECRETS_KEY``, so not even the broker message holds the clear value; ``tandem.infer``
 seals whatever still arrives in clear before the spec is stored. Workers unseal only to inject the
-values into tools (``ToolCallContext.secrets``) and register them for redaction.
+values into tools (``ToolCallContext.secrets``) and to mask them in the job's own records (the job's
+``SecretScope``, ``tandem.toolkit.redaction``: never process-wide, where they would mask other jobs' text).
 
 Without ``TANDEM_SECRETS_KEY`` a spec with secrets is refused: storing them in clear is not an option.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tandem.tasks.errors import JobSpecError
-from tandem.toolkit.redaction import register_secret
 
 if TYPE_CHECKING:
     from tandem.tasks.spec import JobSpec
@@ -60,7 +60,7 @@ class SecretBox:
         return spec.model_copy(update={"secrets": {k: self.seal(v) for k, v in spec.secrets.items()}})
 
     def unseal(self, spec: JobSpec) -> dict[str, str]:
-        """The clear values of ``spec.secrets`` (each registered for redaction in this process).
+        """The clear values of ``spec.secrets`` (registered nowhere: the caller scopes them to the job).
 
         ``JobSpecError`` when a value cannot be unsealed (another key, or tampered with).
         """
@@ -82,5 +82,4 @@ class SecretBox:
                         f"secret {name!r} cannot be unsealed with this worker's TANDEM_SECRETS_KEY: "
                         "give clients and workers the same key"
                     ) from None
-            register_secret(clear[name])
         return clear

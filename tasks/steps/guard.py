@@ -11,6 +11,7 @@ wins); a lost claim ends nothing.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 import uuid
@@ -36,6 +37,7 @@ from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
 from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
+from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
@@ -86,8 +88,18 @@ def finish(
     job ends whatever step it is at (cancel, deadline, give-up). ``spec``: the job's, when the
     caller has it (else it is read).
     """
+    # In a context of its own: the job's secret scope entered here ends with it (the reconciler's
+    # thread ends many jobs, and must not mask one job's secrets in the next one's records).
+    return contextvars.copy_context().run(_finish, job_id, status, error, claim, spec)
+
+
+def _finish(
+    job_id: str, status: EndStatus, error: str | None, claim: Claim | None, spec: JobSpec | None
+) -> dict[str, Any]:
     rt = get_runtime()
     spec = spec or rt.store.spec(job_id)
+    if spec is not None:
+        enter_job_scope(rt, job_id, spec)  # the result masks the job's own secrets
     memory = rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
     outcome_status: OutcomeStatus = status if status in ("completed", "truncated") else "failed"
@@ -237,6 +249,14 @@ def claim_call(rt: Runtime, job_id: str, round_no: int, index: int) -> Claim:
         job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries
     )
     if isinstance(got, ClaimRefused):
+        if got.reason == "no-call":  # no message tandem sends names a call its round lacks
+            log.warning(
+                "message refused, nothing done: tandem.run_tool: argument 'index' = %d: round %d of "
+                "job %s has no such call",
+                index,
+                round_no,
+                job_id,
+            )
         refused(job_id, got)
     assert isinstance(got, Claim)
     tracing.claimed(got.attempt, got.epoch)

@@ -27,7 +27,7 @@ from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import job_span, outcome, step_span
 from tandem.toolkit.errors import ToolkitError
-from tandem.toolkit.redaction import redact
+from tandem.toolkit.redaction import enter_scope, redact
 
 log = logging.getLogger("tandem.tasks")
 
@@ -56,6 +56,7 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
         if trace and job_spec.trace_context != trace:
             job_spec = job_spec.model_copy(update={"trace_context": trace})
         job = JobFixtures.build(rt, job_id, job_spec)
+        enter_scope(job.scope)  # what intake writes masks the job's secrets (and no other job's)
         job.recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else describe_failure(exc)
