@@ -24,6 +24,7 @@ from redis import Redis
 
 from bench import models
 from tandem.broker_config import Settings
+from tandem.broker_config.job_redis import job_store_client
 from tandem.tasks.app import create_app
 from tandem.tasks.intake_message import send_intake
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
@@ -142,7 +143,9 @@ class Cluster:
         }
         self.settings = Settings.from_env(self.env)
         self.app = create_app(self.settings)
-        self.redis = Redis.from_url(self.url)
+        # The job store's client: on a cluster (``TANDEM_REDIS_URL=redis+cluster://...`` in
+        # ``extra_env``) redis-py's cluster client, which sends each key to its node.
+        self.redis: Redis = job_store_client(self.settings)
         self.store = JobStore.from_settings(self.redis, self.settings)
         self.concurrency = dict(concurrency)
         self.pool = dict(pool or {})

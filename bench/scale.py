@@ -1,4 +1,5 @@
-"""``python -m bench.scale [--jobs 600] [--latency 5] [--concurrency 200] [--pool threads|gevent]``:
+"""``python -m bench.scale [--jobs 600] [--latency 5] [--concurrency 200] [--pool threads|gevent]``
+``[--cluster 3]``:
 hundreds of concurrent jobs on one worker per role, and what each round costs the machine.
 
 One worker per role (``--concurrency`` threads or greenlets each, ``--pool`` for the thinker and
@@ -21,6 +22,13 @@ Figures (one ``name: value`` line each, and JSON in ``--out``):
   client's submissions) divided by the rounds (goal: <= 30), less the benchmark's own polling for the
   jobs' ends (one ``EXISTS`` per poll, counted and subtracted); ``scale_redis_cpu_ms_per_round``
   the Redis server's own CPU; the busiest commands are printed as ``# redis`` comment lines;
+* with ``--cluster MASTERS`` the job state is on a Redis Cluster of that many masters (the broker
+  and result backend stay on the one Redis): ``scale_store_cpu_ms_per_round`` is the masters' CPU
+  summed, ``scale_store_busiest_master_cpu_ms_per_round`` the busiest one's,
+  ``scale_broker_redis_cpu_ms_per_round`` the broker's, and the command counts add up all of them
+  (the end of the jobs is then polled on the Celery results, so no poll loads the masters);
+* with ``--broker-pid PID``, ``scale_broker_process_cpu_ms_per_round``: that process's CPU (RabbitMQ's
+  ``beam.smp`` when ``--env TANDEM_BROKER_URL=amqp://...`` makes it the broker);
 * ``scale_job_p50_s``, ``scale_job_p99_s``: job times from submission;
 * ``scale_busy_timeline`` (JSON only): ``[thinker, actor]`` requests in flight at the model hosts,
   one pair every 2 s (every 0.1 s with ``--timeline``): where a run loses time shows as dips.
@@ -106,9 +114,14 @@ def run(
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
     timeline: bool = False,
+    store_masters: int = 0,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures (printed as they come); ``timeline``: keep every
-    0.1 s sample of the requests in flight (else one every 2 s)."""
+    0.1 s sample of the requests in flight (else one every 2 s); ``store_masters``: the job state
+    on a Redis Cluster of that many masters (the broker and result backend stay one Redis);
+    ``broker_pid``: a process whose CPU per round is measured too (RabbitMQ's ``beam.smp`` when
+    ``TANDEM_BROKER_URL`` names it)."""
     threads = dict.fromkeys(ROLES, concurrency)
     bound = bound_jobs_per_s(threads, latency)
     ideal = jobs / bound + 2 * latency + TOOL_SECONDS
@@ -122,14 +135,16 @@ def run(
     server = EmbeddedRedis().start()
     hosts = ModelHosts(latency=0.0)
     cluster: Cluster | None = None
+    shards = _store_cluster(store_masters)
     try:
         with hosts:
+            store_env = {"TANDEM_REDIS_URL": shards.url} if shards is not None else {}
             cluster = Cluster(
                 hosts,
                 threads,
                 url=server.url,
                 pool=dict.fromkeys(ROLES, pool),
-                **{"TANDEM_REDIS_POOL_TIMEOUT": "60", **(extra_env or {})},
+                **{"TANDEM_REDIS_POOL_TIMEOUT": "60", **store_env, **(extra_env or {})},
             )
             cluster.start(timeout=120)
             assert cluster.group is not None
@@ -141,9 +156,12 @@ def run(
             hosts.latency = latency
             time.sleep(1.0)
 
-            redis = cluster.redis
+            redis = Redis.from_url(server.url)  # the broker and result backend (and the store, unsharded)
+            nodes = shards.nodes() if shards is not None else []
             cmds_before, rcpu_before = command_counts(redis), redis_cpu(redis)
+            nodes_before = [(command_counts(n), redis_cpu(n)) for n in nodes]
             cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
             samples: list[tuple[int, int]] = []
             stop = threading.Event()
 
@@ -159,13 +177,18 @@ def run(
                 job_id, at = cluster.submit(goal, 3)
                 sent[job_id] = at
             try:
-                polls = _wait(redis, [cluster.store.key(j, "result") for j in sent], timeout)
+                if nodes:  # the Celery results, on the one Redis: polling the cluster would load its masters
+                    polls = _wait(redis, [f"celery-task-meta-{j}" for j in sent], timeout)
+                else:
+                    polls = _wait(redis, [cluster.store.key(j, "result") for j in sent], timeout)
             finally:
                 stop.set()
                 sampler.join()
             cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
+            broker_after = cpu_seconds(broker_pid) if broker_pid else 0.0
             own_cpu = time.process_time() - own_cpu
             cmds_after, rcpu_after = command_counts(redis), redis_cpu(redis)
+            nodes_after = [(command_counts(n), redis_cpu(n)) for n in nodes]
 
             statuses = {j: cluster.store.status(j) for j in sent}
             results = {j: cluster.store.result(j) for j in sent}
@@ -195,7 +218,24 @@ def run(
             add("scale_cpu_ms_per_round", sum(cpu.values()) * 1000 / rounds)
             for role, seconds in cpu.items():
                 add(f"scale_cpu_ms_per_round_{role}", seconds * 1000 / rounds)
+            if broker_pid:
+                add("scale_broker_process_cpu_ms_per_round", (broker_after - broker_before) * 1000 / rounds)
             deltas = {name: cmds_after.get(name, 0) - cmds_before.get(name, 0) for name in cmds_after}
+            if nodes:  # the job store's share, on each master of the cluster
+                node_cpu = [
+                    after - before for (_, before), (_, after) in zip(nodes_before, nodes_after, strict=True)
+                ]
+                add("scale_store_masters", len(nodes))
+                add("scale_store_cpu_ms_per_round", sum(node_cpu) * 1000 / rounds)
+                add("scale_store_busiest_master_cpu_ms_per_round", max(node_cpu) * 1000 / rounds)
+                add("scale_broker_redis_cpu_ms_per_round", (rcpu_after - rcpu_before) * 1000 / rounds)
+                for (cmds_b, _), (cmds_a, _) in zip(nodes_before, nodes_after, strict=True):
+                    for name, calls in cmds_a.items():
+                        deltas[name] = deltas.get(name, 0) + calls - cmds_b.get(name, 0)
+                # Commands the cluster client adds to learn the slots (CLUSTER SLOTS, ...): not tandem's
+                deltas.pop("cluster|slots", None)
+                deltas.pop("cluster|shards", None)
+                rcpu_after += sum(node_cpu)
             deltas["exists"] = deltas.get("exists", 0) - polls  # the benchmark's own polling
             total = sum(deltas.values()) - deltas.get("info", 0)  # and its INFO snapshots
             add("scale_redis_cmds_per_round", total / rounds)
@@ -212,7 +252,19 @@ def run(
         if cluster is not None:
             cluster.stop()
         server.stop()
+        if shards is not None:
+            shards.stop()
     return figures
+
+
+def _store_cluster(masters: int) -> Any:
+    """A Redis Cluster of ``masters`` nodes for the job store (``None`` for 0: the store shares
+    the broker's Redis), started here and stopped by pid (``tests.integration.redis_cluster``)."""
+    if masters <= 0:
+        return None
+    from tests.integration.redis_cluster import OwnRedisCluster
+
+    return OwnRedisCluster(masters=masters).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,13 +287,37 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep every 0.1 s sample of the requests in flight at each host (else one every 2 s)",
     )
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="MASTERS",
+        help="keep the job state on a Redis Cluster of MASTERS nodes (the broker stays one Redis)",
+    )
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="also measure this process's CPU per round (RabbitMQ's beam.smp, with --env TANDEM_BROKER_URL=amqp://...)",
+    )
     args = parser.parse_args(argv)
     extra = {
         "TANDEM_THINKER_MODEL": f"{args.provider}/thinker-model",
         "TANDEM_ACTOR_MODEL": f"{args.provider}/actor-model",
         **dict(item.split("=", 1) for item in args.env),
     }
-    figures = run(args.jobs, args.latency, args.concurrency, args.pool, args.timeout, extra, args.timeline)
+    figures = run(
+        args.jobs,
+        args.latency,
+        args.concurrency,
+        args.pool,
+        args.timeout,
+        extra,
+        args.timeline,
+        args.cluster,
+        args.broker_pid,
+    )
     command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

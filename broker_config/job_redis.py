@@ -221,16 +221,20 @@ def job_store_client(
     from redis.exceptions import RedisClusterException, RedisError
 
     parsed = ClusterUrl.parse(url)
-    if pooled:  # one blocking pool per node: its wait is bound here (redis-py passes the rest)
+    nodes = [ClusterNode(host, port) for host, port in parsed.nodes]
+    auth = parsed.client_kwargs()
+    if pooled:
+        # One blocking pool per node, where a thread waits its turn. redis-py builds each node's
+        # pool from ``connection_pool_class`` only for a client made from a URL (else a plain pool,
+        # which raises MaxConnectionsError at once past ``max_connections``): the first node is
+        # given as one, its scheme carrying TLS.
         timeout = pooled.pop("timeout")
         pooled["connection_pool_class"] = functools.partial(BlockingConnectionPool, timeout=timeout)
+        first = nodes.pop(0)
+        host = f"[{first.host}]" if ":" in first.host else first.host
+        pooled["url"] = f"{'rediss' if auth.pop('ssl', False) else 'redis'}://{host}:{first.port}"
     try:
-        client: RedisCluster = RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in parsed.nodes],
-            **parsed.client_kwargs(),
-            **pooled,
-            **options,
-        )
+        client: RedisCluster = RedisCluster(startup_nodes=nodes, **auth, **pooled, **options)
     except (RedisClusterException, RedisError) as exc:
         raise RedisClusterError(_unusable(url, parsed, exc)) from None
     if check:

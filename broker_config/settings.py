@@ -152,7 +152,8 @@ def _signing(env: Mapping[str, str]) -> Signing | None:
     for name, value in zip(names[:2], values[:2], strict=True):
         if not os.path.isfile(value):
             raise SettingsError(f"{name}={value!r} is not a readable file: point it at a PEM file")
-    return Signing(key=values[0], cert=values[1], cert_store=values[2])
+    max_age = _integer(env, "TANDEM_SIGNING_MAX_AGE", 3600, minimum=10)
+    return Signing(key=values[0], cert=values[1], cert_store=values[2], max_age=max_age)
 
 
 def _metrics_port(env: Mapping[str, str]) -> int | None:
@@ -338,11 +339,13 @@ class Limits:
 class Signing:
     """Celery message signing (``TANDEM_SIGNING_KEY``, ``_CERT``, ``_CERT_STORE``): Celery's ``auth``
     serializer signs every message with the key; workers accept only messages signed by a
-    certificate in the store."""
+    certificate in the store, for its task id, within ``max_age`` seconds (``TANDEM_SIGNING_MAX_AGE``)
+    of being sent, once (``tandem.tasks.replay``)."""
 
     key: str
     cert: str
     cert_store: str
+    max_age: int = 3600
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ reply, and the Celery ``run_tool`` task calls ``run_call`` for one call of a fan
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -103,7 +104,10 @@ def _call_with_timeout(fn: Any, timeout: float) -> Any:
         except BaseException as exc:
             box["error"] = exc
 
-    thread = threading.Thread(target=target, name="tandem-tool", daemon=True)
+    # The caller's context goes with the tool: its log lines mask the job's secrets too.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name="tandem-tool", daemon=True
+    )
     thread.start()
     thread.join(timeout)
     if thread.is_alive():

@@ -11,6 +11,7 @@ from celery import Celery
 
 from tandem.broker_config import Settings, celery_config
 from tandem.broker_config.delays import Celery as QuorumCelery
+from tandem.tasks import replay
 
 
 def create_app(settings: Settings) -> Celery:
@@ -18,7 +19,8 @@ def create_app(settings: Settings) -> Celery:
 
     Its tasks show no secrets in Flower or logs (``tandem.tasks.task_base``). With
     ``settings.signing`` every task message is signed (Celery's ``auth`` serializer) and only
-    signed messages are accepted; the credentials in ``settings`` are registered for redaction.
+    signed messages are accepted, each once, for its own task id, before it expires
+    (``tandem.tasks.replay``); the credentials in ``settings`` are registered for redaction.
     """
     settings.register_secrets()
     # Quorum queues delay messages in RabbitMQ, in whole seconds (``tandem.broker_config.delays``).
@@ -27,6 +29,7 @@ def create_app(settings: Settings) -> Celery:
     celery_app.conf.update(celery_config(settings))
     if settings.signing is not None:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")
+        replay.install(settings.signing.max_age)  # each message bound to its id, expiry and nonce
     # Workers import the tasks and their start-up hooks; clients only send by name.
     celery_app.conf.imports = (
         "tandem.tasks.steps.intake",

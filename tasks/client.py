@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.broker_config.tokens import DEFAULT_TENANT
+from tandem.reasoner import tracing
 from tandem.tasks.control.handle import HandleApprovals
 from tandem.tasks.errors import (
     JobLostError,
@@ -43,6 +44,7 @@ from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, valid
 from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
+from tandem.tasks.tracing import job_span
 from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.client")
@@ -476,6 +478,10 @@ def submit(
     app = app or _default_app()
     store = store or rt.store
     job_id = str(uuid.uuid4())
+    if tracing.STATE.on:  # the job's trace starts here, under the caller's current span
+        job_spec = job_spec.model_copy(
+            update={"trace_context": job_span(job_id, {"tandem.reasoner": job_spec.reasoner})}
+        )
     wire = job_spec.model_dump(mode="json")
     # Known (``queued``, listed among recent jobs) before any worker can see it: a follower that
     # starts reading its events at once does not take it for an unknown job. The spec is kept

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 
+from tandem.tasks import tracing
 from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.spec import JobSpec
 
@@ -17,8 +18,11 @@ def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
 
     The message has the job's broker priority, as its steps will: at one priority a worker takes
     the steps of its own queue before new jobs, so a burst of submissions does not hold up the
-    jobs already running (an intake message with no priority is served before every step)."""
+    jobs already running (an intake message with no priority is served before every step). The
+    spec's ``trace_context`` rides in the message's headers too (``tandem.tasks.tracing``)."""
     priority: int | None = None
+    trace = spec.get("trace_context") if isinstance(spec.get("trace_context"), dict) else None
+    extra = tracing.headers(trace)
     try:
         parsed = JobSpec.model_validate(spec)
         public: Any = parsed.public_dump()
@@ -35,6 +39,7 @@ def send_intake(app: Celery, job_id: str, spec: dict[str, Any]) -> None:
         # lets the intake return instead of raising ``Ignore`` (for which Celery formats a
         # traceback), and spares the result backend a subscription per submitted job.
         ignore_result=True,
+        **({"headers": extra} if extra else {}),
     )
 
 

@@ -31,6 +31,10 @@ Names (all prefixed ``tandem_``)::
     tool_call_seconds{tool,status}             histogram  one tool call (status: succeeded, failed)
     host_in_flight{host}                       gauge      calls under way to the host, fleet-wide
     host_waiting_steps{host}                   gauge      steps waiting for one of its slots, fleet-wide
+    jobs{state}                                gauge      live jobs by state, fleet-wide (census of the
+                                                          live-job index: tandem.tasks.state.census)
+    jobs_parked{reason}                        gauge      parked jobs: approval, a capacity wait, retry
+    jobs_live                                  gauge      jobs in the live-job index, fleet-wide
     queue_depth{queue}                         gauge      messages waiting in the broker queue (intake,
                                                           thinker, actor, tools), fleet-wide: what an
                                                           autoscaler reads (tandem.broker_config.queue_depth)
@@ -51,6 +55,7 @@ from tandem.broker_config import process_metrics
 from tandem.reasoner.messages import FunctionCallResult
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.hosts.capacity import HostSnapshot
+from tandem.tasks.state.census import LIVE_STATES, PARK_REASONS, Census
 from tandem.toolkit.context import ToolCallContext
 from tandem.toolkit.redaction import masked_url
 from tandem.toolkit.tool import Tool
@@ -188,15 +193,65 @@ class QueueDepthCollector:
         yield family
 
 
+class JobCensusCollector:
+    """``tandem_jobs{state}``, ``tandem_jobs_parked{reason}`` and ``tandem_jobs_live``, read from
+    Redis at each scrape (``tandem.tasks.state.census``: exact up to its limit, estimated above).
+    Like ``QueueDepthCollector`` it describes itself, so registering it reads nothing."""
+
+    def __init__(self, census: Callable[[], Census]) -> None:
+        self.census = census
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "tandem_jobs",
+                "Live jobs by state, fleet-wide (queued, running, waiting, awaiting_approval; ended: "
+                "their Celery result not stored yet). Estimated above the census limit.",
+                labels=["state"],
+            ),
+            GaugeMetricFamily(
+                "tandem_jobs_parked",
+                "Parked jobs by reason, fleet-wide: approval (awaiting a person), in_flight/rpm/tpm/"
+                "backoff/probe (waiting for a model host's capacity), retry (after a transient failure).",
+                labels=["reason"],
+            ),
+            GaugeMetricFamily("tandem_jobs_live", "Jobs in the live-job index, fleet-wide (exact)."),
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The gauges, without samples."""
+        yield from self._families()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The gauges (no samples when Redis cannot be read: never a false zero)."""
+        states, parked, live = self._families()
+        try:
+            census = self.census()
+        except Exception:
+            log.warning("could not count the jobs for /metrics", exc_info=True)
+        else:
+            for state in (*LIVE_STATES, "ended"):
+                states.add_metric([state], census.states.get(state, 0.0))
+            if "unknown" in census.states:
+                states.add_metric(["unknown"], census.states["unknown"])
+            for reason in ("approval", *PARK_REASONS, "retry"):
+                parked.add_metric([reason], census.parked.get(reason, 0.0))
+            live.add_metric([], census.live)
+        yield states
+        yield parked
+        yield live
+
+
 def serve(
     port: int,
     snapshots: Callable[[], list[HostSnapshot]] | None = None,
     depths: Callable[[], Mapping[str, int]] | None = None,
+    census: Callable[[], Census] | None = None,
 ) -> int:
     """Serve ``/metrics`` on ``port`` (0: any free port) in a daemon thread; the port it got.
 
     ``snapshots`` adds the fleet-wide gauges of ``FleetCollector``, ``depths`` the queue depths of
-    ``QueueDepthCollector``.
+    ``QueueDepthCollector``, ``census`` the jobs by state of ``JobCensusCollector``.
     """
     registry = REGISTRY
     if process_metrics.enabled():  # a prefork worker: add up the samples of its processes
@@ -206,6 +261,8 @@ def serve(
         registry.register(FleetCollector(snapshots))
     if depths is not None:
         registry.register(QueueDepthCollector(depths))
+    if census is not None:
+        registry.register(JobCensusCollector(census))
     server, _thread = start_http_server(port, registry=registry)
     bound = int(server.server_address[1])
     log.info("Prometheus metrics on port %d", bound)

@@ -350,4 +350,13 @@ def get_runtime() -> Runtime:
             from tandem.tasks.app import settings
 
             _runtime = Runtime(settings)
+            _trace()
         return _runtime
+
+
+def _trace() -> None:
+    """Start tracing in this process if the ``OTEL_*`` variables ask for it (docs/tracing.md)."""
+    from tandem.broker_config.trace_settings import TraceSettings
+    from tandem.reasoner import tracing
+
+    tracing.configure(TraceSettings.from_env())

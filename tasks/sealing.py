@@ -8,7 +8,8 @@ tenants (``"sealed:v1:"``) unseal only in jobs of the ``default`` tenant.
 ``tandem.tasks.submit`` seals on the client when it has ``TANDEM_SECRETS_KEY``, so not even the
 broker message holds the clear value; ``tandem.infer``
 seals whatever still arrives in clear before the spec is stored. Workers unseal only to inject the
-values into tools (``ToolCallContext.secrets``) and register them for redaction.
+values into tools (``ToolCallContext.secrets``) and to mask them in the job's own records (the job's
+``SecretScope``, ``tandem.toolkit.redaction``: never process-wide, where they would mask other jobs' text).
 
 Without ``TANDEM_SECRETS_KEY`` a spec with secrets is refused: storing them in clear is not an option.
 """
@@ -19,7 +20,6 @@ import json
 from typing import TYPE_CHECKING
 
 from tandem.tasks.errors import JobSpecError
-from tandem.toolkit.redaction import register_secret
 
 if TYPE_CHECKING:
     from tandem.tasks.spec import JobSpec
@@ -71,7 +71,7 @@ class SecretBox:
         return spec.model_copy(update={"secrets": sealed})
 
     def unseal(self, spec: JobSpec) -> dict[str, str]:
-        """The clear values of ``spec.secrets`` (each registered for redaction in this process).
+        """The clear values of ``spec.secrets`` (registered nowhere: the caller scopes them to the job).
 
         ``JobSpecError`` when a value cannot be unsealed (another key, or tampered with), or was
         sealed for another tenant than ``spec.owner``.
@@ -86,7 +86,6 @@ class SecretBox:
         for name, value in spec.secrets.items():
             if not is_sealed(value):
                 clear[name] = value
-                register_secret(value)
                 continue
             v2 = value.startswith(SEALED)
             try:
@@ -105,5 +104,4 @@ class SecretBox:
                     "value again in this tenant's spec)"
                 )
             clear[name] = secret
-            register_secret(secret)
         return clear

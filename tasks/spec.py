@@ -112,6 +112,22 @@ class JobSpec(BaseModel):
         description="Seconds the job may take before it fails; None: TANDEM_JOB_TIMEOUT (3600 s).",
     )
 
+    trace_context: dict[str, str] | None = Field(
+        default=None,
+        description="The W3C trace context (traceparent, tracestate) of the job's trace; set by submit "
+        "or the intake when tracing is on (docs/tracing.md).",
+    )
+
+    @field_validator("trace_context")
+    @classmethod
+    def _trace_context(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, text in (value or {}).items():
+            if key not in ("traceparent", "tracestate"):
+                raise ValueError(f"trace_context holds {key!r}: only 'traceparent' and 'tracestate' are kept")
+            if len(text) > 512:
+                raise ValueError(f"trace_context {key!r} is longer than 512 characters")
+        return value
+
     @field_validator("goal")
     @classmethod
     def _goal_not_blank(cls, value: str) -> str:

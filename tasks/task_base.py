@@ -9,15 +9,19 @@ redacted (``tandem.toolkit.redaction``), and the text is cut to ``REPR_CHARS``.
 
 from __future__ import annotations
 
+from contextvars import copy_context
 from reprlib import Repr
 from typing import Any
 
 from celery import Task
 from celery.worker.request import Request
 
-from tandem.toolkit.redaction import MASK, redact, redact_data
+from tandem.tasks.replay import SEAL, Replayed, check_seal
+from tandem.tasks.task_args import InvalidArgument, check_arguments, check_job_id, refusal_of
+from tandem.toolkit.redaction import MASK, enter_scope, redact, redact_data
 
 REPR_CHARS = 1024
+INTAKE = "tandem.infer"
 _repr = Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxstring, _repr.maxother = 6, 20, 20, 200, 200
 
@@ -70,6 +74,54 @@ def _plain(value: Any) -> bool:
 
 
 class TandemTask(Task):
-    """Every tandem task: its requests are ``RedactingRequest``."""
+    """Every tandem task: its requests are ``RedactingRequest``, its arguments are checked before
+    it runs (``tandem.tasks.task_args``)."""
 
     Request = RedactingRequest
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task once its arguments pass
+        ``tandem.tasks.task_args`` and, with message signing, its seal passes
+        ``tandem.tasks.replay``; a refused message is a logged no-op."""
+        name = self.name or ""
+        if name.startswith("tandem."):
+            try:
+                named = check_arguments(name, self.run, args, kwargs)
+                if name == INTAKE and not self.request.called_directly:
+                    check_job_id(name, self.request.id)  # the new job's id, which its steps carry
+                if self._signed() and not self.request.called_directly:
+                    self._check_seal(named.get("job_id"))
+            except InvalidArgument as invalid:
+                return refusal_of(name, invalid, kwargs, args)
+            except Replayed as replayed:
+                said = Replayed(f"{name} (task id {self.request.id}): {replayed}")
+                return refusal_of(name, said, kwargs, args, reason="replayed")
+        if self.request.called_directly:  # a plain call: the caller's context is left as it was
+            return copy_context().run(super().__call__, *args, **kwargs)
+        # From a message: every task starts with no job's secret scope (the step enters its
+        # job's), which stays through Celery's own log of the outcome, tracebacks included, and
+        # ends in ``after_return``.
+        enter_scope(None)
+        return super().__call__(*args, **kwargs)
+
+    def after_return(self, *args: Any, **kwargs: Any) -> None:
+        """End the job's secret scope a step entered (after Celery logged the task's outcome)."""
+        enter_scope(None)
+
+    def _signed(self) -> bool:
+        return list(self.app.conf.accept_content or ()) == ["auth"]
+
+    def _check_seal(self, job_id: Any) -> None:
+        from tandem.tasks.runtime import get_runtime  # the runtime imports the app: only when run
+
+        rt = get_runtime()
+        request = self.request
+        delivery = request.delivery_info or {}
+        check_seal(
+            getattr(request, SEAL, None),
+            request.id,
+            job_id if isinstance(job_id, str) else str(request.id),
+            redis=rt.store.redis,
+            prefix=rt.settings.prefix,
+            redelivered=bool(delivery.get("redelivered")),
+        )

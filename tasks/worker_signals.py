@@ -28,6 +28,7 @@ from celery.signals import (
 )
 
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, process_metrics
+from tandem.reasoner import tracing
 from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
@@ -41,6 +42,7 @@ from tandem.tasks.state.results import deliver
 from tandem.tasks.steps.dispatch import send, send_outbox
 from tandem.tasks.steps.guard import end_job
 from tandem.tasks.steps.messages import step_messages
+from tandem.tasks.tracing import attach, detach, request_context
 from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
@@ -63,7 +65,8 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
     step = Step(verdict.round, step_kind(verdict.kind))
     spec = rt.store.spec(job_id)
     priority = None if spec is None else message_priority(spec.priority, rt.settings.broker_url, boost=1)
-    send(step_messages(job_id, step, verdict.indices or None), priority)
+    trace = None if spec is None else spec.trace_context
+    send(step_messages(job_id, step, verdict.indices or None), priority, trace)
     rt.machine.mark_sent(job_id, outbox_id)
 
 
@@ -246,8 +249,11 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         from tandem.broker_config.queue_depth import queue_depths
         from tandem.tasks.hosts.capacity import host_snapshots
         from tandem.tasks.metrics import WORKER_UP, serve
+        from tandem.tasks.state.census import JobCensus
 
-        serve(port, lambda: host_snapshots(rt.redis, rt.settings), queue_depths(rt.settings).read)
+        census = JobCensus(rt.redis, rt.store.prefix)
+        snapshots = lambda: host_snapshots(rt.redis, rt.settings)  # noqa: E731
+        serve(port, snapshots, queue_depths(rt.settings).read, census.read)
         role, pool = worker_labels(sender)
         WORKER_UP.labels(role, pool).set(1)
 
@@ -264,6 +270,8 @@ def worker_labels(consumer: Any) -> tuple[str, str]:
     return role, pool
 
 
+_TRACE_TOKENS: dict[str, Any] = {}
+"""The trace context each running task of this process attached (``tandem.tasks.tracing``)."""
 _STARTED: dict[str, float] = {}
 """When each running task of this process started (by task id), for ``tandem_step_seconds``."""
 
@@ -275,6 +283,8 @@ def _step_started(task_id: str | None = None, task: Any = None, **_: Any) -> Non
     STEPS_RUNNING.labels(getattr(task, "name", "?")).inc()
     if task_id is not None:
         _STARTED[task_id] = time.perf_counter()
+        if tracing.STATE.on:  # the task runs in the trace its message's headers carry
+            _TRACE_TOKENS[task_id] = attach(request_context(getattr(task, "request", None)))
 
 
 @task_postrun.connect
@@ -282,6 +292,9 @@ def _step_ended(task_id: str | None = None, task: Any = None, state: str | None 
     from tandem.tasks.metrics import STEP_OUTCOMES, STEP_SECONDS, STEPS_RUNNING
 
     name = getattr(task, "name", "?")
+    token = _TRACE_TOKENS.pop(task_id, None) if task_id is not None else None
+    if token is not None:
+        detach(token)
     STEPS_RUNNING.labels(name).dec()
     STEP_OUTCOMES.labels(name, (state or "unknown").lower()).inc()
     started = _STARTED.pop(task_id, None) if task_id is not None else None
@@ -293,6 +306,13 @@ def _step_ended(task_id: str | None = None, task: Any = None, state: str | None 
 @worker_process_shutdown.connect
 def _pool_process_ended(pid: int | None = None, **_: Any) -> None:
     process_metrics.process_ended(pid or os.getpid())
+    tracing.flush()  # a pool process's last spans
+
+
+@worker_shutdown.connect
+def _flush_spans(**_: Any) -> None:
+    """Export the spans still batched in memory before a warm shutdown ends the process."""
+    tracing.flush()
 
 
 @worker_ready.connect

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tandem.tasks import metrics
+from tandem.tasks.state.census import Census
 
 MONITORING = Path(__file__).resolve().parent.parent / "deploy" / "monitoring"
 NAME = re.compile(r"\btandem_[a-z0-9_]+\b")
@@ -31,6 +32,7 @@ def _exported() -> set[str]:
     ]
     families += list(metrics.FleetCollector(list).collect())
     families += list(metrics.QueueDepthCollector(dict).describe())
+    families += list(metrics.JobCensusCollector(Census).describe())
     names: set[str] = set()
     for fam in families:
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}.get(fam.type, ("",))
@@ -42,6 +44,7 @@ def test_the_exported_names_are_read_from_the_metrics_module() -> None:
     exported = _exported()
     assert {"tandem_jobs_ended_total", "tandem_step_seconds_bucket", "tandem_queue_depth"} <= exported
     assert "tandem_worker_up" in exported and "tandem_jobs_ended" not in exported
+    assert {"tandem_jobs", "tandem_jobs_parked", "tandem_jobs_live"} <= exported
 
 
 def _dashboard() -> dict[str, Any]:

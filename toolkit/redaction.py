@@ -9,10 +9,25 @@ Two layers, applied by ``redact(text)``:
   (``?api_key=…``, ``token``, ``secret``, ``password``, ``sig``…), ``Authorization``/``Bearer`` values,
   and ``key=value`` pairs whose key names a secret (``api_key=…``, ``"password": "…"``).
 
-The registry is process-wide and bounded (``MAX_SECRETS``, oldest forgotten first); a
-``SecretRegistry`` of one's own can be passed as ``registry=`` instead. Values shorter than
-``MIN_SECRET_CHARS`` are not registered: replacing every ``"ab"`` in a text would hide more than it
-protects. Nothing here raises: a redactor that fails would lose the very error it was cleaning.
+Known secrets come from two places, and a text is redacted with both:
+
+- **Pinned: the operator's credentials.** ``register_secret`` adds to the process-wide
+  ``secrets`` registry what the settings and the toolkit hold (model API keys, passwords in Redis,
+  broker and API-base URLs, ``TANDEM_SECRETS_KEY``, MCP ``env``/``headers``). They are never
+  forgotten: a registry holds at most ``MAX_SECRETS`` values and refuses (with a warning) any past
+  that, rather than drop an older one. A ``SecretRegistry`` of one's own can be passed as
+  ``registry=`` instead.
+- **Scoped: one job's own secrets.** A job's ``JobSpec.secrets`` are never registered process-wide.
+  A worker running one of its steps enters the job's ``SecretScope`` (``enter_scope``, a context
+  variable: the thread or task running the step, and the threads it starts with its context), and
+  every redaction made there (events, results, memory, log lines) masks them too. Another job's
+  step, in the same process, never sees them: one job's ``"sum="`` leaves ``sum=5`` of another as
+  it is. A scope is indexed once per job, so a step costs what its own few secrets cost, whatever
+  ran before it in the process.
+
+Values shorter than ``MIN_SECRET_CHARS`` are not registered: replacing every ``"ab"`` in a text
+would hide more than it protects. Nothing here raises: a redactor that fails would lose the very
+error it was cleaning.
 
 **Cost is linear in the text**, whatever the text holds, and no single step holds the GIL for long,
 so the other threads of a worker (its lease keeper above all) keep running while a large text is
@@ -35,14 +50,15 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 MASK = "***"
 MIN_SECRET_CHARS = 4
 MAX_SECRETS = 10_000
+"""The most values a ``SecretRegistry`` holds; past it new ones are refused, never old ones dropped."""
 WINDOW = 1 << 18
 """Characters one pattern search reads at most: a few milliseconds, after which another thread of
 the process may take the GIL."""
@@ -182,13 +198,15 @@ _NO_SECRETS = _Index.of(())
 
 
 class SecretRegistry:
-    """Known secret values (thread-safe, bounded, oldest forgotten first), indexed for ``redact``."""
+    """Known secret values (thread-safe, bounded: past ``capacity`` new values are refused and
+    logged, the values held are never dropped), indexed for ``redact``."""
 
     def __init__(self, capacity: int = MAX_SECRETS) -> None:
-        self._values: OrderedDict[str, None] = OrderedDict()
+        self._values: dict[str, None] = {}
         self._capacity = capacity
         self._lock = threading.Lock()
         self._index: _Index | None = _NO_SECRETS
+        self._refused = 0
 
     def add(self, value: object) -> None:
         """Remember ``value`` (ignored when not a string or shorter than ``MIN_SECRET_CHARS``).
@@ -197,11 +215,22 @@ class SecretRegistry:
         if not isinstance(value, str) or len(value.strip()) < MIN_SECRET_CHARS:
             return
         with self._lock:
-            self._values[value] = None
-            self._values.move_to_end(value)
-            while len(self._values) > self._capacity:
-                self._values.popitem(last=False)
-            self._index = None
+            if value in self._values:
+                return
+            if len(self._values) >= self._capacity:
+                self._refused += 1
+                refused = self._refused
+            else:
+                self._values[value] = None
+                self._index = None
+                return
+        if refused == 1:  # once: a flood of values would otherwise flood the log
+            logging.getLogger("tandem.redaction").warning(
+                "the secret registry is full (%d values): a value registered now is not masked by its "
+                "value (only by its shape); register operator credentials only, a job's secrets go in "
+                "its SecretScope",
+                self._capacity,
+            )
 
     def _current(self) -> _Index:
         index = self._index
@@ -228,12 +257,49 @@ class SecretRegistry:
         return out
 
 
+@dataclass(frozen=True)
+class SecretScope:
+    """One job's secrets, indexed once: what ``redact`` masks too while the scope is entered."""
+
+    job_id: str
+    index: _Index
+
+    @classmethod
+    def of(cls, job_id: str, values: Iterable[object]) -> SecretScope:
+        """The scope of ``job_id`` holding ``values`` (non-strings and very short ones ignored)."""
+        return cls(
+            job_id, _Index.of(v for v in values if isinstance(v, str) and len(v.strip()) >= MIN_SECRET_CHARS)
+        )
+
+    def longest(self) -> int:
+        """The length of the scope's longest secret (0 for none)."""
+        return len(self.index.ordered[0]) if self.index.ordered else 0
+
+
+_scope: ContextVar[SecretScope | None] = ContextVar("tandem_secret_scope", default=None)
+
+
+def enter_scope(scope: SecretScope | None) -> None:
+    """Make ``scope`` the current job's secrets for this context (``None``: no job's). Whoever
+    enters one ends it: a tandem task starts with none and ends the one its step entered once
+    Celery has logged its outcome (``tandem.tasks.task_base``); other callers run in a context
+    of their own (``contextvars.copy_context().run``)."""
+    _scope.set(scope)
+
+
+def current_scope() -> SecretScope | None:
+    """The job scope entered in this context, if any."""
+    return _scope.get()
+
+
 secrets = SecretRegistry()
 """The process-wide registry that ``redact`` uses."""
 
 
 def register_secret(*values: object) -> None:
-    """Redact each of ``values`` from now on (non-strings and very short values are ignored)."""
+    """Redact each of ``values`` from now on, in every text of this process (non-strings and very
+    short values are ignored). For the operator's credentials: a job's secrets go in its
+    ``SecretScope``, or one job's values would mask another job's text."""
     for value in values:
         secrets.add(value)
 
@@ -264,6 +330,9 @@ def masked_url(url: str) -> str:
 def _known(text: str, extra: Iterable[str], registry: SecretRegistry | None) -> Spans:
     spans: Spans = []
     (registry or secrets)._current().spans(text, spans)
+    scope = _scope.get()
+    if scope is not None:
+        scope.index.spans(text, spans)
     given = [v for v in extra if isinstance(v, str)]
     if given:
         _Index.of(given).spans(text, spans)
@@ -345,7 +414,9 @@ def head_margin(extra: Iterable[str] = (), *, registry: SecretRegistry | None = 
     """How far past a cut ``redact_head`` reads: the longest known secret, plus the reach of the
     shape rules. A renderer that stops early renders this much past the cut."""
     longest = max((len(v) for v in extra if isinstance(v, str)), default=0)
-    return max(longest, (registry or secrets).longest()) + _REACH
+    scope = _scope.get()
+    scoped = scope.longest() if scope is not None else 0
+    return max(longest, scoped, (registry or secrets).longest()) + _REACH
 
 
 def redact_head(

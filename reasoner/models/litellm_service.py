@@ -60,6 +60,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tandem.reasoner import tracing
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.models import direct_http
@@ -301,6 +302,14 @@ class LiteLlmModelService(BaseModelService):
             self.retry.max_retries + 1,
             error.status_code or failure_kind(exc),
             wait,
+        )
+        tracing.event(
+            "gen_ai.retry",
+            {
+                "tandem.attempt": attempt + 1,
+                "tandem.retry_in": wait,
+                "error.type": str(error.status_code or failure_kind(exc)),
+            },
         )
         return wait
 

@@ -41,6 +41,7 @@ from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.control.owners import foreign
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.tracing import control_span
 
 
 def decide_job(
@@ -83,7 +84,10 @@ def decide(
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring); ``owner``:
     the tenant asking (``tandem.tasks.control.owners``)."""
     rt = get_runtime()
-    reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key, owner)
-    if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
-        send_outbox(rt, job_id)
-    return reply
+    with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
+        reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key, owner)
+        if span is not None:
+            span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
+        if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
+            send_outbox(rt, job_id)
+        return reply

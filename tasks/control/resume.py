@@ -57,6 +57,7 @@ from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reo
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.steps.tools import CANCELLED_CALL
+from tandem.tasks.tracing import control_span
 from tandem.toolkit.errors import ToolkitError
 
 _FORK_IDS = uuid.UUID("8f1d7f0e-3c55-4c1e-9a52-6f0c1f2b7d11")
@@ -312,7 +313,8 @@ def _answer(job_id: Any, action: Callable[[], dict[str, Any]]) -> dict[str, Any]
 @app.task(name="tandem.resume", acks_late=True)
 def resume(job_id: str, max_rounds: int | None = None, owner: str | None = None) -> dict[str, Any]:
     """Resume ended job ``job_id`` for tenant ``owner`` (see the module docstring)."""
-    return _answer(job_id, lambda: resume_job(get_runtime(), job_id, max_rounds, owner=owner))
+    with control_span(job_id, "resume", lambda: get_runtime().store.spec(job_id)):
+        return _answer(job_id, lambda: resume_job(get_runtime(), job_id, max_rounds, owner=owner))
 
 
 @app.task(name="tandem.fork", bind=True, acks_late=True)

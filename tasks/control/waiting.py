@@ -27,6 +27,7 @@ import uuid
 from typing import Any
 
 from tandem.reasoner.loop.step import Step
+from tandem.tasks import tracing
 from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.hosts.capacity import HostCapacity
 from tandem.tasks.hosts.host_model import CapacityWait
@@ -51,10 +52,13 @@ def _jitter(seconds: float) -> float:
 def wake_options(rt: Runtime, claim: Claim, spec: JobSpec) -> dict[str, Any]:
     """How a woken step is sent: with its job's broker priority (as every step message is) and a
     task id that starts with the job id."""
-    return {
+    options: dict[str, Any] = {
         "priority": message_priority(spec.priority, rt.settings.broker_url),
         "task_id": f"{claim.job_id}.{claim.round}.{uuid.uuid4().hex[:8]}",
     }
+    if spec.trace_context:  # the woken step joins its job's trace (tandem.tasks.tracing)
+        options["headers"] = tracing.headers(spec.trace_context)
+    return options
 
 
 class SlotWaiter:
@@ -85,7 +89,7 @@ class SlotWaiter:
             return True
         if free:  # a slot freed since the refusal: go again now
             try:
-                send([self.message], self.options["priority"])
+                send([self.message], self.options["priority"], self.options.get("headers"))
             except Exception:  # the countdown copy (this one or the one pending) brings it
                 log.warning("could not send %s again at once", self.waiter_id, exc_info=True)
         return schedule

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tandem.reasoner import tracing
 from tandem.reasoner.errors import TransientModelError
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.reasoner.models.model_service import AsyncModelService, ChatMessage, DeltaListener, ModelService
@@ -132,12 +133,28 @@ class HostModel:
         tool_call_ctx: ToolCallContext | None = None,
         on_delta: DeltaListener | None = None,
     ) -> ModelMessage:
-        """Call the model within the host's capacity (see the module docstring)."""
+        """Call the model within the host's capacity (see the module docstring), in a span
+        following the GenAI semantic conventions when tracing is on (``tandem.reasoner.tracing``)."""
+        with tracing.model_span(self.name, self._api_base, self.role) as span:
+            tracing.model_request(span, sys_prompt, messages)
+            reply = self._generate(sys_prompt, messages, tools, tool_call_ctx, on_delta)
+            tracing.model_reply(span, reply)
+            return reply
+
+    def _generate(
+        self,
+        sys_prompt: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool] | None,
+        tool_call_ctx: ToolCallContext | None,
+        on_delta: DeltaListener | None,
+    ) -> ModelMessage:
         grant = None
         if self.capacity is not None:
             outcome = self.capacity.acquire(estimate_tokens(sys_prompt, messages, tools, self._max_tokens))
             if isinstance(outcome, Wait):
                 metrics.CAPACITY_WAITS.labels(self.role, self.host, outcome.reason).inc()
+                tracing.event("tandem.capacity_wait", {"tandem.wait.reason": outcome.reason})
                 raise CapacityWait(outcome, self.capacity, model=self.name, api_base=self._api_base)
             grant = outcome
             if self.keeper is not None:
@@ -150,12 +167,20 @@ class HostModel:
         except TransientModelError as exc:
             elapsed = time.perf_counter() - started
             if exc.status_code in BACKOFF_STATUSES:
+                tracing.event(
+                    "gen_ai.rate_limited",
+                    {
+                        "http.response.status_code": exc.status_code,
+                        "tandem.retry_after": exc.retry_after or 0.0,
+                    },
+                )
                 metrics.MODEL_CALL_SECONDS.labels(self.role, self.host, "rate_limited").observe(elapsed)
                 metrics.RATE_LIMITED.labels(self.role, self.host, str(exc.status_code)).inc()
                 if grant is not None:
                     assert self.capacity is not None
                     seconds = exc.retry_after if exc.retry_after is not None else DEFAULT_BACKOFF
                     metrics.BACKOFF_SECONDS.labels(self.role, self.host).inc(seconds)
+                    tracing.event("tandem.fleet_backoff", {"tandem.backoff_seconds": float(seconds)})
                     self._release(grant, used=0, success=False, back_off=seconds)
                     log.warning(
                         "model host %s answered %s: the fleet backs off for %.1fs",
@@ -204,8 +229,12 @@ class HostModel:
         if self.model_loop is None or self._async_inner is None:
             return self.inner.generate(sys_prompt, messages, tools, tool_call_ctx, on_delta)
         agenerate = self._async_inner.agenerate
+        context = tracing.captured()  # the model span, current on the loop's thread too
         return self.model_loop.run(
-            lambda listener: agenerate(sys_prompt, messages, tools, tool_call_ctx, listener), on_delta
+            lambda listener: tracing.in_context(
+                context, agenerate(sys_prompt, messages, tools, tool_call_ctx, listener)
+            ),
+            on_delta,
         )
 
     @property

@@ -50,7 +50,8 @@ class Claim:
 @dataclass(frozen=True)
 class ClaimRefused:
     """Why a step or call was not claimed: ``gone``, ``ended``, ``other`` (the job is elsewhere),
-    ``busy`` (a live lease), ``done``, ``held`` (awaiting approval), ``early`` (still backing
+    ``no-call`` (the current tool step has no call of that index: no message tandem sends says
+    so), ``busy`` (a live lease), ``done``, ``held`` (awaiting approval), ``early`` (still backing
     off), ``deadline``, ``give-up``."""
 
     reason: str

@@ -3,8 +3,9 @@ that is fixed for the life of a job's spec, kept between steps in the worker (``
 
 A step reads its job in one round trip (``JobStore.step_view``: spec, cancel flag, the messages
 it needs); the spec's JSON then finds the job's fixtures in the worker's ``JobCache``, or builds
-them once: the loop plan, the reasoner ``Task`` (tool policy checked, secrets unsealed) and the
-tools recommended for it. The memory a step writes is held until its commit (``PendingMemory``),
+them once: the loop plan, the reasoner ``Task`` (tool policy checked, secrets unsealed), the
+job's ``SecretScope`` (entered for the step: what it writes masks the job's secrets) and the tools
+recommended for it. The memory a step writes is held until its commit (``PendingMemory``),
 its events too (``DeferredHooks``).
 """
 
@@ -24,6 +25,7 @@ from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
 from tandem.tasks.state.store import StepView
+from tandem.toolkit.redaction import SecretScope, current_scope, enter_scope
 from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
@@ -38,11 +40,19 @@ class JobFixtures:
     plan: LoopPlan
     task: Task
     _recommended: tuple[list[Tool], list[Action]] | None = field(default=None, repr=False)
+    _scope: SecretScope | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, rt: Runtime, job_id: str, spec: JobSpec) -> JobFixtures:
         """The plan and ``Task`` of a job (``JobSpecError`` when the tool policy refuses it)."""
         return cls(spec, rt.plan(spec), rt.task_for(job_id, spec))
+
+    @property
+    def scope(self) -> SecretScope:
+        """The job's secrets as its records are redacted with (indexed once per job and worker)."""
+        if self._scope is None:
+            self._scope = SecretScope.of(self.task.job_id or "", self.task.secrets.values())
+        return self._scope
 
     def recommend(self) -> tuple[list[Tool], list[Action]]:
         """The tools and actions offered to the job's model (``Task.recommend``, once per job)."""
@@ -54,6 +64,20 @@ class JobFixtures:
     def tools_by_name(self) -> dict[str, Tool]:
         """The recommended tools by name (what a tool call may name)."""
         return {t.name: t for t in self.recommend()[0]}
+
+
+def enter_job_scope(rt: Runtime, job_id: str, spec: JobSpec) -> None:
+    """Enter the ``SecretScope`` of ``job_id`` (its unsealed ``spec.secrets``) unless it is entered
+    already: for what ends a job outside a step (``finish`` from the reconciler, a cancel). A value
+    that cannot be unsealed leaves the scope empty (its records then mask it by shape only)."""
+    scope = current_scope()
+    if not spec.secrets or (scope is not None and scope.job_id == job_id):
+        return
+    try:
+        values = rt.secret_box.unseal(spec).values()
+    except Exception:  # a foreign key: the job fails saying so; nothing of it to mask by value
+        values = {}.values()
+    enter_scope(SecretScope.of(job_id, values))
 
 
 @dataclass
@@ -93,6 +117,7 @@ class StepContext:
         job = rt.jobs.get(
             job_id, spec, lambda: JobFixtures.build(rt, job_id, JobSpec.model_validate_json(spec))
         )
+        enter_scope(job.scope)  # this step's records mask the job's own secrets, and no other job's
         return cls(rt, claim, view, job, memory, events, hooks)
 
     @property

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from tandem.tasks import tracing
 from tandem.tasks.app import app
 from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import Runtime
@@ -21,9 +22,13 @@ from tandem.tasks.state.claims import Message
 log = logging.getLogger("tandem.tasks")
 
 
-def send(messages: Sequence[Message], priority: int | None = None) -> None:
+def send(
+    messages: Sequence[Message], priority: int | None = None, trace: Mapping[str, str] | None = None
+) -> None:
     """Send ``messages`` (each under a fresh task id: revoking one never touches another step),
-    with the broker ``priority`` of their job."""
+    with the broker ``priority`` of their job and its ``trace`` context (``JobSpec.trace_context``)
+    in their headers (``tandem.tasks.tracing``)."""
+    extra = tracing.headers(trace)
     for m in messages:
         args = m["args"]
         tail = ".".join(str(a) for a in args[1:])
@@ -36,13 +41,10 @@ def send(messages: Sequence[Message], priority: int | None = None) -> None:
             # Nobody waits for a step's own result: without this the Redis result backend would
             # subscribe to it (where a pool lets tasks join, e.g. gevent's).
             ignore_result=True,
+            **({"headers": extra} if extra else {}),
         )
 
 
-def job_priority(rt: Runtime, job_id: str) -> int | None:
-    """The broker priority of a job's messages (``JobSpec.priority``), ``None`` if unknown."""
-    spec = rt.store.spec(job_id)
-    return None if spec is None else message_priority(spec.priority, rt.settings.broker_url)
 
 
 def send_outbox(
@@ -59,9 +61,9 @@ def send_outbox(
     try:
         outbox_id, messages = written if written is not None else rt.machine.outbox(job_id)
         if messages:
-            known = spec is not None
+            spec = spec if spec is not None else rt.store.spec(job_id)
             priority = message_priority(spec.priority, rt.settings.broker_url) if spec else None
-            send(messages, priority if known else job_priority(rt, job_id))
+            send(messages, priority, spec.trace_context if spec else None)
             rt.machine.mark_sent(job_id, outbox_id)
         return True
     except Exception:

@@ -11,6 +11,7 @@ wins); a lost claim ends nothing.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 import uuid
@@ -26,6 +27,7 @@ from tandem.reasoner.errors import ReasonerError, TransientModelError
 from tandem.reasoner.loop.step import Step, StepKind
 from tandem.reasoner.models.retry_policy import RetryPolicy
 from tandem.reasoner.task import OutcomeStatus
+from tandem.tasks import tracing
 from tandem.tasks.control.parking import announce
 from tandem.tasks.errors import JobError
 from tandem.tasks.events import EventHooks
@@ -36,8 +38,10 @@ from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
 from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
+from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
+from tandem.tasks.tracing import step_span
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -85,8 +89,18 @@ def finish(
     job ends whatever step it is at (cancel, deadline, give-up). ``spec``: the job's, when the
     caller has it (else it is read).
     """
+    # In a context of its own: the job's secret scope entered here ends with it (the reconciler's
+    # thread ends many jobs, and must not mask one job's secrets in the next one's records).
+    return contextvars.copy_context().run(_finish, job_id, status, error, claim, spec)
+
+
+def _finish(
+    job_id: str, status: EndStatus, error: str | None, claim: Claim | None, spec: JobSpec | None
+) -> dict[str, Any]:
     rt = get_runtime()
     spec = spec or rt.store.spec(job_id)
+    if spec is not None:
+        enter_job_scope(rt, job_id, spec)  # the result masks the job's own secrets
     memory = rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
     outcome_status: OutcomeStatus = status if status in ("completed", "truncated") else "failed"
@@ -108,6 +122,7 @@ def finish(
     )
     ttl = rt.settings.memory_ttl
     first, stored = end_job_durably(rt.store, result, ttl, claim=claim, delivery=rt.delivery)
+    tracing.outcome("tandem.commit", f"ended {status}" if stored is not None else "lost")
     if stored is None:  # a lost claim, and nobody ended the job: nothing to report
         raise Ignore()
     if first and outcome is not None:
@@ -139,6 +154,7 @@ def end_job(job_id: str, reason: str, detail: str = "") -> dict[str, Any] | None
 def refused(job_id: str, refusal: ClaimRefused) -> None:
     """Leave a step whose claim was refused (ending the job if its deadline passed or its worker
     was lost too often)."""
+    tracing.outcome("tandem.claim", refusal.reason)
     if refusal.reason in ("deadline", "give-up"):
         end_job(job_id, refusal.reason)
     raise Ignore()
@@ -195,6 +211,7 @@ def reschedule(
         round=claim.round, step=claim.kind, reason=reason, until=until, error=error, detail=error, host=host
     )
     rt.store.publish(claim.job_id, waiting)
+    tracing.parked(reason, until, error, host)
     log.warning(
         "job %s: %s; %s of round %d runs again in %.1f s", claim.job_id, error, claim.kind, claim.round, delay
     )
@@ -224,6 +241,7 @@ def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind) -> Claim
     if isinstance(got, ClaimRefused):
         refused(job_id, got)
     assert isinstance(got, Claim)
+    tracing.claimed(got.attempt, got.epoch)
     return got
 
 
@@ -233,8 +251,17 @@ def claim_call(rt: Runtime, job_id: str, round_no: int, index: int) -> Claim:
         job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries
     )
     if isinstance(got, ClaimRefused):
+        if got.reason == "no-call":  # no message tandem sends names a call its round lacks
+            log.warning(
+                "message refused, nothing done: tandem.run_tool: argument 'index' = %d: round %d of "
+                "job %s has no such call",
+                index,
+                round_no,
+                job_id,
+            )
         refused(job_id, got)
     assert isinstance(got, Claim)
+    tracing.claimed(got.attempt, got.epoch)
     return got
 
 
@@ -258,6 +285,7 @@ def commit(
             claim, (nxt.round, nxt.kind, nxt.calls, nxt.status), messages, memory.writes(), tx=tx, park=park
         ),
     )
+    tracing.outcome("tandem.commit", "committed" if moved else "lost")
     if not moved:
         log.warning(
             "job %s: %s of round %d lost its claim (epoch %d); its work is dropped",
@@ -269,6 +297,7 @@ def commit(
         raise Ignore()
     hooks.flush()
     if park is not None:
+        tracing.parked("approval", park.until)
         announce(rt.store, claim.job_id, park)
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
@@ -285,6 +314,13 @@ def finalize_step(
 ) -> dict[str, Any]:
     """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
     the job there (which passes the ``status`` it wrote in the record, and the job's ``spec``)."""
+    with step_span(job_id, round_no, "finalize"):
+        return _finalize_step(job_id, round_no, status, spec)
+
+
+def _finalize_step(
+    job_id: str, round_no: int, status: EndStatus | None, spec: JobSpec | None
+) -> dict[str, Any]:
     rt = get_runtime()
     claim = claim_step(rt, job_id, round_no, "finalize")
     if status is None:

@@ -16,6 +16,7 @@ from celery import Task as CeleryTask
 from celery.exceptions import Ignore
 
 from tandem.broker_config.tokens import DEFAULT_TENANT, TENANT_ID
+from tandem.reasoner import tracing
 from tandem.tasks.app import app
 from tandem.tasks.errors import JobError
 from tandem.tasks.job_events import JobStarted
@@ -25,8 +26,9 @@ from tandem.tasks.steps.context import JobFixtures
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
+from tandem.tasks.tracing import job_span, outcome, step_span
 from tandem.toolkit.errors import ToolkitError
-from tandem.toolkit.redaction import redact
+from tandem.toolkit.redaction import enter_scope, redact
 
 log = logging.getLogger("tandem.tasks")
 
@@ -36,10 +38,26 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
     """Start a job from its spec; the id of this task is the job id, its result the JobResult
     (stored when the job ends)."""
     job_id = self.request.id
+    trace = spec.get("trace_context") if isinstance(spec, dict) else None
+    parent = tracing.extract(trace) if isinstance(trace, dict) else None  # ``submit``'s job span
+    if tracing.STATE.on and parent is None:  # a bare client's job: its trace starts here...
+        stored = get_runtime().store.spec(job_id)  # ...unless a first copy of this message started it
+        trace = stored.trace_context if stored is not None and stored.trace_context else None
+        # (the job span opens under the message's ``traceparent`` header, if it has one)
+        trace = trace or job_span(job_id)
+        parent = tracing.extract(trace)
+    with step_span(job_id, 0, "intake", parent=parent):
+        return _intake(self, job_id, spec, trace if isinstance(trace, dict) else None)
+
+
+def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str, str] | None) -> Any:
     rt = get_runtime()
     try:  # a refused spec stores nothing: the answer is this task's result only
         job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))  # secrets sealed
+        if trace and job_spec.trace_context != trace:
+            job_spec = job_spec.model_copy(update={"trace_context": trace})
         job = JobFixtures.build(rt, job_id, job_spec)
+        enter_scope(job.scope)  # what intake writes masks the job's secrets (and no other job's)
         job.recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else describe_failure(exc)
@@ -55,6 +73,7 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
             log.warning("job %s: storing its refusal failed; trying again in 5 s", job_id)
             raise self.retry(countdown=5, max_retries=None, exc=store_failed) from None
         rt.store.discard_queued(job_id)
+        outcome("tandem.commit", "refused")
         return refused
     spec_json = job_spec.model_dump_json()
     rt.jobs.put(job_id, spec_json, job)  # the job's first steps find it, if they run here
@@ -74,6 +93,7 @@ def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
         ttl_after=rt.settings.memory_ttl,
         outbox_id=outbox_id,
     )
+    outcome("tandem.commit", "created" if created else "duplicate")
     if created:
         rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl)
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what

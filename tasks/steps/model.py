@@ -19,10 +19,16 @@ from tandem.tasks.state.claims import Park
 from tandem.tasks.state.leases import Heartbeat
 from tandem.tasks.steps.context import StepContext
 from tandem.tasks.steps.guard import claim_step, commit, finish, step_failed
+from tandem.tasks.tracing import step_span
 
 
 def model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | None:
     """Run model step ``kind`` (``thinker`` or ``actor``) of ``round_no`` and move the job on."""
+    with step_span(job_id, round_no, kind):
+        return _model_step(job_id, round_no, kind)
+
+
+def _model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | None:
     rt = get_runtime()
     claim = claim_step(rt, job_id, round_no, kind)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):

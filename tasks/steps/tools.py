@@ -13,6 +13,7 @@ from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
+from tandem.reasoner import tracing
 from tandem.reasoner.loop.calls import call_context
 from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
@@ -25,6 +26,7 @@ from tandem.tasks.state.leases import Heartbeat
 from tandem.tasks.steps.context import StepContext
 from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
 from tandem.tasks.steps.messages import step_messages
+from tandem.tasks.tracing import step_span
 
 log = logging.getLogger("tandem.tasks")
 
@@ -51,6 +53,11 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
     interrupted is not run again (its result is a failure saying so), while one interrupted before
     (a Redis outage while the call was loaded, say) runs.
     """
+    with step_span(job_id, round_no, "tools", index):
+        return _run_tool(job_id, round_no, index)
+
+
+def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
     rt = get_runtime()
     claim = claim_call(rt, job_id, round_no, index)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
@@ -76,6 +83,7 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
         moved = retrying(
             rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect, outbox_id=outbox_id)
         )
+    tracing.annotate({"tandem.commit": "committed" if moved else "lost"})
     if not moved:
         log.warning(
             "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
@@ -116,7 +124,12 @@ def call_tool(ctx: StepContext) -> FunctionCallResult:
     ctx.events.tool_called(round_no, index, call, attempt=claim.attempt)
     tool_ctx = call_context(ctx.task, round_no, index, claim.attempt)
     runner = ctx.rt.runner
-    return ctx.plan.run_call(runner, by_name, call, index, tool_ctx, call_id=call_id, approved=approved)
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name}
+    with tracing.span(f"execute_tool {call.name}", attrs) as span:
+        result = ctx.plan.run_call(runner, by_name, call, index, tool_ctx, call_id=call_id, approved=approved)
+        if span is not None:
+            span.set_attribute("tandem.tool.status", str(result.status.value))
+        return result
 
 
 @app.task(name="tandem.collect_tools", bind=True)
@@ -128,6 +141,11 @@ def collect_tools(self: CeleryTask, job_id: str, round_no: int, *_: Any) -> Any:
 def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
     """The ``collect`` step of ``round_no``: woken by ``tandem.collect_tools``, or run at once by
     the tool call that stored the round's last result."""
+    with step_span(job_id, round_no, "collect"):
+        return _collect_step(job_id, round_no)
+
+
+def _collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
     rt = get_runtime()
     claim = claim_step(rt, job_id, round_no, "collect")
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):

@@ -276,3 +276,28 @@ def rabbitmq_vhost() -> Iterator[str]:
         yield f"amqp://guest:guest@127.0.0.1:5672/{name}"
     finally:
         subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=60)
+
+
+def jobs_with_charges(cluster: Any, count: int) -> bool:
+    """Whether at least ``count`` jobs have run ``charge_card`` (their first tool round)."""
+    return len({c["job"] for c in charges(cluster)}) >= count
+
+
+def each_event_once(cluster: Any, job_id: str) -> list[str]:
+    """What the job's stream holds more than once: a model reply per round and role, a tool call
+    per round, index and attempt, a tool result per round and index, the ``final`` event."""
+    seen: dict[tuple[Any, ...], int] = {}
+    for e in cluster.store.read_events(job_id, count=100_000):
+        if e.type == "model_reply":
+            key: tuple[Any, ...] = (e.type, e.round, e.role)
+        elif e.type == "tool_call":  # once per attempt: a run cut off is announced again
+            key = (e.type, e.round, e.index, e.attempt)
+        elif e.type == "tool_result":
+            key = (e.type, e.round, e.index)
+        elif e.type == "final":
+            key = (e.type,)
+        else:
+            continue
+        seen[key] = seen.get(key, 0) + 1
+    twice = [f"{job_id}: {key} x{n}" for key, n in seen.items() if n != 1]
+    return twice + ([] if ("final",) in seen else [f"{job_id}: no final event"])

@@ -64,6 +64,10 @@ class OwnRedisCluster:
         """A plain client of one node."""
         return Redis(host="127.0.0.1", port=port, socket_timeout=5)
 
+    def nodes(self) -> list[Redis]:
+        """A plain client of every node (for ``INFO``: each master's own commands and CPU)."""
+        return [self.node(port) for port in self.ports]
+
     def start(self, timeout: float = 30.0) -> OwnRedisCluster:
         """Start the nodes, join them, wait until every node says ``cluster_state:ok``."""
         if not os.path.exists(REDIS_SERVER) or not os.path.exists(REDIS_CLI):

@@ -206,3 +206,32 @@ def test_bad_cluster_urls_are_one_line(redis_base: str) -> None:
         assert "\n" not in str(caught.value)
     finally:
         server.stop()
+
+
+def test_threads_past_the_pool_wait_their_turn_on_each_node(redis_cluster: OwnRedisCluster) -> None:
+    """A worker's store client on a cluster has a blocking pool of ``max_connections`` per node,
+    as on one Redis: a thread finding every connection of a node busy waits for one (up to the
+    pool's timeout) instead of failing its step with MaxConnectionsError."""
+    import threading
+    import time
+
+    settings = Settings.from_env({"TANDEM_REDIS_URL": redis_cluster.url})
+    client = job_store_client(settings, max_connections=1, pool_timeout=10)
+    key = "{pool-test}:list"
+    client.delete(key)
+    results: list[object] = []
+
+    def hold() -> None:  # holds the node's one connection for a second
+        results.append(client.blpop([key], timeout=1))
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    client.set("{pool-test}:other", "x", ex=60)  # the same node: waits for the held connection
+    waited = time.monotonic() - started
+    holder.join()
+    assert results == [None]
+    assert waited > 0.5  # it waited its turn rather than opening a second connection
+    assert client.get("{pool-test}:other") == b"x"
+    client.close()

@@ -150,7 +150,7 @@ def test_the_last_call_to_report_moves_the_job_to_collect(machine: JobMachine) -
 @pytest.mark.parametrize("index", [0, 3, 9, -1])
 def test_a_call_that_was_never_made_claims_nothing(machine: JobMachine, index: int) -> None:
     to_tools(machine, 2)
-    assert machine.claim_call(JOB, 0, index, LEASE, 5) == ClaimRefused("other")
+    assert machine.claim_call(JOB, 0, index, LEASE, 5) == ClaimRefused("no-call")  # logged as forged
     assert machine.record(JOB)["pending"] == "2"
 
 

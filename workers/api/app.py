@@ -60,6 +60,7 @@ from starlette.types import ASGIApp
 from tandem.broker_config import Settings
 from tandem.broker_config.job_redis import async_job_store_client, is_cluster_url, job_store_client
 from tandem.broker_config.tokens import ApiToken
+from tandem.reasoner import tracing
 from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
@@ -187,7 +188,8 @@ class Api:
             )
         spec = validate_spec({**raw, "owner": owner})
         try:
-            handle = await run_in_threadpool(submit, spec, app=self.celery, store=self.store)
+            parent = tracing.extract(request.headers)  # a caller's W3C traceparent: the job joins its trace
+            handle = await run_in_threadpool(_submit_under, parent, spec, self.celery, self.store)
         except JobSpecError as exc:  # a limit of TANDEM_MAX_* (the message names it)
             raise without_secrets(ApiError(422, "invalid_spec", str(exc)), raw) from None
         status = await run_in_threadpool(handle.status)
@@ -545,3 +547,10 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
     inner = BodyLimit(BearerAuth(app, settings.api_tokens, settings.api), settings.api_max_body)
     allowed = settings.api.allowed_hosts or default_hosts(bound_host)
     return SecurityHeaders(AllowedHosts(OriginGuard(inner, settings.api.cors_origins), allowed))
+
+
+def _submit_under(parent: Any, spec: Any, celery: Any, store: Any) -> JobHandle:
+    """``submit`` with ``parent`` (a trace context, or ``None``) current: the job's trace is then
+    a child of the API request's (``docs/tracing.md``)."""
+    with tracing.attached(parent):
+        return submit(spec, app=celery, store=store)

@@ -5,7 +5,7 @@ if not s[1] then return {'gone'} end
 if FINAL[s[1]] then return {'ended'} end
 if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return {'other'} end
 local n = tonumber(ARGV[2])
-if not n or n < 1 or n > tonumber(s[5]) then return {'other'} end
+if not n or n < 1 or n > tonumber(s[5]) then return {'no-call', s[5] or '0'} end
 if redis.call('HEXISTS', KEYS[4], ARGV[1] .. ':' .. ARGV[2]) == 1 then return {'done'} end
 if string.find(redis.call('HGET', KEYS[1], 'held') or '', ',' .. ARGV[2] .. ',', 1, true) then
   return {'held'}

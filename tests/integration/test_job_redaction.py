@@ -1,0 +1,97 @@
+"""Redaction per job, on real workers (issue 25, item 3): a job's secrets mask its own records and
+log lines, never another job's, and the operator's credentials stay masked in every job.
+
+Jobs run one after the other on the same worker processes, as the report had them: job A's secret
+``"sum="`` (a careless tool echoes it) turned job B's tool output ``sum=5`` into ``***5``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from cryptography.fernet import Fernet
+
+from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.plan_model import goal_with_plan
+
+pytestmark = pytest.mark.integration
+
+OPERATOR_KEY = "operator-model-key-7731"
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_base: str) -> Iterator[Cluster]:
+    gen = _make_cluster(
+        redis_base,
+        TANDEM_TOOLKIT="tests.integration.redaction_tools:toolkit",
+        TANDEM_SECRETS_KEY=Fernet.generate_key().decode(),
+        TANDEM_THINKER_API_KEY=OPERATOR_KEY,
+    )
+    cluster, _, _ = next(gen)
+    cluster.start("thinker", "actor", "tools")
+    yield cluster
+    next(gen, None)
+
+
+def tool_outputs(cluster: Cluster, job_id: str) -> list[str]:
+    """The stored outputs of the job's tool calls."""
+    raw = cluster.redis.hgetall(f"{cluster.settings.prefix}:{{{job_id}}}:tools")
+    return [json.loads(v)["output"] for v in raw.values()]
+
+
+def job_bytes(cluster: Cluster, job_id: str) -> bytes:
+    """Every value of the job's keys (record, memory, events, results)."""
+    parts: list[bytes] = []
+    for key in cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:{{{job_id}}}:*"):
+        kind = cluster.redis.type(key).decode()
+        if kind == "string":
+            parts.append(cluster.redis.get(key) or b"")
+        elif kind == "hash":
+            parts += list(cluster.redis.hgetall(key).values())
+        elif kind == "list":
+            parts += cluster.redis.lrange(key, 0, -1)
+        elif kind == "stream":
+            parts += [v for _id, fields in cluster.redis.xrange(key) for v in fields.values()]
+    return b"\n".join(parts)
+
+
+def logs(cluster: Cluster) -> str:
+    return "".join(p.read_text(errors="replace") for g in cluster.groups for p in g.log_dir.glob("*.log"))
+
+
+def test_a_jobs_secret_masks_its_own_records_and_never_another_jobs(cluster: Cluster) -> None:
+    a = cluster.submit(
+        goal=goal_with_plan("job a", [[{"name": "leak", "args": {}}]]), secrets={"tok": "sum="}
+    )
+    assert a.result(timeout=90).status == "completed"
+    b = cluster.submit(goal=goal_with_plan("job b", [[{"name": "echo", "args": {"text": "sum=5"}}]]))
+    assert b.result(timeout=90).status == "completed"
+
+    assert tool_outputs(cluster, a.id) == ["the token is ***"]
+    assert b"the token is sum=" not in job_bytes(cluster, a.id)
+    assert tool_outputs(cluster, b.id) == ["sum=5"]  # not "***5": A's secret is not B's
+    assert b"***5" not in job_bytes(cluster, b.id)
+    text = logs(cluster)
+    assert "leak: the token is ***" in text and "the token is sum=" not in text
+    assert "echo: sum=5" in text
+
+
+def test_the_operators_key_stays_masked_in_every_jobs_records(cluster: Cluster) -> None:
+    with_secrets = [
+        cluster.submit(
+            goal=goal_with_plan(f"job {i}", [[{"name": "leak", "args": {}}]]),
+            secrets={"tok": f"job-{i}-token", **{f"s{k}": f"job-{i}-secret-{k:02d}" for k in range(15)}},
+        )
+        for i in range(4)
+    ]
+    for handle in with_secrets:
+        assert handle.result(timeout=90).status == "completed"
+    c = cluster.submit(
+        goal=goal_with_plan("job c", [[{"name": "echo", "args": {"text": f"key {OPERATOR_KEY}"}}]])
+    )
+    assert c.result(timeout=90).status == "completed"
+    assert tool_outputs(cluster, c.id) == ["key ***"]
+    assert [tool_outputs(cluster, h.id) for h in with_secrets] == [["the token is ***"]] * 4
+    assert f"echo: key {OPERATOR_KEY}" not in logs(cluster)
