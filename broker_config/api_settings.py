@@ -7,11 +7,13 @@ the variable, the value and what to write.
 
 from __future__ import annotations
 
+import hmac
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tandem.broker_config.errors import SettingsError
+from tandem.broker_config.tokens import ApiToken, read_tokens
 
 _HOST = re.compile(r"^(\*\.|\.)?[a-z0-9_.\-]{1,253}$|^\[?[0-9a-f:.]{2,45}\]?$")
 _ORIGIN = re.compile(r"^https?://[a-z0-9_.\-]{1,253}(:\d{1,5})?$|^https?://\[[0-9a-f:.]{2,45}\](:\d{1,5})?$")
@@ -75,6 +77,23 @@ class ApiSettings:
     max_streams: int = 100
     """``TANDEM_API_MAX_STREAMS``: event streams one token (one client address, without tokens) may
     hold open at once on one API process; one more is answered 429."""
+    tokens: tuple[ApiToken, ...] = field(default=(), repr=False)
+    """``TANDEM_API_TOKENS`` / ``TANDEM_API_TOKENS_FILE``: each token's tenant and scopes
+    (``tandem.broker_config.tokens``)."""
+
+    def token(self, value: str, plain: tuple[str, ...] = ()) -> ApiToken | None:
+        """The ``ApiToken`` of bearer ``value``: from ``tokens``, else (a token listed only in
+        ``plain``, ``Settings.api_tokens``) the ``default`` tenant without ``admin``; ``None`` for
+        an unknown token. Every token is compared, in constant time each."""
+        found: ApiToken | None = None
+        given = value.encode()
+        for known in self.tokens:
+            if hmac.compare_digest(given, known.token.encode()) and found is None:
+                found = known
+        for text in plain:
+            if hmac.compare_digest(given, text.encode()) and found is None:
+                found = ApiToken(text)
+        return found
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ApiSettings:
@@ -89,4 +108,5 @@ class ApiSettings:
             ),
             stream_jobs=_whole(env, "TANDEM_API_STREAM_JOBS", d.stream_jobs, minimum=1),
             max_streams=_whole(env, "TANDEM_API_MAX_STREAMS", d.max_streams, minimum=1),
+            tokens=read_tokens(env),
         )

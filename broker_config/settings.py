@@ -14,6 +14,7 @@ from typing import Literal
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.errors import SettingsError
 from tandem.broker_config.job_redis import refuse_cluster, store_urls
+from tandem.broker_config.tokens import read_tokens
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -185,17 +186,6 @@ def _burst_seconds(env: Mapping[str, str]) -> float:
         raw = env["TANDEM_RATE_BURST_SECONDS"].strip()
         raise SettingsError(f"TANDEM_RATE_BURST_SECONDS={raw!r} must be at most 30 (seconds of the limit)")
     return burst
-
-
-def _tokens(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    tokens = tuple(t.strip() for t in env.get(name, "").split(",") if t.strip())
-    short = [t for t in tokens if len(t) < 16]
-    if short:
-        raise SettingsError(
-            f"{name} holds a token of {len(short[0])} characters: use tokens of at least 16 random "
-            "characters, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`"
-        )
-    return tokens
 
 
 @dataclass(frozen=True)
@@ -413,7 +403,8 @@ class Settings:
     delta_max_chars: int = 512
     """``TANDEM_DELTA_MAX_CHARS``: ...or as soon as this many characters wait."""
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
-    """``TANDEM_API_TOKENS``: comma-separated bearer tokens ``tandem api`` accepts."""
+    """``TANDEM_API_TOKENS`` (and ``TANDEM_API_TOKENS_FILE``): the bearer tokens ``tandem api`` accepts;
+    their tenants and scopes are ``api.tokens`` (a token listed only here: ``default``, no admin)."""
     api_max_body: int = 1_048_576
     """``TANDEM_API_MAX_BODY``: the largest request body ``tandem api`` reads, in bytes."""
     api: ApiSettings = field(default_factory=ApiSettings)
@@ -502,7 +493,7 @@ class Settings:
             deltas=_flag(env, "TANDEM_EVENT_DELTAS") is not False,
             delta_interval_ms=_integer(env, "TANDEM_DELTA_INTERVAL_MS", 100, minimum=0),
             delta_max_chars=_integer(env, "TANDEM_DELTA_MAX_CHARS", 512, minimum=1),
-            api_tokens=_tokens(env, "TANDEM_API_TOKENS"),
+            api_tokens=tuple(t.token for t in read_tokens(env)),
             api_max_body=_integer(env, "TANDEM_API_MAX_BODY", 1_048_576, minimum=1024),
             api=ApiSettings.from_env(env),
             task_events=_flag(env, "TANDEM_TASK_EVENTS") is True,

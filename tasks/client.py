@@ -19,6 +19,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner import tracing
 from tandem.tasks.control.handle import HandleApprovals
 from tandem.tasks.errors import (
@@ -67,6 +68,9 @@ class JobHandle(HandleApprovals):
     """Seconds ``status``, ``cancel`` (and their ``a``-twins) keep trying to reach Redis."""
     reconnect_wait: float = 300.0
     """Seconds of one outage a wait with no timeout (``result``, ``events``, ...) rides out."""
+    owner: str | None = None
+    """The tenant this handle asks for in ``resume``, ``fork`` and decisions when they name none
+    (``None``: ``default``); workers refuse another tenant's job as unknown."""
 
     def __init__(
         self,
@@ -117,7 +121,9 @@ class JobHandle(HandleApprovals):
         # before the ``queued`` marker of ``submit`` is removed).
         refused = self._celery_result()
         if refused is not None:
-            return JobStatus(job_id=self.id, state=refused.status, error=refused.error, step="intake")
+            return JobStatus(
+                job_id=self.id, state=refused.status, error=refused.error, step="intake", owner=refused.owner
+            )
         if stored is not None:
             return stored
         if self._known_at is not None:  # submitted (``submit`` wrote its record first) or seen
@@ -267,9 +273,13 @@ class JobHandle(HandleApprovals):
         The revoke is best effort: a worker that takes the message finds the job ended and does
         nothing, so a failed broadcast (a client whose Redis user may not broadcast to workers'
         control queues, see docs/security.md, or a broker outage) loses nothing."""
+        queued = reach.call(lambda: self._store.status(self.id))
+        owner = queued.owner if queued is not None else DEFAULT_TENANT
         reach.call(
             lambda: self._store.finish(
-                JobResult(job_id=self.id, status="cancelled", error="cancelled before it started"),
+                JobResult(
+                    job_id=self.id, status="cancelled", error="cancelled before it started", owner=owner
+                ),
                 ttl=_seconds(self._app.conf.result_expires),
                 delivery=ResultDelivery.for_store(self._app, self._store),
             )
@@ -281,31 +291,49 @@ class JobHandle(HandleApprovals):
 
     # -- resume and fork ----------------------------------------------------------------------
 
-    def resume(self, max_rounds: int | None = None, *, timeout: float = 30.0) -> JobHandle:
+    def resume(
+        self, max_rounds: int | None = None, *, timeout: float = 30.0, owner: str | None = None
+    ) -> JobHandle:
         """Continue this failed, cancelled or truncated job from its last stored step, under the
         same id (``tandem.resume``: stored model replies and tool results are reused, never
         redone); ``max_rounds`` raises its round budget. Returns this handle: ``result()`` then
-        waits for the new end. ``ResumeRefused`` says why not (nothing changed then)."""
+        waits for the new end. ``ResumeRefused`` says why not (nothing changed then). ``owner``:
+        the tenant asking (``default`` if none): another tenant's job is refused as unknown."""
         kwargs: dict[str, Any] = {"job_id": self.id}
+        owner = owner if owner is not None else self.owner
+        if owner is not None:
+            kwargs["owner"] = owner
         if max_rounds is not None:
             kwargs["max_rounds"] = max_rounds
         self._ask("tandem.resume", kwargs, timeout)
         return self
 
     def fork(
-        self, round: int, goal: str | None = None, *, max_rounds: int | None = None, timeout: float = 30.0
+        self,
+        round: int,
+        goal: str | None = None,
+        *,
+        max_rounds: int | None = None,
+        timeout: float = 30.0,
+        owner: str | None = None,
     ) -> JobHandle:
         """Start a new job holding rounds ``0..round-1`` of this ended job, running on from round
         ``round`` with the same spec (the goal replaced by ``goal``, the budget by ``max_rounds``,
         if given) through ``tandem.fork``; its handle. This job is untouched. ``ResumeRefused``
-        says why not."""
+        says why not. ``owner``: the tenant asking (``default`` if none); the fork keeps the
+        job's owner, and another tenant's job is refused as unknown."""
         kwargs: dict[str, Any] = {"job_id": self.id, "round": round}
+        owner = owner if owner is not None else self.owner
+        if owner is not None:
+            kwargs["owner"] = owner
         if goal is not None:
             kwargs["goal"] = goal
         if max_rounds is not None:
             kwargs["max_rounds"] = max_rounds
         reply = self._ask("tandem.fork", kwargs, timeout)
-        return JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
+        forked = JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
+        forked.owner = self.owner
+        return forked
 
     def _ask(self, task: str, kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
         reply = self._app.send_task(task, kwargs=kwargs).get(timeout=timeout)
@@ -459,7 +487,7 @@ def submit(
     # starts reading its events at once does not take it for an unknown job. The spec is kept
     # until a worker starts the job, and the job is in the reconciler's index: a lost intake
     # message is sent again after TANDEM_STALL_SECONDS.
-    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire))
+    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire), owner=job_spec.owner)
     timeout = job_spec.timeout_s or rt.settings.job_timeout
     store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
     try:

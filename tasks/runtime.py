@@ -221,7 +221,7 @@ class Runtime:
                     f"{', '.join(known) or '(none)'}"
                 )
         try:
-            self.policy.for_job(self.known_tools(), spec.tools)
+            self.policy.for_job(self.known_tools(), spec.tools, spec.owner)
         except ToolPolicyError as exc:
             raise JobSpecError(str(exc)) from None
         return self.secret_box.seal_spec(spec)
@@ -309,7 +309,7 @@ class Runtime:
         its approval settings (calls needing approval park the job: ``tandem.tasks.control.parking``).
         """
         try:
-            allowed = self.policy.for_job(self.known_tools(), spec.tools)
+            allowed = self.policy.for_job(self.known_tools(), spec.tools, spec.owner)
         except ToolPolicyError as exc:
             raise JobSpecError(str(exc)) from None
         return Task(

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tandem.broker_config.settings import Limits
+from tandem.broker_config.tokens import DEFAULT_TENANT, check_tenant
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobSpecError, SpecLimitError
@@ -37,12 +38,22 @@ class JobSpec(BaseModel):
     hops: int = Field(default=0, ge=0, le=10)
     max_rounds: int = Field(default=20, ge=1, le=500)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    owner: str = Field(
+        default=DEFAULT_TENANT,
+        description="The tenant that owns the job: only its tokens read or control it, and its sealed "
+        "secrets unseal only in its jobs. Set by the API from the token; 'default' without tenants.",
+    )
     secrets: dict[str, str] = Field(
         default_factory=dict,
         repr=False,
         description="Per-job credentials for tools, by name: injected into tools only (ToolCallContext."
         "secrets), sealed at rest with TANDEM_SECRETS_KEY, never shown to a model or in events.",
     )
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, value: str) -> str:
+        return check_tenant(value)
 
     @field_validator("secrets")
     @classmethod
@@ -261,6 +272,8 @@ class JobStatus(BaseModel):
     job_id: str
     state: JobState = "queued"
     reasoner: ReasonerKind = "dual"
+    owner: str = DEFAULT_TENANT
+    """The tenant that owns the job (``JobSpec.owner``)."""
     round: int = 0
     step: str = ""
     error: str | None = None
@@ -290,6 +303,8 @@ class JobResult(BaseModel):
 
     job_id: str
     status: Literal["completed", "truncated", "failed", "cancelled"]
+    owner: str = DEFAULT_TENANT
+    """The tenant that owns the job (``JobSpec.owner``; for a spec refused at intake, the one it named)."""
     deliverable: str = ""
     rounds: int = 0
     error: str | None = None

@@ -31,6 +31,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tandem.broker_config.tokens import TENANT_ID
+
 log = logging.getLogger("tandem.tasks")
 
 MAX_ID_CHARS = 256
@@ -93,6 +95,12 @@ def _text(value: Any) -> str | None:
     return f"must be a string, not a {type(value).__name__}"
 
 
+def _tenant(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and TENANT_ID.fullmatch(value)):
+        return None
+    return "must be a tenant id: 1 to 64 letters, digits, '_', '.' or '-' (or left out: 'default')"
+
+
 CHECKS: dict[str, Callable[[Any], str | None]] = {
     "job_id": _job_id,
     "round_no": _integer(0, MAX_ROUND),
@@ -100,6 +108,7 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "index": _integer(1, MAX_CALLS),
     "max_rounds": _integer(1, MAX_ROUND, optional=True),
     "goal": _text,
+    "owner": _tenant,
 }
 """What an argument of a tandem task must be, by its name in the task's signature. Arguments not
 named here (``tandem.infer``'s ``spec``, ``tandem.decide``'s ``decisions``) are checked by the

@@ -91,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     rs.add_argument("job_id")
     rs.add_argument("--max-rounds", type=int, default=None, help="raise the job's round budget to N")
+    _owner_option(rs)
     _follow_options(rs)
 
     fk = sub.add_parser(
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     fk.add_argument("--goal", default=None, help="the new job's goal (default: the same goal)")
     fk.add_argument("--max-rounds", type=int, default=None, help="the new job's round budget")
+    _owner_option(fk)
     _follow_options(fk)
 
     ap = sub.add_parser(
@@ -122,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--args", default=None, metavar="JSON", help="approve call N with these arguments")
     ap.add_argument("--pause", default=None, metavar="ID", help="the pause answered (default: the current)")
     ap.add_argument("--key", default=None, metavar="KEY", help="idempotency key (the same key applies once)")
+    _owner_option(ap)
     ap.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for a worker to apply it (default 30)"
     )
@@ -174,6 +177,15 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
     p.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
+
+
+def _owner_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--owner",
+        default=None,
+        metavar="TENANT",
+        help="the tenant that owns the job (default: 'default'); another tenant's job is refused as unknown",
+    )
 
 
 def _follow_options(p: argparse.ArgumentParser) -> None:

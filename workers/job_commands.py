@@ -48,6 +48,7 @@ def resume(args: argparse.Namespace) -> int:
     from tandem.tasks import job
 
     handle = job(args.job_id)
+    handle.owner = args.owner
     newest = handle._store.redis.xrevrange(handle._store.key(handle.id, "events"), count=1)
     after = newest[0][0] if newest else "0"
     after = after.decode() if isinstance(after, bytes) else str(after)  # its events from the resume on
@@ -59,7 +60,9 @@ def resume(args: argparse.Namespace) -> int:
 def fork(args: argparse.Namespace) -> int:
     from tandem.tasks import job
 
-    forked = job(args.job_id).fork(args.round, args.goal, max_rounds=args.max_rounds)
+    source = job(args.job_id)
+    source.owner = args.owner
+    forked = source.fork(args.round, args.goal, max_rounds=args.max_rounds)
     print(f"job {forked.id} forked from {args.job_id}: it keeps its first {args.round} round(s)", flush=True)
     if args.detach:
         print(forked.id)
@@ -109,6 +112,7 @@ def approve(args: argparse.Namespace) -> int:
     if args.reject is not None and not args.reject.strip():
         return refuse("--reject needs a reason (the model reads it)")
     handle = job(args.job_id)
+    handle.owner = args.owner
     named = {"pause_id": args.pause, "idempotency_key": args.key, "timeout": args.timeout}
     if args.pause is None:  # the pause current now, named so a decision arriving after it ended is refused
         current = handle.pending_approval()

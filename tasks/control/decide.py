@@ -6,6 +6,7 @@ Any Celery client can send it, without importing tandem::
         "job_id": job_id,
         "pause_id": pause_id,              # from approval_requested / the pending approval
         "idempotency_key": "4f1c...",      # any string up to 200 characters, one per decision
+        "owner": "team-a",                 # the tenant asking: "default" if left out
         "decisions": [
             {"index": 1, "approve": True},
             {"index": 2, "approve": False, "reason": "not this address"},
@@ -37,6 +38,7 @@ from typing import Any
 
 from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
+from tandem.tasks.control.owners import foreign
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.tracing import control_span
@@ -48,8 +50,10 @@ def decide_job(
     decisions: Any,
     pause_id: Any = None,
     idempotency_key: Any = None,
+    owner: Any = None,
 ) -> dict[str, Any]:
-    """What ``tandem.decide`` does, as a function: the task's JSON result."""
+    """What ``tandem.decide`` does, as a function: the task's JSON result. ``owner``: the tenant
+    the request speaks for (``default`` if none); another tenant's job answers as an unknown one."""
     if not isinstance(job_id, str) or not job_id:
         return {
             "job_id": job_id,
@@ -57,17 +61,31 @@ def decide_job(
             "error": f"job_id must be a job id string, got {job_id!r}",
             "reason": "refused",
         }
+    if foreign(store.store.machine, job_id, owner):
+        return {
+            "job_id": job_id,
+            "accepted": False,
+            "error": f"job {job_id!r} awaits no decision: no such job is known",
+            "reason": "refused",
+            "pause_id": pause_id if isinstance(pause_id, str) else None,
+            "current_pause": None,
+        }
     return store.answer(job_id, decisions, pause=pause_id, key=idempotency_key)
 
 
 @app.task(name="tandem.decide", acks_late=True)
 def decide(
-    job_id: str, decisions: Any, pause_id: str | None = None, idempotency_key: str | None = None
+    job_id: str,
+    decisions: Any,
+    pause_id: str | None = None,
+    idempotency_key: str | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
-    """Decide on the calls of ``job_id`` awaiting approval (see the module docstring)."""
+    """Decide on the calls of ``job_id`` awaiting approval (see the module docstring); ``owner``:
+    the tenant asking (``tandem.tasks.control.owners``)."""
     rt = get_runtime()
     with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
-        reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key)
+        reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key, owner)
         if span is not None:
             span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
         if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)

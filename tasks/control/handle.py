@@ -77,6 +77,7 @@ class HandleApprovals:
         pause_id: str | None = None,
         idempotency_key: str | None = None,
         timeout: float = 30.0,
+        owner: str | None = None,
     ) -> dict[str, Any]:
         """``decide``'s definite outcome as ``tandem.decide``'s JSON answer, refusals included
         (``reason`` ``withdrawn`` when no worker answered in time); ``DecisionRefused`` only
@@ -92,6 +93,9 @@ class HandleApprovals:
         if pause_id is None and not _names_pause(wire):
             pause_id = self._current_pause()
         kwargs = {"job_id": self.id, "decisions": wire, "pause_id": pause_id, "idempotency_key": key}
+        owner = owner if owner is not None else getattr(self, "owner", None)
+        if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
+            kwargs["owner"] = owner
         try:
             answer = self._app.send_task("tandem.decide", kwargs=kwargs).get(timeout=timeout)
         except (CeleryTimeoutError, OperationalError):

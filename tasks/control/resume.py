@@ -20,6 +20,10 @@ new run in the job's stream.
 goal, and the budget ``max_rounds``, replaced if given) and runs it from there; the source job is
 untouched. Its stream opens with a ``job_started`` event with ``forked_from``.
 
+**Owners.** Both take ``owner``, the tenant asking (``default`` when left out): another tenant's
+job is refused as an unknown one. Both keep the job's owner, so a fork runs with its source's
+sealed secrets only for the source's own tenant (``tandem.tasks.control.owners``).
+
 The tasks answer ``{"job_id", "accepted": true, "round", "step", "max_rounds"}`` (a fork adds
 ``fork_id``, the new job's id) or ``{"job_id", "accepted": false, "error", "reason"}``: a refused
 request changes nothing. Refused: unknown ids and jobs whose records expired
@@ -44,6 +48,7 @@ from tandem.reasoner.loop.replay import ResumePoint, resume_point, rounds_used
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
 from tandem.tasks.app import app
+from tandem.tasks.control.owners import requester
 from tandem.tasks.errors import JobError, ResumeRefused
 from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import Runtime, get_runtime
@@ -67,14 +72,15 @@ def ran(result: FunctionCallResult) -> bool:
     return not (result.status == FunctionCallStatus.FAILED and result.output == CANCELLED_CALL)
 
 
-def _ended_job(rt: Runtime, job_id: Any, doing: str) -> tuple[dict[str, str], JobSpec]:
-    """The record and spec of an ended job, or ``ResumeRefused`` saying why not."""
+def _ended_job(rt: Runtime, job_id: Any, doing: str, owner: Any = None) -> tuple[dict[str, str], JobSpec]:
+    """The record and spec of an ended job of tenant ``owner`` (``default`` if none), or
+    ``ResumeRefused`` saying why not (another tenant's job answers as an unknown one)."""
     if not isinstance(job_id, str) or not job_id:
         raise ResumeRefused(f"job_id must be a job id string, got {job_id!r}", "invalid")
     record = rt.machine.record(job_id)
     spec = rt.store.spec(job_id)
     ttl = rt.settings.memory_ttl
-    if not record or spec is None:
+    if not record or spec is None or spec.owner != requester(owner):
         raise ResumeRefused(
             f"no job {job_id!r} is known: it was never started, or it ended more than "
             f"TANDEM_MEMORY_TTL={ttl} s ago and its memory expired; nothing to {doing}",
@@ -166,10 +172,11 @@ def _changed(rt: Runtime, spec: JobSpec, **changes: Any) -> JobSpec:
         raise ResumeRefused(str(exc), "invalid") from None
 
 
-def resume_job(rt: Runtime, job_id: Any, max_rounds: Any = None) -> dict[str, Any]:
+def resume_job(rt: Runtime, job_id: Any, max_rounds: Any = None, *, owner: Any = None) -> dict[str, Any]:
     """Reopen ended job ``job_id`` at its first step with nothing stored (see the module
-    docstring) and send that step; the task's answer. ``ResumeRefused`` says why not."""
-    record, spec = _ended_job(rt, job_id, "resume")
+    docstring) and send that step; the task's answer. ``ResumeRefused`` says why not. ``owner``:
+    the tenant asking; the job keeps its own."""
+    record, spec = _ended_job(rt, job_id, "resume", owner)
     state = record["state"]
     if state not in RESUMABLE_STATES:
         raise ResumeRefused(
@@ -232,11 +239,13 @@ def fork_job(
     max_rounds: Any = None,
     *,
     fork_id: str | None = None,
+    owner: Any = None,
 ) -> dict[str, Any]:
     """Start a new job (id ``fork_id``, else a fresh one) from rounds ``0..round_no-1`` of ended
     job ``job_id``, its goal replaced by ``goal`` and its budget by ``max_rounds`` if given; the
-    task's answer."""
-    _, spec = _ended_job(rt, job_id, "fork")
+    task's answer. Only the job's own tenant (``owner``) may fork it, and the fork keeps that
+    owner (with the job's sealed secrets)."""
+    _, spec = _ended_job(rt, job_id, "fork", owner)
     source = rt.store.memory(job_id)
     messages = source.get_messages()
     used = rounds_used(source)
@@ -302,19 +311,26 @@ def _answer(job_id: Any, action: Callable[[], dict[str, Any]]) -> dict[str, Any]
 
 
 @app.task(name="tandem.resume", acks_late=True)
-def resume(job_id: str, max_rounds: int | None = None) -> dict[str, Any]:
-    """Resume ended job ``job_id`` (see the module docstring)."""
+def resume(job_id: str, max_rounds: int | None = None, owner: str | None = None) -> dict[str, Any]:
+    """Resume ended job ``job_id`` for tenant ``owner`` (see the module docstring)."""
     with control_span(job_id, "resume", lambda: get_runtime().store.spec(job_id)):
-        return _answer(job_id, lambda: resume_job(get_runtime(), job_id, max_rounds))
+        return _answer(job_id, lambda: resume_job(get_runtime(), job_id, max_rounds, owner=owner))
 
 
 @app.task(name="tandem.fork", bind=True, acks_late=True)
 def fork(
-    self: CeleryTask, job_id: str, round: int, goal: str | None = None, max_rounds: int | None = None
+    self: CeleryTask,
+    job_id: str,
+    round: int,
+    goal: str | None = None,
+    max_rounds: int | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
-    """Fork job ``job_id`` at ``round`` (see the module docstring)."""
+    """Fork job ``job_id`` at ``round`` for tenant ``owner`` (see the module docstring)."""
     fork_id = str(uuid.uuid5(_FORK_IDS, self.request.id)) if self.request.id else None
-    return _answer(job_id, lambda: fork_job(get_runtime(), job_id, round, goal, max_rounds, fork_id=fork_id))
+    return _answer(
+        job_id, lambda: fork_job(get_runtime(), job_id, round, goal, max_rounds, fork_id=fork_id, owner=owner)
+    )
 
 
 __all__ = ["fork", "fork_job", "ran", "resume", "resume_job"]

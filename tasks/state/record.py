@@ -69,6 +69,8 @@ class JobRecord:
     last_error: str = ""
     error: str = ""
     approval_until: float = 0.0
+    owner: str = "default"
+    """The tenant that owns the job (``JobSpec.owner``; ``default`` in a record that has none)."""
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord | None:
@@ -96,6 +98,7 @@ class JobRecord:
             last_error=fields.get("last_error", ""),
             error=fields.get("error", ""),
             approval_until=_number(fields, "approval_until"),
+            owner=fields.get("owner") or "default",
         )
 
     @property

@@ -82,6 +82,7 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None
         job_id=job_id,
         state=rec.state,
         reasoner=rec.reasoner,
+        owner=rec.owner,
         round=rec.round,
         step=rec.kind or "",
         error=rec.error or (rec.last_error or None if waiting else None),
@@ -198,25 +199,28 @@ class JobStore:
         """Store the spec and a ``queued`` status; ``False`` if the job already exists."""
         created = bool(self.redis.set(self.key(job_id, "spec"), spec.model_dump_json(), nx=True, ex=self.ttl))
         if created:
-            self.set_status(job_id, state="queued", reasoner=spec.reasoner)
+            self.set_status(job_id, state="queued", reasoner=spec.reasoner, owner=spec.owner)
             self.remember(job_id)
         return created
 
-    def mark_queued(self, job_id: str, reasoner: ReasonerKind = "dual", intake: str | None = None) -> bool:
+    def mark_queued(
+        self, job_id: str, reasoner: ReasonerKind = "dual", intake: str | None = None, owner: str = "default"
+    ) -> bool:
         """Record a job as ``queued`` before its intake message is sent (no-op if the job has a
         record), so that followers know it at once; ``False`` if it had one already.
 
         ``intake`` is the message's spec (JSON): kept until a worker starts the job, so the
-        reconciler can send a lost intake message again."""
+        reconciler can send a lost intake message again. ``owner``: the tenant owning the job."""
         key = self.key(job_id, "state")
         pipe = self.redis.pipeline()
         pipe.hsetnx(key, "state", "queued")
         pipe.hsetnx(key, "reasoner", reasoner)
+        pipe.hsetnx(key, "owner", owner)
         pipe.hsetnx(key, "updated_at", f"{time.time():.6f}")
         pipe.ttl(key)
         if intake is not None:
             pipe.set(self.key(job_id, "intake"), intake, ex=self.ttl, nx=True)
-        written, _, _, ttl = pipe.execute()[:4]
+        written, _, _, _, ttl = pipe.execute()[:5]
         if ttl is not None and ttl < 0:
             self.redis.expire(key, self.ttl)
         self.remember(job_id)

@@ -22,6 +22,7 @@ from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
+from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner.errors import ReasonerError, TransientModelError
 from tandem.reasoner.loop.step import Step, StepKind
 from tandem.reasoner.models.retry_policy import RetryPolicy
@@ -113,6 +114,7 @@ def _finish(
     result = JobResult(
         job_id=job_id,
         status=status,
+        owner=spec.owner if spec is not None else DEFAULT_TENANT,
         deliverable=redact_known(deliverable) if status in ("completed", "truncated") else "",
         rounds=rounds,
         error=redact(error) if error else None,

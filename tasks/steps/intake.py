@@ -15,6 +15,7 @@ from typing import Any
 from celery import Task as CeleryTask
 from celery.exceptions import Ignore
 
+from tandem.broker_config.tokens import DEFAULT_TENANT, TENANT_ID
 from tandem.reasoner import tracing
 from tandem.tasks.app import app
 from tandem.tasks.errors import JobError
@@ -60,7 +61,9 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
         job.recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else describe_failure(exc)
-        refused = JobResult(job_id=job_id, status="failed", error=error).model_dump(mode="json")
+        owner = spec.get("owner") if isinstance(spec, dict) else None
+        named = owner if isinstance(owner, str) and TENANT_ID.fullmatch(owner) else DEFAULT_TENANT
+        refused = JobResult(job_id=job_id, status="failed", error=error, owner=named).model_dump(mode="json")
         # Answer first, then undo the ``queued`` marker ``submit`` wrote for followers: the job is
         # never unknown in between. A backend that cannot take the answer gets it again later (the
         # same message, sent again with a countdown): a bare client waits for nothing else.

@@ -33,3 +33,21 @@ def test_another_key_cannot_unseal() -> None:
     sealed = SecretBox(KEY).seal_spec(JobSpec(goal="g", secrets={"db": "value-1"}))
     with pytest.raises(JobSpecError, match="cannot be unsealed"):
         SecretBox(Fernet.generate_key().decode()).unseal(sealed)
+
+
+def test_a_secret_unseals_only_in_a_job_of_the_tenant_it_was_sealed_for() -> None:
+    box = SecretBox(KEY)
+    mine = box.seal_spec(JobSpec(goal="g", owner="team-a", secrets={"db": "tenant-a-pw-1"}))
+    assert box.unseal(mine) == {"db": "tenant-a-pw-1"}
+    # The sealed value copied into another tenant's spec (sealing leaves a sealed value as it is).
+    stolen = box.seal_spec(JobSpec(goal="g", owner="team-b", secrets=dict(mine.secrets)))
+    with pytest.raises(JobSpecError, match="sealed for another tenant than this job's owner 'team-b'"):
+        box.unseal(stolen)
+
+
+def test_a_value_sealed_before_owners_unseals_for_the_default_tenant_only() -> None:
+    fernet = Fernet(KEY.encode())
+    old = "sealed:v1:" + fernet.encrypt(b"old-pw-1").decode()
+    assert SecretBox(KEY).unseal(JobSpec(goal="g", secrets={"db": old})) == {"db": "old-pw-1"}
+    with pytest.raises(JobSpecError, match="another tenant"):
+        SecretBox(KEY).unseal(JobSpec(goal="g", owner="team-a", secrets={"db": old}))

@@ -106,6 +106,9 @@ def test_a_refused_step_is_ignored_with_one_warning_and_reads_nothing(
         ("tandem.fork", (JOB, "1"), {}, "round"),
         ("tandem.fork", (JOB, 1), {"goal": {"x": 1}}, "goal"),
         ("tandem.decide", (), {"job_id": ["x"], "decisions": []}, "job_id"),
+        ("tandem.fork", (JOB, 1), {"owner": "team a"}, "owner"),
+        ("tandem.resume", (JOB,), {"owner": 7}, "owner"),
+        ("tandem.decide", (), {"job_id": JOB, "decisions": [], "owner": ""}, "owner"),
     ],
 )
 def test_a_refused_control_message_answers_not_accepted(

@@ -83,3 +83,34 @@ def test_the_toolkit_yaml_policy_section(tmp_path: Path) -> None:
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
+
+
+# -- grants by tenant ---------------------------------------------------------------------------
+
+TENANTS = ToolPolicy.from_mapping({"allow": ["*"], "grant": {"team-a": ["shell"], "*": ["web.post"]}})
+
+
+def test_a_grant_only_tool_goes_only_to_the_tenants_the_operator_grants_it_to() -> None:
+    assert TENANTS.for_job(KNOWN, ["shell", "add"], "team-a") == ["shell", "add"]
+    for owner in ("team-b", "default"):
+        with pytest.raises(ToolPolicyError, match=f"\\['shell'\\] are not permitted .* to tenant '{owner}'"):
+            TENANTS.for_job(KNOWN, ["shell"], owner)
+    # "*" grants to every tenant; a grant-only tool is never a default tool, even with allow ["*"].
+    assert all(TENANTS.for_job(KNOWN, ["web.post"], owner) for owner in ("team-a", "team-b", "default"))
+    assert TENANTS.for_job(KNOWN, None, "team-a") == ["add", "search", "web.fetch", "drop_table"]
+
+
+def test_the_old_list_form_grants_to_the_default_tenant_only() -> None:
+    assert POLICY.for_job(KNOWN, ["shell"]) == ["shell"]  # a deployment without tenants: as before
+    with pytest.raises(ToolPolicyError, match="to tenant 'team-a'"):
+        POLICY.for_job(KNOWN, ["shell"], "team-a")  # a job cannot grant itself a tool by naming it
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [{"a b": ["shell"]}, {"team-a": ""}, {"team-a": [1]}],
+    ids=["bad-tenant", "blank", "not-names"],
+)
+def test_a_malformed_tenant_grant_is_refused(grant: object) -> None:
+    with pytest.raises(ToolPolicyError, match="policy: "):
+        ToolPolicy.from_mapping({"grant": grant})

@@ -19,7 +19,11 @@
   stored step (body ``{"max_rounds": N}`` optional); 202. ``POST /v1/jobs/{id}/fork``: a new job
   from rounds ``0..round-1`` (body ``{"round": R, "goal"?, "max_rounds"?}``); 202 with its id. Refusals:
   404 (unknown or expired), 409 (not ended), 422 (budget or round), 504 (no worker answered).
+* ``GET /v1/me``: the token's tenant and scopes.
 * ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
+
+Every ``/v1/`` action checks the token's scope (403 ``missing_scope``) and the job's owner (another
+tenant's job is 404, as an unknown one): ``tandem.workers.api.callers``.
 
 In front of the routes (``create_api``): security headers on every answer (``headers``), the
 ``Host`` allow-list (``host_header``), cross-site refusals and CORS (``origins``), bearer tokens and
@@ -55,14 +59,16 @@ from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
 from tandem.broker_config.job_redis import async_job_store_client, is_cluster_url, job_store_client
+from tandem.broker_config.tokens import ApiToken
 from tandem.reasoner import tracing
 from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
-from tandem.tasks.state.store import JobStore
+from tandem.tasks.state.store import RECENT_LIMIT, JobStore
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
+from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
@@ -127,6 +133,14 @@ class Api:
 
     # -- helpers -----------------------------------------------------------------------------
 
+    def owned(self, job_id: str, token: ApiToken) -> tuple[JobHandle, str]:
+        """The handle of a job ``token`` may act on, and the tenant owning it; 404 for an unknown
+        job and for another tenant's (the same answer: ``tandem.workers.api.callers``)."""
+        handle = self.handle(job_id)
+        owner = handle.status().owner
+        check_owner(token, job_id, owner)
+        return handle, owner
+
     def handle(self, job_id: str) -> JobHandle:
         """The handle of a known job (stored, or refused at intake); 404 otherwise."""
         if not _JOB_ID.match(job_id):
@@ -139,14 +153,12 @@ class Api:
         try:
             handle.status()
         except UnknownJobError:
-            raise ApiError(
-                404, "unknown_job", f"no job {job_id!r} is known (never submitted, or its records expired)"
-            ) from None
+            raise unknown_job(job_id) from None
         return handle
 
-    def job_body(self, job_id: str) -> dict[str, Any]:
+    def job_body(self, job_id: str, token: ApiToken) -> dict[str, Any]:
         """The JSON of ``GET /v1/jobs/{id}``."""
-        handle = self.handle(job_id)
+        handle, _ = self.owned(job_id, token)
         try:
             result: JobResult | None = handle.result(timeout=0)
         except JobTimeout:
@@ -163,8 +175,18 @@ class Api:
     # -- endpoints ---------------------------------------------------------------------------
 
     async def create_job(self, request: Request) -> Response:
+        token = caller(request, "submit")
         raw = json_object(await read_json(request, self.settings.api_max_body), "invalid_spec", "a job spec")
-        spec = validate_spec(raw)
+        owner = raw.get("owner", token.tenant)
+        if owner != token.tenant and not token.admin:
+            raise ApiError(
+                403,
+                "foreign_owner",
+                f"this token submits jobs for tenant {token.tenant!r} only: leave 'owner' out, or use "
+                "an admin token to submit for another tenant",
+                scope="admin",
+            )
+        spec = validate_spec({**raw, "owner": owner})
         try:
             parent = tracing.extract(request.headers)  # a caller's W3C traceparent: the job joins its trace
             handle = await run_in_threadpool(_submit_under, parent, spec, self.celery, self.store)
@@ -178,15 +200,21 @@ class Api:
         raw = request.query_params.get("limit", "50")
         if not raw.isdigit() or not 1 <= int(raw) <= 200:
             raise ApiError(400, "invalid_query", f"limit={raw!r} must be a whole number from 1 to 200")
-        jobs = await run_in_threadpool(self.store.recent, int(raw))
-        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs]})
+        token = caller(request, "read")
+        limit = int(raw)
+        # Another tenant's jobs are left out: a tenant's view is its jobs among the newest
+        # RECENT_LIMIT of all tenants (an admin token sees them all).
+        wanted = limit if token.admin else RECENT_LIMIT
+        jobs = [j for j in await run_in_threadpool(self.store.recent, wanted) if may_see(token, j.owner)]
+        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs[:limit]]})
 
     async def get_job(self, request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(self.job_body, request.path_params["job_id"]))
+        token = caller(request, "read")
+        return JSONResponse(await run_in_threadpool(self.job_body, request.path_params["job_id"], token))
 
     async def cancel_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        handle = await run_in_threadpool(self.handle, job_id)
+        handle, _ = await run_in_threadpool(self.owned, job_id, caller(request, "control"))
         status = await run_in_threadpool(handle.status)
         if status.state in FINAL_STATES:
             raise ApiError(
@@ -199,7 +227,7 @@ class Api:
 
     async def decide(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        handle = await run_in_threadpool(self.handle, job_id)
+        handle, owner = await run_in_threadpool(self.owned, job_id, caller(request, "approve"))
         raw = await read_json(request, self.settings.api_max_body)
         body = raw if isinstance(raw, dict) else {}
         decisions = body.get("decisions")
@@ -231,6 +259,7 @@ class Api:
                     pause_id=pause_id,
                     idempotency_key=key,
                     timeout=self.decide_timeout,
+                    owner=owner,
                 )
             )
         except DecisionRefused as exc:
@@ -239,7 +268,7 @@ class Api:
 
     async def resume_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        handle = await run_in_threadpool(self.handle, job_id)
+        handle, owner = await run_in_threadpool(self.owned, job_id, caller(request, "control"))
         body = await optional_json(request, self.settings.api_max_body)
         max_rounds = body.get("max_rounds")
         if max_rounds is not None and (isinstance(max_rounds, bool) or not isinstance(max_rounds, int)):
@@ -250,14 +279,14 @@ class Api:
                 'send {"max_rounds": 30}, or no body to keep the budget',
                 fields=[{"field": "max_rounds", "message": "not a whole number"}],
             )
-        await self._worker_answer(lambda: handle.resume(max_rounds, timeout=self.decide_timeout))
+        await self._worker_answer(lambda: handle.resume(max_rounds, timeout=self.decide_timeout, owner=owner))
         status = await run_in_threadpool(handle.status)
         reply = {"id": job_id, "resumed": True, "status": status.model_dump(mode="json")}
         return JSONResponse({**reply, "links": _links(job_id)}, status_code=202)
 
     async def fork_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        handle = await run_in_threadpool(self.handle, job_id)
+        handle, owner = await run_in_threadpool(self.owned, job_id, caller(request, "control"))
         body = await read_json(request, self.settings.api_max_body)
         body = body if isinstance(body, dict) else {}
         round_no, goal, max_rounds = body.get("round"), body.get("goal"), body.get("max_rounds")
@@ -275,7 +304,9 @@ class Api:
                 fields=[{"field": "round", "message": "a whole number"}],
             )
         forked = await self._worker_answer(
-            lambda: handle.fork(round_no, goal, max_rounds=max_rounds, timeout=self.decide_timeout)
+            lambda: handle.fork(
+                round_no, goal, max_rounds=max_rounds, timeout=self.decide_timeout, owner=owner
+            )
         )
         status = await run_in_threadpool(forked.status)
         reply = {
@@ -306,6 +337,7 @@ class Api:
 
     async def job_events(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
+        token = caller(request, "read")
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         if after != "$" and not _STREAM_ID.match(after):
             raise ApiError(
@@ -315,8 +347,18 @@ class Api:
                 "received (like '1700000000000-0'), or '0' for the first event",
             )
         # A crowd of clients arriving at once must not take a thread and a connection each.
-        if not (_JOB_ID.match(job_id) and await self.async_redis.exists(self.store.key(job_id, "state"))):
-            await run_in_threadpool(self.handle, job_id)  # 404, or a job refused at intake
+        # One read on the pooled client; a record without an owner field (written before owners)
+        # is the default tenant's, as ``JobRecord`` reads it.
+        found = (
+            await self.async_redis.hmget(self.store.key(job_id, "state"), ["state", "owner"])
+            if _JOB_ID.match(job_id)
+            else [None, None]
+        )
+        if found[0] is None:
+            await run_in_threadpool(self.owned, job_id, token)  # 404, or a job refused at intake
+        else:
+            owner = found[1] or b"default"
+            check_owner(token, job_id, owner.decode() if isinstance(owner, bytes) else str(owner))
         who = _client_identity(request)
         if not self.slots.acquire(who):
             limit = self.settings.api.max_streams
@@ -350,6 +392,11 @@ class Api:
             self.slots.release(who)
 
         return EventStreamResponse(self.hub.stream(sub, after, request.is_disconnected), close)
+
+    async def me(self, request: Request) -> Response:
+        """``GET /v1/me``: whom the token acts for, its tenant and scopes (the console shows them)."""
+        token = whoami(request)
+        return JSONResponse({"tenant": token.tenant, "scopes": sorted(token.scopes), "admin": token.admin})
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -475,6 +522,7 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
         Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
         Route("/v1/jobs/{job_id}/resume", api.resume_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/fork", api.fork_job, methods=["POST"]),
+        Route("/v1/me", api.me, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         *(Route(path, api.static, methods=["GET"]) for path in _STATIC),
@@ -496,7 +544,7 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
         lifespan=lifespan,
     )
     app.state.api = api
-    inner = BodyLimit(BearerAuth(app, settings.api_tokens), settings.api_max_body)
+    inner = BodyLimit(BearerAuth(app, settings.api_tokens, settings.api), settings.api_max_body)
     allowed = settings.api.allowed_hosts or default_hosts(bound_host)
     return SecurityHeaders(AllowedHosts(OriginGuard(inner, settings.api.cors_origins), allowed))
 

@@ -2,38 +2,46 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tandem.broker_config.api_settings import ApiSettings
+from tandem.broker_config.tokens import ApiToken
 from tandem.workers.api.errors import ApiError, error_response
 
 
 class BearerAuth:
-    """Refuses ``/v1/`` requests without ``Authorization: Bearer <token>`` for one of ``tokens``.
+    """Refuses ``/v1/`` requests without ``Authorization: Bearer <token>`` for one of ``tokens``,
+    and leaves the token's ``ApiToken`` (tenant and scopes, from ``table``) in the request's state
+    as ``token`` (``tandem.workers.api.callers``).
 
     The console's page and assets, ``/healthz`` and ``/openapi.json`` hold no job data and are open.
 
     With no tokens every request passes (``tandem api`` allows that on a loopback address only).
     """
 
-    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp, tokens: Sequence[str], table: ApiSettings | None = None) -> None:
         self.app = app
-        self.tokens = [t.encode() for t in tokens]
+        self.table = table or ApiSettings()
+        self.tokens = tuple(dict.fromkeys([*tokens, *(t.token for t in self.table.tokens)]))
 
-    def _allowed(self, scope: Scope) -> bool:
+    def _token(self, scope: Scope) -> ApiToken | None:
         header = dict(scope.get("headers") or []).get(b"authorization", b"")
         scheme, _, token = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not token:
-            return False
-        # Compare with every token, always, so the time taken says nothing about which matched.
-        matched = [hmac.compare_digest(token.strip(), known) for known in self.tokens]
-        return any(matched)
+        if scheme.lower() != b"bearer" or not token.strip():
+            return None
+        # Every token is compared, always, so the time taken says nothing about which matched.
+        return self.table.token(token.strip().decode("latin-1"), self.tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not self.tokens or not path.startswith("/v1/") or self._allowed(scope):
+        if scope["type"] != "http" or not self.tokens or not path.startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        token = self._token(scope)
+        if token is not None:
+            scope.setdefault("state", {})["token"] = token
             await self.app(scope, receive, send)
             return
         has_header = b"authorization" in dict(scope.get("headers") or [])

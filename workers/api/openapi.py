@@ -91,7 +91,9 @@ def openapi_document() -> dict[str, Any]:
         "additionalProperties": True,
     }
     unauthorized = _error("No or a wrong bearer token (when TANDEM_API_TOKENS is set).")
-    unknown = _error("No such job (never submitted, or its records expired).")
+    unknown = _error(
+        "No such job (never submitted, or its records expired), or another tenant's: the same answer."
+    )
     paths: dict[str, Any] = {
         "/v1/jobs": {
             "post": {
@@ -278,6 +280,26 @@ def openapi_document() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/me": {
+            "get": {
+                "summary": "The token's tenant and scopes",
+                "operationId": "whoAmI",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "tenant": {"type": "string"},
+                                "scopes": {"type": "array", "items": {"type": "string"}},
+                                "admin": {"type": "boolean"},
+                            },
+                        },
+                        "Whom the token acts for.",
+                    ),
+                    "401": unauthorized,
+                },
+            }
+        },
         "/healthz": {
             "get": {
                 "summary": "Liveness: Redis answers",
@@ -286,6 +308,18 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    scoped = _error(
+        "missing_scope: the token lacks the scope this action needs (error.scope names it: submit, "
+        "read, control, approve); foreign_owner: a spec naming another tenant than the token's."
+    )
+    for path, operations in paths.items():
+        for operation in operations.values() if path.startswith("/v1/") else ():
+            responses = operation["responses"]
+            if "403" in responses:  # a state change: a cross-site request or a missing scope
+                description = responses["403"]["description"] + " Or " + scoped["description"]
+                responses["403"] = _error(description)
+            else:
+                responses["403"] = scoped
     return {
         "openapi": "3.1.0",
         "info": {

@@ -10,7 +10,7 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[2], 'round', AR
   'calls', 0, 'status', '', 'epoch', 0, 'holder', '', 'lease_until', 0, 'expiries', 0, 'retries', 0,
   'pending', 0, 'outbox', ARGV[7], 'outbox_id', ARGV[8], 'progress_at', fmt(t), 'created_at', fmt(t),
   'updated_at', fmt(t), 'deadline', fmt(t + tonumber(ARGV[5])), 'ttl_after', ARGV[6], 'wait_for', '',
-  'wait_until', 0, 'last_error', '', 'error', '', 'tx', '')
+  'wait_until', 0, 'last_error', '', 'error', '', 'tx', '', 'owner', owner_of(ARGV[1]))
 local ttl = math.max(math.floor(tonumber(ARGV[5]) + tonumber(ARGV[6])), 1)
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[2], ttl)

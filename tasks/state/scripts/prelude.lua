@@ -6,6 +6,12 @@ local function now()
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 local function fmt(x) return string.format('%.6f', x) end
+-- The tenant that owns a job, read from its spec (JSON): the record's ``owner`` field.
+local function owner_of(spec)
+  local ok, s = pcall(cjson.decode, spec)
+  if ok and type(s) == 'table' and type(s.owner) == 'string' and s.owner ~= '' then return s.owner end
+  return 'default'
+end
 local function expire_all(ttl)
   ttl = math.max(math.floor(ttl), 1)
   for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end

@@ -34,7 +34,8 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[4], 'round', AR
   'calls', ARGV[7], 'status', ARGV[8], 'pending', ARGV[9], 'holder', '', 'lease_until', 0, 'expiries', 0,
   'retries', 0, 'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t),
   'deadline', fmt(t + tonumber(ARGV[12])), 'ttl_after', ARGV[13], 'wait_for', '', 'wait_until', 0,
-  'last_error', '', 'error', '', 'tx', '', 'held', '', 'approval_until', 0, 'deliver', '')
+  'last_error', '', 'error', '', 'tx', '', 'held', '', 'approval_until', 0, 'deliver', '',
+  'owner', owner_of(ARGV[3]))
 if ARGV[1] ~= 'resume' and tonumber(ARGV[17] or '0') > 0 then
   redis.call('HSET', KEYS[1], 'pause_seq', ARGV[17])
 end

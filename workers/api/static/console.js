@@ -20,9 +20,33 @@ async function api(path, options = {}) {
   const response = await fetch(path, Object.assign({}, options, { headers }));
   if (response.status === 401) {
     $("#token-form").hidden = false;
+    $("#who").hidden = true;
     notice("This API needs a token: enter one of TANDEM_API_TOKENS.");
+  } else if (response.status === 403) {
+    notice(await errorText(response.clone())); // the scope the token lacks
   }
   return response;
+}
+
+// Whom the token acts for: its tenant's jobs are the only ones the API lists and shows.
+async function showWho() {
+  const response = await api("/v1/me");
+  if (!response.ok) return;
+  const me = await response.json();
+  $("#tenant").textContent = `tenant ${me.tenant}${me.admin ? " (admin: every tenant)" : ""} · ${me.scopes.join(", ")}`;
+  $("#who").hidden = false;
+  $("#sign-out").hidden = !state.token;
+}
+
+function signOut() {
+  state.token = "";
+  localStorage.removeItem("tandem.token");
+  state.jobId = null;
+  if (state.stream) state.stream.abort();
+  $("#jobs").replaceChildren();
+  $("#who").hidden = true;
+  $("#token-form").hidden = false;
+  notice("Signed out: enter a token.");
 }
 
 async function errorText(response) {
@@ -345,11 +369,15 @@ $("#token-form").addEventListener("submit", (event) => {
   localStorage.setItem("tandem.token", state.token);
   $("#token-form").hidden = true;
   notice("");
+  showWho();
   refreshJobs();
   if (state.jobId) openJob(state.jobId);
 });
 
+$("#sign-out").addEventListener("click", signOut);
+
 const wanted = new URLSearchParams(location.search).get("job");
+showWho();
 refreshJobs();
 setInterval(refreshJobs, 4000);
 if (wanted) openJob(wanted);
