@@ -9,10 +9,14 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from tandem.broker_config.errors import SettingsError
-from tandem.reasoner.errors import ReasonerError
-from tandem.workers import exit_codes, job_commands, reach
-from tandem.workers.errors import WorkerError
+from tandem.workers.green import patch_if_asked
+
+patch_if_asked(sys.argv[1:])  # before the imports below load sockets and selectors (see green.py)
+
+from tandem.broker_config.errors import SettingsError  # noqa: E402
+from tandem.reasoner.errors import ReasonerError  # noqa: E402
+from tandem.workers import exit_codes, job_commands, reach  # noqa: E402
+from tandem.workers.errors import WorkerError  # noqa: E402
 
 ROLES = ("thinker", "actor", "tools", "all")
 
@@ -218,7 +222,8 @@ def patch_for_gevent() -> None:
         raise WorkerError(
             "--pool gevent needs the gevent package: pip install 'tandem[gevent]' (or use --pool threads)"
         ) from None
-    monkey.patch_all()
+    if not monkey.is_module_patched("socket"):  # the command's start did it (green.py)
+        monkey.patch_all()
 
 
 def _worker(args: argparse.Namespace) -> int:

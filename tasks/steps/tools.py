@@ -119,7 +119,14 @@ def call_tool(ctx: StepContext) -> FunctionCallResult:
     if isinstance(cleared, str):
         return _call_failed(index, call.name, cleared)
     call, approved = cleared
-    if tool is not None and tool.at_most_once and not ctx.rt.machine.call_started(claim):
+    # The start mark is retried through a Redis outage (while this claim holds, marking it again
+    # is harmless: the tool has not run): a mark whose reply was lost, given up at once, would
+    # make the call's next holder report it interrupted although it never ran.
+    if (
+        tool is not None
+        and tool.at_most_once
+        and not retrying(ctx.rt, lambda: ctx.rt.machine.call_started(claim))
+    ):
         raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
     ctx.events.tool_called(round_no, index, call, attempt=claim.attempt)
     tool_ctx = call_context(ctx.task, round_no, index, claim.attempt)

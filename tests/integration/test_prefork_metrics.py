@@ -1,4 +1,6 @@
-"""``/metrics`` of a ``--pool prefork`` worker shows what its pool processes recorded."""
+"""``/metrics`` of a ``--pool prefork`` worker shows what its pool processes recorded; a ``--pool
+gevent`` worker's (one process, greenlets) what its greenlets recorded, and it runs jobs at all
+(gevent's patching comes before the command's imports: ``tandem.workers.green``)."""
 
 from __future__ import annotations
 
@@ -33,10 +35,11 @@ def _sample(body: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def test_a_prefork_workers_metrics_count_its_processes_steps(hosts: Hosts) -> None:
+@pytest.mark.parametrize("pool", ["prefork", "gevent"])
+def test_a_workers_metrics_count_its_steps_whatever_its_pool(hosts: Hosts, pool: str) -> None:
     cluster, _, _ = hosts
     port = free_port()
-    cluster.start("all", pool="prefork", concurrency={"all": 2}, TANDEM_METRICS_PORT=str(port))
+    cluster.start("all", pool=pool, concurrency={"all": 2}, TANDEM_METRICS_PORT=str(port))
     plan = [[{"name": "add", "args": {"a": 2, "b": 3}}]]
     handles = [cluster.submit(goal=goal_with_plan(f"prefork {i}", plan), max_rounds=4) for i in range(2)]
     for h in handles:
@@ -55,7 +58,7 @@ def test_a_prefork_workers_metrics_count_its_processes_steps(hosts: Hosts) -> No
     assert _sample(body, "tandem_tool_call_seconds_count", tool="add", status="succeeded") >= 2
     assert _sample(body, "tandem_jobs_ended_total", outcome="completed") == 2
     assert _sample(body, "tandem_job_seconds_count", outcome="completed") == 2
-    assert _sample(body, "tandem_worker_up", role="thinker,actor,tools", pool="prefork") == 1
+    assert _sample(body, "tandem_worker_up", role="thinker,actor,tools", pool=pool) == 1
     assert _sample(body, "tandem_steps_running", task="tandem.thinker_turn") == 0  # summed, live only
     assert "tandem_queue_depth" in body  # the fleet-wide collectors are served too
     assert cluster.exited() == []
