@@ -176,4 +176,10 @@ class EventHooks(ReasonerHooks):
 
     def tool_returned(self, round_no: int, result: FunctionCallResult) -> None:
         """Publish ``tool_result``."""
-        self._append(ToolResult.model_validate({"round": round_no, **result.model_dump(mode="json")}))
+        self._append(tool_result_event(round_no, result))
+
+
+def tool_result_event(round_no: int, result: FunctionCallResult) -> ToolResult:
+    """The ``tool_result`` event of ``result`` (a worker's call stores it with the result:
+    ``JobMachine.call_done``)."""
+    return ToolResult.model_validate({"round": round_no, **result.model_dump(mode="json")})

@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from redis import Redis
@@ -266,11 +267,23 @@ class JobMachine:
         return float(_text(reply[1])) if _text(reply[0]) == "ok" else _text(reply[0])
 
     def call_done(
-        self, claim: Claim, result_json: str, collect: list[Message], *, outbox_id: str | None = None
+        self,
+        claim: Claim,
+        result_json: str,
+        collect: list[Message],
+        *,
+        outbox_id: str | None = None,
+        event: Mapping[str, str] | None = None,
+        maxlen: int = 10_000,
     ) -> int:
         """Store the call's result and count the round's pending calls down: 0 if the claim was
         lost (nothing stored), 1 if calls are still pending, 2 if the job moved to ``collect``
-        (with ``collect`` in the outbox, under ``outbox_id`` if given)."""
+        (with ``collect`` in the outbox, under ``outbox_id`` if given).
+
+        ``event`` (a stream entry: ``type``, ``data``, ``at``) is appended to the job's events in
+        the same script, so it is in the stream exactly when the result is stored: a cancel that
+        ends the job right after the commit cannot put its ``final`` before it."""
+        entry = [event["type"], event["data"], event["at"], maxlen] if event is not None else []
         return int(
             self._run(
                 "call_done",
@@ -281,6 +294,7 @@ class JobMachine:
                 result_json,
                 json.dumps(collect),
                 outbox_id or uuid.uuid4().hex,
+                *entry,
             )
         )
 

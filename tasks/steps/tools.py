@@ -19,7 +19,7 @@ from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.tasks.app import app
 from tandem.tasks.control.parking import approved_call
-from tandem.tasks.events import EventHooks
+from tandem.tasks.events import tool_result_event
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.leases import Heartbeat
@@ -77,11 +77,17 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
             raise Ignore() from None
         except Exception as exc:  # the round must always hear back, or the job would wait for it
             result = _call_failed(index, "(unknown)", describe_failure(exc))
-        events = ctx.events if ctx is not None else EventHooks(rt.store, job_id)
         collect = step_messages(job_id, Step(round_no, "collect"))
         outbox_id = uuid.uuid4().hex
+        # The tool_result event is stored with the result, in the commit's script: a cancel ending
+        # the job right after cannot put its ``final`` before it.
+        entry = rt.store.entry(tool_result_event(round_no, result))
+        maxlen = rt.store.stream.maxlen
         moved = retrying(
-            rt, lambda: rt.machine.call_done(claim, result.model_dump_json(), collect, outbox_id=outbox_id)
+            rt,
+            lambda: rt.machine.call_done(
+                claim, result.model_dump_json(), collect, outbox_id=outbox_id, event=entry, maxlen=maxlen
+            ),
         )
     tracing.annotate({"tandem.commit": "committed" if moved else "lost"})
     if not moved:
@@ -89,7 +95,6 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
             "job %s: call %d of round %d lost its claim; its result is dropped", job_id, index, round_no
         )
         raise Ignore()
-    events.tool_returned(round_no, result)
     if moved == 2:
         # The call that stored the round's last result collects at once, in this thread: one hop
         # less per tool round. The ``collect`` message stays in the outbox until the collect step
