@@ -137,6 +137,13 @@ class Cluster:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
+    def stop_group(self, group: WorkerGroup) -> None:
+        """Stop one group mid-test (a warm shutdown, on purpose), after checking that no worker of
+        the cluster exited by itself before: its pids then count as stopped, not as exited."""
+        assert self.exited() == [], f"workers exited by themselves during the test: {self.exited()}"
+        group.stop()
+        self.killed.update(proc.pid for proc in group.processes.values())
+
     def exited(self) -> list[str]:
         """The workers that exited by themselves: neither killed by the test nor stopped."""
         return [

@@ -179,8 +179,7 @@ def test_a_countdown_under_a_second_is_sent_on_quorum_queues(quorum_cluster: Hos
     # A thinker worker binds its queue to the delay exchanges at start; stopped (on purpose) before
     # the message is sent, so that the message stays in the queue to be counted.
     thinkers = cluster.start("thinker", name="binder")
-    cluster.killed.update(p.pid for p in thinkers.processes.values())
-    thinkers.stop()
+    cluster.stop_group(thinkers)
     stock = Celery("stock")  # Celery's own app, with tandem's configuration
     stock.conf.update(celery_config(cluster.settings))
     with pytest.raises(ValueError, match="countdown must be a positive number"):

@@ -90,8 +90,7 @@ def test_a_dual_job_with_a_killed_worker_is_one_trace_with_every_step(
         if s.attributes.get("tandem.round") == 2 and s.attributes.get("tandem.role") == "thinker"
     ]
     for group in (replacement, workers):
-        group.stop()  # a warm shutdown exports what the worker still holds
-        cluster.killed.update(p.pid for p in group.processes.values())  # stopped here, on purpose
+        cluster.stop_group(group)  # a warm shutdown exports what the worker still holds
 
     wanted = {
         ("intake", 0),
@@ -147,8 +146,7 @@ def test_a_prefork_worker_exports_the_spans_of_its_pool_processes(
     plan = [[{"name": "add", "args": {"a": 2, "b": 3}}]]
     handle = cluster.submit(goal=goal_with_plan("prefork", plan), max_rounds=4)
     assert handle.result(timeout=90).status == "completed"
-    group.stop()  # each pool process exports what it holds as it ends
-    cluster.killed.update(p.pid for p in group.processes.values())
+    cluster.stop_group(group)  # each pool process exports what it holds as it ends
     spans = [s for s in receiver.spans() if s.attributes.get("tandem.job_id", handle.id) == handle.id]
     assert {("intake", 0), ("thinker", 0), ("actor", 0), ("tools", 0), ("collect", 0)} <= steps_of(spans)
     assert len({s.trace_id for s in spans}) == 1
