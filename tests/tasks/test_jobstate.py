@@ -165,6 +165,25 @@ def test_a_call_runs_once_at_a_time_and_a_reported_call_is_done(machine: JobMach
     assert machine.record(JOB)["pending"] == "1"
 
 
+def test_a_reported_call_writes_its_tool_result_event_with_its_result_and_only_then(
+    machine: JobMachine,
+) -> None:
+    to_tools(machine, 2)
+    events = machine.store.key(JOB, "events")
+    machine.redis.xadd(events, {"type": "job_started", "data": "{}", "at": "0"})  # the intake's stream
+    first = call(machine, 1)
+    entry = {"type": "tool_result", "data": '{"round": 0, "index": 1}', "at": "1.000"}
+    assert machine.call_done(first, '{"index": 1}', [], event=entry) == 1
+    assert machine.call_done(first, '{"index": 1}', [], event=entry) == 0  # a duplicate report
+    stream = machine.redis.xrange(events)
+    assert [fields[b"type"] for _, fields in stream] == [b"job_started", b"tool_result"]  # once
+    lost = call(machine, 2)
+    expire_lease(machine, "2:until", "calls")
+    call(machine, 2)  # taken over: the old holder's report stores nothing and publishes nothing
+    assert machine.call_done(lost, '{"index": 2}', [], event={**entry, "data": "{}"}) == 0
+    assert len(machine.redis.xrange(events)) == 2
+
+
 def test_a_call_lost_before_its_tool_started_is_not_reported_started(machine: JobMachine) -> None:
     to_tools(machine, 1)
     call(machine, 1)  # claimed, then lost (a Redis outage while the call loaded) before the mark
