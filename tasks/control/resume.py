@@ -297,7 +297,7 @@ def fork_job(
         return {**answer, "max_rounds": spec.max_rounds}
     if got.outcome != "ok":
         raise _refusal(new_id, got, "fork")
-    rt.store.remember(new_id)
+    rt.store.remember(new_id, owner=spec.owner)
     _started(rt, new_id, spec, at, forked_from=job_id, forked_round=round_no)
     send_outbox(rt, new_id)
     return {**answer, "max_rounds": spec.max_rounds}

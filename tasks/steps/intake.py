@@ -95,7 +95,7 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     )
     outcome("tandem.commit", "created" if created else "duplicate")
     if created:
-        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl)
+        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl, owner=job_spec.owner)
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
     # the record's outbox still holds (nothing once sent).
     send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
