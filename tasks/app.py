@@ -38,6 +38,7 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.steps.finalize",
         "tandem.tasks.control.decide",
         "tandem.tasks.control.resume",
+        "tandem.tasks.control.messages",
         "tandem.tasks.worker_signals",
     )
     return celery_app

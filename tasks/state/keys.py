@@ -79,3 +79,10 @@ def recent_shard_key(prefix: str, job_id: str) -> str:
 def recent_shard_keys(prefix: str) -> list[str]:
     """Every shard of the index of recent jobs."""
     return [RECENT_SHARD_KEY.format(prefix=prefix, shard=shard) for shard in range(RECENT_SHARDS)]
+
+
+def messages_key(prefix: str, job_id: str) -> str:
+    """A job's hash of person's messages (``tandem.message``): the counter ``seq`` and the answer
+    kept under each idempotency key (``key:<idempotency key>``); under the job's hash tag, with
+    the job's TTL."""
+    return JOB_KEY.format(prefix=prefix, job_id=job_id, part="messages")
