@@ -96,6 +96,14 @@ def fork_call(job_id: str, round_no: int, goal: str | None, max_rounds: int | No
     return Call("POST", job_path(job_id, "/fork"), body)
 
 
+def message_call(job_id: str, text: str, idempotency_key: str | None) -> Call:
+    """``POST /v1/jobs/{id}/messages`` with an idempotency key (a fresh one if none is given)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest(f"text must be a non-empty string, got {text!r:.80}", code="invalid_message")
+    body = {"text": text, "idempotency_key": idempotency_key or uuid.uuid4().hex}
+    return Call("POST", job_path(job_id, "/messages"), body)
+
+
 def resume_call(job_id: str, max_rounds: int | None) -> Call:
     """``POST /v1/jobs/{id}/resume``, with a new round budget if given."""
     return Call("POST", job_path(job_id, "/resume"), {} if max_rounds is None else {"max_rounds": max_rounds})

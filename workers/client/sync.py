@@ -148,6 +148,14 @@ class Client:
         """Start a new job from the job's rounds ``0..round_no-1`` (a new goal if given); its id."""
         return str(self._send(calls.fork_call(job_id, round_no, goal, max_rounds))["id"])
 
+    def message(self, job_id: str, text: str, *, idempotency_key: str | None = None) -> str:
+        """Send ``text`` into the running job as a message from the person; its ``message_id``.
+        The job's leading model reads it at the start of its next round, once. ``idempotency_key``
+        (a fresh one if not given): the same key sent again gets the first answer and adds
+        nothing. ``Conflict`` (409 ``job_ended``) once the job has ended; ``Unavailable`` (504)
+        when no worker took it in time: it was withdrawn and never reaches the job."""
+        return str(self._send(calls.message_call(job_id, text, idempotency_key))["message_id"])
+
     def health(self) -> dict[str, Any]:
         """The API's ``/healthz``."""
         return dict(self._send(Call("GET", "/healthz")))
