@@ -130,7 +130,7 @@ def test_the_cli_sends_a_message_and_an_ended_job_refuses_it(cluster: Hosts) -> 
     assert handle.result(timeout=90).status == "completed"
     assert [p.count(HINT) for p in prompts(thinker, marker)] == [0, 1]
 
-    done = subprocess.run(cli[:-2] + ["--key", "cli-2"], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*cli[:-2], "--key", "cli-2"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "message refused (ended)" in done.stderr
     assert len(person_messages(workers, handle.id)) == 1

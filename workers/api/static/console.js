@@ -106,6 +106,7 @@ function setState(name) {
   badge.className = `state ${name}`;
   $("#cancel").disabled = ["completed", "truncated", "failed", "cancelled"].includes(name);
   $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
+  $("#message-form").hidden = ["completed", "truncated", "failed", "cancelled"].includes(name);
 }
 
 function roundBox(round, maxRounds) {
@@ -113,9 +114,10 @@ function roundBox(round, maxRounds) {
   if (!box) {
     box = el("section", "round");
     box.id = `round-${round}`;
-    box.append(el("h3", "", `Round ${round + 1}` + (maxRounds ? ` of ${maxRounds}` : "")));
+    box.append(el("h3", "", `Round ${round + 1}`));
     $("#rounds").append(box);
   }
+  if (maxRounds) box.querySelector("h3").textContent = `Round ${round + 1} of ${maxRounds}`;
   return box;
 }
 
@@ -223,6 +225,39 @@ async function decideAll(approve) {
   notice(response.ok ? (approve ? "approved" : "rejected") : await errorText(response));
 }
 
+function onMessage(ev) {
+  // A person's message opens the round whose leading model reads it.
+  const box = el("div", "turn person");
+  box.append(el("div", "who", "Message from you"), el("pre", "content", ev.text || ""));
+  const round = roundBox(ev.round);
+  round.insertBefore(box, round.querySelector(".turn:not(.person)"));
+}
+
+async function sendMessage(event) {
+  // A key per message, so a click sent twice adds it once; refused (409) once the job has ended.
+  event.preventDefault();
+  const text = $("#message-text").value.trim();
+  if (!state.jobId || !text) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-message").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/messages`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text, idempotency_key: key }),
+    });
+    if (response.ok) {
+      const sent = await response.json();
+      $("#message-text").value = "";
+      notice(`message sent: read at the start of round ${sent.round + 1}`);
+    } else {
+      notice(await errorText(response));
+    }
+  } finally {
+    $("#send-message").disabled = false;
+  }
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
@@ -239,6 +274,7 @@ function handle(ev) {
     case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
     case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
+    case "message_received": onMessage(ev); break;
     case "final": showApproval([]); onFinal(ev); break;
     default: break; // kinds this console does not know yet
   }
@@ -360,6 +396,7 @@ async function resumeJob() {
 }
 
 $("#cancel").addEventListener("click", cancelJob);
+$("#message-form").addEventListener("submit", sendMessage);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
