@@ -39,6 +39,7 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.control.decide",
         "tandem.tasks.control.resume",
         "tandem.tasks.control.messages",
+        "tandem.tasks.control.follow_up",
         "tandem.tasks.worker_signals",
     )
     return celery_app

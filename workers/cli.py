@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=30.0, help="seconds to wait for a worker to apply it (default 30)"
     )
 
-    conversation_commands.add_parsers(sub, _owner_option)
+    conversation_commands.add_parsers(sub, _owner_option, _follow_options)
 
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
     wa.add_argument("job_id")
@@ -366,6 +366,7 @@ REACHES: dict[str, str] = {
     "resume": "both",
     "fork": "both",
     "message": "both",
+    "follow-up": "both",
     "status": "redis",
     "watch": "redis",
     "cancel": "redis",

@@ -1,4 +1,5 @@
-"""The conversation calls of a ``JobHandle``: a person's message into the running job.
+"""The conversation calls of a ``JobHandle``: a person's message into the running job, and a
+follow-up on an ended one (a new job in its thread).
 
 ``JobHandle`` takes these methods from ``HandleMessages``; they need the handle's ``id``, its
 store and its Celery app. A message carries an idempotency key (a fresh one if not given), so
@@ -18,7 +19,7 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
 
-from tandem.tasks.errors import MessageRefused
+from tandem.tasks.errors import MessageRefused, ResumeRefused
 from tandem.tasks.state.keys import messages_key
 from tandem.tasks.state.scripts import lua
 from tandem.tasks.state.store import JobStore
@@ -27,11 +28,16 @@ __all__ = ["HandleMessages"]
 
 
 class HandleMessages:
-    """``message``, ``message_answer`` and ``amessage``."""
+    """``message``, ``message_answer``, ``follow_up`` and their ``a``-twins."""
 
     id: str
     _store: JobStore
     _app: Celery
+    owner: str | None = None
+
+    def _sibling(self, job_id: str) -> Any:
+        """The handle of another job of this store and app, for the same tenant (``JobHandle``'s)."""
+        raise NotImplementedError
 
     def message(self, text: str, *, idempotency_key: str | None = None, timeout: float = 30.0) -> str:
         """Send ``text`` into this running job as a message from the person (``tandem.message``):
@@ -91,4 +97,39 @@ class HandleMessages:
         """``message`` for asyncio: the task is sent and its answer awaited in a thread."""
         return await asyncio.to_thread(
             partial(self.message, idempotency_key=idempotency_key, timeout=timeout), text
+        )
+
+    def follow_up(
+        self,
+        goal: str,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float = 30.0,
+        owner: str | None = None,
+    ) -> Any:
+        """Start a new job on this ended job's thread with ``goal`` (``tandem.follow_up``): the same
+        spec (reasoner, tools, budgets, owner), and as its context the thread so far (each earlier
+        job's goal, the person's messages and its answer, within ``TANDEM_MAX_THREAD_CHARS``). Its
+        ``JobHandle``. ``idempotency_key``: the same key gives the same follow-up job.
+        ``ResumeRefused`` says why not (``reason``: ``unknown``, ``state`` while the job runs,
+        ``invalid``); nothing is started then."""
+        kwargs: dict[str, Any] = {"job_id": self.id, "goal": goal}
+        if idempotency_key is not None:
+            kwargs["idempotency_key"] = idempotency_key
+        owner = owner if owner is not None else self.owner
+        if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
+            kwargs["owner"] = owner
+        reply = self._app.send_task("tandem.follow_up", kwargs=kwargs).get(timeout=timeout)
+        if not isinstance(reply, dict) or not reply.get("accepted"):
+            error = reply.get("error") if isinstance(reply, dict) else repr(reply)
+            reason = reply.get("reason", "invalid") if isinstance(reply, dict) else "invalid"
+            raise ResumeRefused(str(error), str(reason))
+        return self._sibling(str(reply["follow_up_id"]))
+
+    async def afollow_up(
+        self, goal: str, *, idempotency_key: str | None = None, timeout: float = 30.0
+    ) -> Any:
+        """``follow_up`` for asyncio: the task is sent and its answer awaited in a thread."""
+        return await asyncio.to_thread(
+            partial(self.follow_up, idempotency_key=idempotency_key, timeout=timeout), goal
         )

@@ -281,6 +281,9 @@ def test_the_openapi_document_names_every_endpoint(api: Fixture) -> None:
         "/v1/jobs/{job_id}/decisions",
         "/v1/jobs/{job_id}/resume",
         "/v1/jobs/{job_id}/fork",
+        "/v1/jobs/{job_id}/messages",
+        "/v1/jobs/{job_id}/follow-up",
+        "/v1/threads/{thread_id}",
         "/v1/me",
         "/healthz",
     }

@@ -13,7 +13,7 @@ import httpx
 from tandem.workers.client import calls
 from tandem.workers.client.calls import Call
 from tandem.workers.client.errors import ClientError, Unavailable, WaitTimeout
-from tandem.workers.client.models import Event, Job, JobOutcome, JobState
+from tandem.workers.client.models import Event, Job, JobOutcome, JobState, ThreadJob
 from tandem.workers.client.sse import SseParser, stream_headers
 
 
@@ -160,6 +160,18 @@ class AsyncClient:
         nothing. ``Conflict`` (409 ``job_ended``) once the job has ended; ``Unavailable`` (504)
         when no worker took it in time: it was withdrawn and never reaches the job."""
         return str((await self._send(calls.message_call(job_id, text, idempotency_key)))["message_id"])
+
+    async def follow_up(self, job_id: str, goal: str, *, idempotency_key: str | None = None) -> str:
+        """Start a new job in the ended job's thread with ``goal``; its id. It reads the thread so
+        far (each earlier job's goal, the person's messages and its answer). ``Conflict`` (409
+        ``job_state``) while the job runs."""
+        return str((await self._send(calls.follow_up_call(job_id, goal, idempotency_key)))["id"])
+
+    async def thread(self, thread_id: str) -> list[ThreadJob]:
+        """The jobs of thread ``thread_id`` (a first job's id, or a ``thread_id`` a spec named), in
+        order; ``NotFound`` when none of them is the token's tenant's."""
+        body = await self._send(Call("GET", calls.thread_path(thread_id)))
+        return [ThreadJob.model_validate(j) for j in body["jobs"]]
 
     async def health(self) -> dict[str, Any]:
         """The API's ``/healthz``."""
