@@ -87,10 +87,18 @@ def thread_text(store: JobStore, jobs: list[ThreadJob], limit: int) -> tuple[str
             entries.append((n, f"<answer>(none: the job ended {job.state})</answer>"))
     size = sum(len(text) + 1 for _, text in entries)
     dropped = 0
-    while entries and size > limit:
-        size -= len(entries[0][1]) + 1
+    while entries and size > limit:  # a first cut by the entries' sizes, then the text as written
+        size -= len(entries.pop(0)[1]) + 1
+        dropped += 1
+    text = _render(jobs, entries, dropped, limit)
+    while entries and len(text) > limit:
         entries.pop(0)
         dropped += 1
+        text = _render(jobs, entries, dropped, limit)
+    return text, dropped
+
+
+def _render(jobs: list[ThreadJob], entries: list[tuple[int, str]], dropped: int, limit: int) -> str:
     lines: list[str] = []
     if dropped:
         lines.append(
@@ -107,4 +115,4 @@ def thread_text(store: JobStore, jobs: list[ThreadJob], limit: int) -> tuple[str
         lines.append(text)
     if current >= 0:
         lines.append("</earlier_job>")
-    return "\n".join(lines), dropped
+    return "\n".join(lines)
