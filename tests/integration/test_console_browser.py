@@ -131,7 +131,9 @@ def test_the_console_sends_a_message_to_a_parked_job(chromium: str, demo_api: Ap
             ".then((r) => r.json()).then((job) => { openJob(job.id); return job.id; })"
         )
         page.wait_for("!document.querySelector('#approve').hidden", 120)
-        assert page.evaluate("document.querySelector('#message-form').hidden") is False
+        shown = "getComputedStyle(document.querySelector('{}')).display !== 'none'"
+        assert page.evaluate(shown.format("#message-form")) is True
+        assert page.evaluate(shown.format("#follow-up-form")) is False
         page.evaluate(
             "document.querySelector('#message-text').value = 'Show the arithmetic step by step.';"
             "document.querySelector('#send-message').click(); true"
@@ -158,7 +160,25 @@ def test_the_console_sends_a_message_to_a_parked_job(chromium: str, demo_api: Ap
         )
         page.wait_for(approve_or_done, 180, poll=1.0)
         assert page.evaluate("document.querySelector('#job-state').textContent") == "completed"
-        assert page.evaluate("document.querySelector('#message-form').hidden") is True
+        assert page.evaluate(shown.format("#message-form")) is False  # the job has ended
+        assert page.evaluate(shown.format("#follow-up-form")) is True
+
+        # A follow-up on the ended job: a new job in its thread, the thread listed on its page.
+        first = page.evaluate("state.jobId")
+        page.evaluate(
+            "document.querySelector('#follow-up-goal').value = 'What is (17 * 23) + 10?';"
+            "document.querySelector('#send-follow-up').click(); true"
+        )
+        page.wait_for(f"state.jobId && state.jobId !== '{first}'", 30)
+        page.wait_for(approve_or_done, 180, poll=1.0)
+        thread = page.wait_for(
+            "document.querySelector('#thread').hidden ? null : Array.from("
+            "document.querySelectorAll('#thread-jobs li')).map((n) => n.textContent)",
+            30,
+        )
+        assert len(thread) == 2 and "(17 * 23) + 4" in thread[0] and "(17 * 23) + 10" in thread[1], thread
+        assert page.evaluate("document.querySelector('#thread-jobs li.current').textContent") == thread[1]
+        (ARTIFACTS / "console-thread.png").write_bytes(page.screenshot())
         page.close()
     finally:
         browser.close()

@@ -106,7 +106,9 @@ function setState(name) {
   badge.className = `state ${name}`;
   $("#cancel").disabled = ["completed", "truncated", "failed", "cancelled"].includes(name);
   $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
-  $("#message-form").hidden = ["completed", "truncated", "failed", "cancelled"].includes(name);
+  const ended = ["completed", "truncated", "failed", "cancelled"].includes(name);
+  $("#message-form").hidden = ended;
+  $("#follow-up-form").hidden = !ended;
 }
 
 function roundBox(round, maxRounds) {
@@ -258,6 +260,41 @@ async function sendMessage(event) {
   }
 }
 
+async function loadThread() {
+  // The jobs of this job's thread (its spec's thread_id, else its own id), once it has more than one.
+  const jobId = state.jobId;
+  const response = await api(`/v1/threads/${encodeURIComponent(state.threadId || jobId)}`);
+  if (jobId !== state.jobId) return;
+  const jobs = response.ok ? (await response.json()).jobs : [];
+  $("#thread").hidden = jobs.length < 2;
+  $("#thread-jobs").replaceChildren(...jobs.map((job) => {
+    const item = el("li", job.job_id === jobId ? "current" : "");
+    item.append(el("span", `state ${job.state}`, job.state), el("span", "goal", ` ${job.goal}`));
+    item.addEventListener("click", () => openJob(job.job_id));
+    return item;
+  }));
+}
+
+async function followUp(event) {
+  event.preventDefault();
+  const goal = $("#follow-up-goal").value.trim();
+  if (!state.jobId || !goal) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-follow-up").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/follow-up`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ goal, idempotency_key: key }),
+    });
+    if (!response.ok) { notice(await errorText(response)); return; }
+    $("#follow-up-goal").value = "";
+    openJob((await response.json()).id);
+  } finally {
+    $("#send-follow-up").disabled = false;
+  }
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
@@ -265,6 +302,8 @@ function handle(ev) {
       state.maxRounds = (ev.spec && ev.spec.max_rounds) || 0;
       if (ev.resumed) $("#outcome").hidden = true; // the stream goes on after the earlier final
       setState("running");
+      state.threadId = (ev.spec && ev.spec.thread_id) || null;
+      loadThread();
       break;
     case "round_started": roundBox(ev.round, ev.max_rounds); break;
     case "model_delta": onDelta(ev); break;
@@ -275,7 +314,7 @@ function handle(ev) {
     case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
     case "message_received": onMessage(ev); break;
-    case "final": showApproval([]); onFinal(ev); break;
+    case "final": showApproval([]); onFinal(ev); loadThread(); break;
     default: break; // kinds this console does not know yet
   }
 }
@@ -340,6 +379,8 @@ async function openJob(jobId) {
   $("#job-id").textContent = jobId;
   $("#job-goal").textContent = "";
   $("#rounds").replaceChildren();
+  state.threadId = null;
+  $("#thread").hidden = true;
   $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
@@ -397,6 +438,7 @@ async function resumeJob() {
 
 $("#cancel").addEventListener("click", cancelJob);
 $("#message-form").addEventListener("submit", sendMessage);
+$("#follow-up-form").addEventListener("submit", followUp);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
