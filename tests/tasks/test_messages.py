@@ -84,6 +84,13 @@ def test_a_message_after_the_leading_call_began_waits_for_the_next_round(store: 
     ]
 
 
+def test_a_job_not_started_yet_reads_the_message_in_its_first_round(store: JobStore) -> None:
+    store.mark_queued(JOB, "dual")  # submitted: no worker took it yet
+    assert message_job(store, JOB, HINT, "k1")["round"] == 0
+    assert list(person_messages(store)) == [f"0:person:{JOB}:message:0001"]
+    assert 0 < store.redis.ttl(store.key(JOB, "memory")) <= store.redis.ttl(store.key(JOB, "state"))
+
+
 def test_a_parked_job_reads_the_message_in_the_round_after_its_pause(store: JobStore) -> None:
     park(store)  # a mono job awaiting approval in round 2
     answer = message_job(store, JOB, HINT, "k1")
