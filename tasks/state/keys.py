@@ -41,6 +41,12 @@ RECENT_SHARDS = 16
 RECENT_SHARD_KEY = "{prefix}:recent:{shard}"
 """The key of one shard of the index of recent jobs (a ``str.format`` template)."""
 
+TENANT_RECENT_SHARDS = 4
+"""Each tenant's index of recent jobs (``JobStore.recent(owner=...)``) is this many sorted sets."""
+
+TENANT_RECENT_KEY = "{prefix}:recent-of:{owner}:{shard}"
+"""The key of one shard of a tenant's index of recent jobs (a ``str.format`` template)."""
+
 LEGACY_RECENT_KEY = "{prefix}:recent-jobs"
 """The unsharded index of recent jobs of earlier versions: read (never written) until it expires."""
 
@@ -79,6 +85,19 @@ def recent_shard_key(prefix: str, job_id: str) -> str:
 def recent_shard_keys(prefix: str) -> list[str]:
     """Every shard of the index of recent jobs."""
     return [RECENT_SHARD_KEY.format(prefix=prefix, shard=shard) for shard in range(RECENT_SHARDS)]
+
+
+def tenant_recent_key(prefix: str, owner: str, job_id: str) -> str:
+    """The key of the shard of tenant ``owner``'s index of recent jobs ``job_id`` is in."""
+    shard = zlib.crc32(job_id.encode()) % TENANT_RECENT_SHARDS
+    return TENANT_RECENT_KEY.format(prefix=prefix, owner=owner, shard=shard)
+
+
+def tenant_recent_keys(prefix: str, owner: str) -> list[str]:
+    """Every shard of tenant ``owner``'s index of recent jobs."""
+    return [
+        TENANT_RECENT_KEY.format(prefix=prefix, owner=owner, shard=s) for s in range(TENANT_RECENT_SHARDS)
+    ]
 
 
 def messages_key(prefix: str, job_id: str) -> str:

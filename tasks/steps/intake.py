@@ -96,7 +96,7 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     )
     outcome("tandem.commit", "created" if created else "duplicate")
     if created:
-        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl)
+        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl, owner=job_spec.owner)
         if job_spec.thread_id:  # its thread's index (one key of the thread's own slot)
             index_job(rt.store, job_spec.thread_id, job_id, live_ttl)
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what

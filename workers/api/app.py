@@ -66,7 +66,7 @@ from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
-from tandem.tasks.state.store import RECENT_LIMIT, JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
 from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
 from tandem.workers.api.conversation import Conversation
@@ -203,11 +203,10 @@ class Api:
             raise ApiError(400, "invalid_query", f"limit={raw!r} must be a whole number from 1 to 200")
         token = caller(request, "read")
         limit = int(raw)
-        # Another tenant's jobs are left out: a tenant's view is its jobs among the newest
-        # RECENT_LIMIT of all tenants (an admin token sees them all).
-        wanted = limit if token.admin else RECENT_LIMIT
-        jobs = [j for j in await run_in_threadpool(self.store.recent, wanted) if may_see(token, j.owner)]
-        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs[:limit]]})
+        # A tenant's token lists its tenant's jobs, from the tenant's own index; an admin's, all.
+        owner = None if token.admin else token.tenant
+        jobs = await run_in_threadpool(partial(self.store.recent, limit, owner=owner))
+        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs if may_see(token, j.owner)]})
 
     async def get_job(self, request: Request) -> Response:
         token = caller(request, "read")
