@@ -5,16 +5,18 @@ took is withdrawn (504); ``Client.message`` over the same routes."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.tokens import ApiToken
 from tandem.tasks.control.messages import message_job
-from tandem.workers.client import Client, Conflict, NotFound
+from tandem.workers.client import AsyncClient, Client, Conflict, NotFound
 from tests.tasks.test_approvals import park
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent
@@ -116,3 +118,17 @@ def test_the_openapi_document_lists_the_route(api: Fixture) -> None:
     assert post["operationId"] == "sendMessage" and {"202", "403", "404", "409", "504"} <= set(
         post["responses"]
     )
+
+
+def test_the_async_client_sends_messages(api: Fixture) -> None:
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=api.app)
+        http = httpx.AsyncClient(
+            base_url="http://localhost", transport=transport, headers={"Authorization": f"Bearer {A}"}
+        )
+        async with AsyncClient("http://localhost", http=http, retry_for=0.5) as client:
+            assert await client.message("J1", HINT, idempotency_key="a1") == "J1:message:0001"
+            assert await client.message("J1", HINT, idempotency_key="a1") == "J1:message:0001"
+
+    asyncio.run(run())
+    assert people(api) == [b"3:person:J1:message:0001"]

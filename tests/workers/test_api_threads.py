@@ -4,16 +4,18 @@ and for a follow-up, a running job's follow-up is 409, a missing scope 403; ``Cl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.tokens import ApiToken
 from tandem.tasks.control.threads import index_job
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.workers.client import Client, NotFound
+from tandem.workers.client import AsyncClient, Client, NotFound
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent
 
@@ -112,3 +114,14 @@ def test_a_reader_cannot_follow_up_a_running_job_is_409_bad_goals_422(api: Fixtu
     ended(api, "r1", "busy", owner="team-a", state="running")
     running = api.client.post("/v1/jobs/r1/follow-up", json={"goal": "next"}, headers=auth(A))
     assert running.status_code == 409 and running.json()["error"]["code"] == "job_state"
+
+
+def test_the_async_client_follows_up_and_reads_the_thread(api: Fixture) -> None:
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=api.app)
+        http = httpx.AsyncClient(base_url="http://localhost", transport=transport, headers=auth(A))
+        async with AsyncClient("http://localhost", http=http, retry_for=0.5) as client:
+            assert await client.follow_up("t1", "second") == "t2"
+            assert [j.goal for j in await client.thread("t1")] == ["first", "second"]
+
+    asyncio.run(run())
