@@ -4,6 +4,7 @@ withdrawal racing a worker, and how each plan's leading model reads the messages
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -250,3 +251,27 @@ def test_a_message_waiting_for_its_round_is_not_a_round_used() -> None:
     memory = InMemoryReasonerMemory([ModelMessage(role="actor", round=0, content="x"), _person(1, 1, HINT)])
     assert rounds_used(memory) == 1
     assert MonoPlan().outcome(memory, "completed").rounds == 1
+
+
+class _Worker:
+    """A Celery app whose ``tandem.message`` runs at once, as a worker would."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+
+    def send_task(self, name: str, kwargs: dict[str, Any]) -> Any:
+        assert name == "tandem.message"
+        answer = message_job(self.store, **kwargs)
+        return type("Sent", (), {"get": lambda _self, timeout: answer})()
+
+
+def test_the_handle_sends_messages_sync_and_async(store: JobStore) -> None:
+    dual(store)
+    handle = JobHandle(JOB, store, _Worker(store))  # type: ignore[arg-type]
+    first = handle.message(HINT, idempotency_key="h1")
+    assert asyncio.run(handle.amessage(HINT, idempotency_key="h1")) == first
+    assert asyncio.run(handle.amessage("and be brief")) == f"{JOB}:message:0002"
+    store.redis.hset(store.key(JOB, "state"), "state", "cancelled")
+    with pytest.raises(MessageRefused, match="has ended"):
+        asyncio.run(handle.amessage("late"))
+    assert len(person_messages(store)) == 2
