@@ -19,6 +19,7 @@ import time
 
 from pydantic import BaseModel
 
+from tandem.tasks.spec import FINAL_STATES
 from tandem.tasks.state.keys import thread_key
 from tandem.tasks.state.scripts import lua
 from tandem.tasks.state.store import JobStore
@@ -83,8 +84,10 @@ def thread_text(store: JobStore, jobs: list[ThreadJob], limit: int) -> tuple[str
         entries += [(n, f"<message from the person>{m.content}</message from the person>") for m in said]
         if job.deliverable:
             entries.append((n, f"<answer>{job.deliverable}</answer>"))
-        elif job.state != "completed":
+        elif job.state in FINAL_STATES and job.state != "completed":
             entries.append((n, f"<answer>(none: the job ended {job.state})</answer>"))
+        elif job.state not in FINAL_STATES:
+            entries.append((n, f"<answer>(none yet: the job is {job.state})</answer>"))
     size = sum(len(text) + 1 for _, text in entries)
     dropped = 0
     while entries and size > limit:  # a first cut by the entries' sizes, then the text as written

@@ -55,6 +55,7 @@ def test_the_thread_text_holds_goals_messages_and_answers_in_order(store: JobSto
     )
     jobs = [ThreadJob(job_id="a", goal="first goal", state="completed", deliverable="first answer")]
     jobs.append(ThreadJob(job_id="b", goal="second goal", state="failed"))
+    jobs.append(ThreadJob(job_id="c", goal="third goal", state="running"))
     text, dropped = thread_text(store, jobs, 10_000)
     assert dropped == 0
     assert text.splitlines() == [
@@ -66,6 +67,10 @@ def test_the_thread_text_holds_goals_messages_and_answers_in_order(store: JobSto
         '<earlier_job n="2" status="failed">',
         "<goal>second goal</goal>",
         "<answer>(none: the job ended failed)</answer>",
+        "</earlier_job>",
+        '<earlier_job n="3" status="running">',
+        "<goal>third goal</goal>",
+        "<answer>(none yet: the job is running)</answer>",
         "</earlier_job>",
     ]
 
