@@ -8,12 +8,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from tandem.tasks.control.threads import thread_jobs
 from tandem.tasks.errors import ResumeRefused
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import wait_for
 from tests.openai_server import OpenAIServer
@@ -96,3 +97,25 @@ def test_a_running_job_refuses_a_follow_up_and_the_cli_starts_one(dual_cluster: 
         "thread parked",
         "thread cli",
     ]
+
+
+@pytest.fixture
+def small_threads(redis_base: str) -> Iterator[Hosts]:
+    """Workers that give a follow-up at most 300 characters of its thread."""
+    clusters = _make_cluster(redis_base, TANDEM_MAX_THREAD_CHARS="300")
+    hosts = next(clusters)
+    hosts[0].start("thinker", "actor", "tools")
+    yield hosts
+    next(clusters, None)
+
+
+def test_a_follow_up_over_the_bound_reads_the_newest_and_says_what_was_dropped(small_threads: Hosts) -> None:
+    cluster, thinker, _ = small_threads
+    first = cluster.submit(goal=goal_with_plan("thread long " + "x" * 400, ADD), max_rounds=4)
+    assert first.result(timeout=90).status == "completed"
+    second = first.follow_up(goal_with_plan("thread short", []))
+    assert second.result(timeout=90).status == "completed"
+    seen = first_prompt(thinker, "thread short")
+    context = seen[seen.index("<thread id=") : seen.index("</thread>")]
+    assert "[1 earlier message(s) of this thread dropped to keep it within 300 characters" in context
+    assert "x" * 400 not in context and "<answer>all planned calls ran</answer>" in context
