@@ -104,6 +104,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
     routes["tandem.resume"] = {"queue": settings.intake_queue}
     routes["tandem.fork"] = {"queue": settings.intake_queue}
+    routes["tandem.message"] = {"queue": settings.intake_queue}
+    routes["tandem.follow_up"] = {"queue": settings.intake_queue}
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend,

@@ -296,6 +296,8 @@ class Limits:
     refuses to start more (restart the worker to get them back)."""
     description_chars: int = 1000
     """``TANDEM_MAX_TOOL_DESCRIPTION_CHARS``: a tool's (e.g. an MCP server's) description in prompts."""
+    thread_chars: int = 20_000
+    """``TANDEM_MAX_THREAD_CHARS``: the earlier jobs of its thread a follow-up reads (oldest dropped)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
@@ -315,6 +317,7 @@ class Limits:
             description_chars=_integer(
                 env, "TANDEM_MAX_TOOL_DESCRIPTION_CHARS", d.description_chars, minimum=50
             ),
+            thread_chars=_integer(env, "TANDEM_MAX_THREAD_CHARS", d.thread_chars, minimum=100),
         )
 
 

@@ -184,6 +184,16 @@ class ApprovalDecided(_Event):
     complete: bool = False
 
 
+class MessageReceived(_Event):
+    """A person's message (``tandem.message``, redacted) was stored; the job's leading model (the
+    Thinker of a dual job, the Actor otherwise) reads it at the start of round ``round``."""
+
+    type: Literal["message_received"] = "message_received"
+    message_id: str
+    round: int
+    text: str = ""
+
+
 class Final(_Event):
     """The job ended; the fields are the ``JobResult``'s. Always the stream's last event."""
 
@@ -221,6 +231,7 @@ KnownEvent = Annotated[
     | Waiting
     | ApprovalRequested
     | ApprovalDecided
+    | MessageReceived
     | Final,
     Field(discriminator="type"),
 ]
@@ -237,6 +248,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "waiting",
     "approval_requested",
     "approval_decided",
+    "message_received",
     "final",
 )
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)

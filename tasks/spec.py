@@ -112,6 +112,14 @@ class JobSpec(BaseModel):
         description="Seconds the job may take before it fails; None: TANDEM_JOB_TIMEOUT (3600 s).",
     )
 
+    thread_id: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^[^\x00-\x20{}\x7f]+$",
+        description="The conversation thread the job belongs to (GET /v1/threads/{id}): a follow-up "
+        "names its thread; None: the job starts its own, whose id is the job's id (docs/conversation.md).",
+    )
+
     trace_context: dict[str, str] | None = Field(
         default=None,
         description="The W3C trace context (traceparent, tracestate) of the job's trace; set by submit "

@@ -98,3 +98,16 @@ def tenant_recent_keys(prefix: str, owner: str) -> list[str]:
     return [
         TENANT_RECENT_KEY.format(prefix=prefix, owner=owner, shard=s) for s in range(TENANT_RECENT_SHARDS)
     ]
+
+
+def messages_key(prefix: str, job_id: str) -> str:
+    """A job's hash of person's messages (``tandem.message``): the counter ``seq`` and the answer
+    kept under each idempotency key (``key:<idempotency key>``); under the job's hash tag, with
+    the job's TTL."""
+    return JOB_KEY.format(prefix=prefix, job_id=job_id, part="messages")
+
+
+def thread_key(prefix: str, thread_id: str) -> str:
+    """A thread's index (``tandem.tasks.control.threads``): a sorted set of its jobs' ids by the time
+    they joined, under the thread's own hash tag, with a TTL."""
+    return JOB_KEY.format(prefix=prefix, job_id=thread_id, part="thread")

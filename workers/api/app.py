@@ -69,6 +69,7 @@ from tandem.tasks.spec import FINAL_STATES, JobResult
 from tandem.tasks.state.store import JobStore
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
 from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
+from tandem.workers.api.conversation import Conversation
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
@@ -512,6 +513,7 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
     ``bound_host``: the address it listens on, allowed as a ``Host`` (with the loopback names)
     when ``TANDEM_API_ALLOWED_HOSTS`` is unset."""
     api = Api(settings, **options)
+    talk = Conversation(api)
     routes = [
         Route("/v1/jobs", api.create_job, methods=["POST"]),
         Route("/v1/jobs", api.list_jobs, methods=["GET"]),
@@ -521,6 +523,9 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
         Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
         Route("/v1/jobs/{job_id}/resume", api.resume_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/fork", api.fork_job, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/messages", talk.post_message, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/follow-up", talk.follow_up, methods=["POST"]),
+        Route("/v1/threads/{thread_id}", talk.thread, methods=["GET"]),
         Route("/v1/me", api.me, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),

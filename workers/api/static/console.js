@@ -106,6 +106,9 @@ function setState(name) {
   badge.className = `state ${name}`;
   $("#cancel").disabled = ["completed", "truncated", "failed", "cancelled"].includes(name);
   $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
+  const ended = ["completed", "truncated", "failed", "cancelled"].includes(name);
+  $("#message-form").hidden = ended;
+  $("#follow-up-form").hidden = !ended;
 }
 
 function roundBox(round, maxRounds) {
@@ -113,9 +116,10 @@ function roundBox(round, maxRounds) {
   if (!box) {
     box = el("section", "round");
     box.id = `round-${round}`;
-    box.append(el("h3", "", `Round ${round + 1}` + (maxRounds ? ` of ${maxRounds}` : "")));
+    box.append(el("h3", "", `Round ${round + 1}`));
     $("#rounds").append(box);
   }
+  if (maxRounds) box.querySelector("h3").textContent = `Round ${round + 1} of ${maxRounds}`;
   return box;
 }
 
@@ -223,6 +227,74 @@ async function decideAll(approve) {
   notice(response.ok ? (approve ? "approved" : "rejected") : await errorText(response));
 }
 
+function onMessage(ev) {
+  // A person's message opens the round whose leading model reads it.
+  const box = el("div", "turn person");
+  box.append(el("div", "who", "Message from you"), el("pre", "content", ev.text || ""));
+  const round = roundBox(ev.round);
+  round.insertBefore(box, round.querySelector(".turn:not(.person)"));
+}
+
+async function sendMessage(event) {
+  // A key per message, so a click sent twice adds it once; refused (409) once the job has ended.
+  event.preventDefault();
+  const text = $("#message-text").value.trim();
+  if (!state.jobId || !text) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-message").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/messages`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text, idempotency_key: key }),
+    });
+    if (response.ok) {
+      const sent = await response.json();
+      $("#message-text").value = "";
+      notice(`message sent: read at the start of round ${sent.round + 1}`);
+    } else {
+      notice(await errorText(response));
+    }
+  } finally {
+    $("#send-message").disabled = false;
+  }
+}
+
+async function loadThread() {
+  // The jobs of this job's thread (its spec's thread_id, else its own id), once it has more than one.
+  const jobId = state.jobId;
+  const response = await api(`/v1/threads/${encodeURIComponent(state.threadId || jobId)}`);
+  if (jobId !== state.jobId) return;
+  const jobs = response.ok ? (await response.json()).jobs : [];
+  $("#thread").hidden = jobs.length < 2;
+  $("#thread-jobs").replaceChildren(...jobs.map((job) => {
+    const item = el("li", job.job_id === jobId ? "current" : "");
+    item.append(el("span", `state ${job.state}`, job.state), el("span", "goal", ` ${job.goal}`));
+    item.addEventListener("click", () => openJob(job.job_id));
+    return item;
+  }));
+}
+
+async function followUp(event) {
+  event.preventDefault();
+  const goal = $("#follow-up-goal").value.trim();
+  if (!state.jobId || !goal) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-follow-up").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/follow-up`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ goal, idempotency_key: key }),
+    });
+    if (!response.ok) { notice(await errorText(response)); return; }
+    $("#follow-up-goal").value = "";
+    openJob((await response.json()).id);
+  } finally {
+    $("#send-follow-up").disabled = false;
+  }
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
@@ -230,6 +302,8 @@ function handle(ev) {
       state.maxRounds = (ev.spec && ev.spec.max_rounds) || 0;
       if (ev.resumed) $("#outcome").hidden = true; // the stream goes on after the earlier final
       setState("running");
+      state.threadId = (ev.spec && ev.spec.thread_id) || null;
+      loadThread();
       break;
     case "round_started": roundBox(ev.round, ev.max_rounds); break;
     case "model_delta": onDelta(ev); break;
@@ -239,7 +313,8 @@ function handle(ev) {
     case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
     case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
-    case "final": showApproval([]); onFinal(ev); break;
+    case "message_received": onMessage(ev); break;
+    case "final": showApproval([]); onFinal(ev); loadThread(); break;
     default: break; // kinds this console does not know yet
   }
 }
@@ -304,6 +379,8 @@ async function openJob(jobId) {
   $("#job-id").textContent = jobId;
   $("#job-goal").textContent = "";
   $("#rounds").replaceChildren();
+  state.threadId = null;
+  $("#thread").hidden = true;
   $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
@@ -360,6 +437,8 @@ async function resumeJob() {
 }
 
 $("#cancel").addEventListener("click", cancelJob);
+$("#message-form").addEventListener("submit", sendMessage);
+$("#follow-up-form").addEventListener("submit", followUp);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
