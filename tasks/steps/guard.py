@@ -274,15 +274,27 @@ def commit(
     spec: JobSpec,
     park: Park | None = None,
 ) -> None:
-    """Store the step's writes and move to ``nxt`` (parked for approval with ``park``: its held
-    calls are not sent); then publish its events and send ``nxt``."""
+    """Store the step's writes and its events and move to ``nxt`` (parked for approval with
+    ``park``: its held calls are not sent); then send ``nxt``."""
     tx = uuid.uuid4().hex  # also the id of the outbox the transition writes
     free = None if park is None else [i for i in range(1, nxt.calls + 1) if i not in park.held]
     messages = step_messages(claim.job_id, nxt, free)
+    # The step's events are appended by the commit's script: in the stream exactly when the step
+    # is stored (never for a step whose claim was lost), in the same round trip.
+    events = hooks.drain()
+    entries = [rt.store.entry(event) for event in events or ()]
+    maxlen = rt.store.stream.maxlen
     moved = retrying(
         rt,
         lambda: rt.machine.transition(
-            claim, (nxt.round, nxt.kind, nxt.calls, nxt.status), messages, memory.writes(), tx=tx, park=park
+            claim,
+            (nxt.round, nxt.kind, nxt.calls, nxt.status),
+            messages,
+            memory.writes(),
+            tx=tx,
+            park=park,
+            events=entries,
+            maxlen=maxlen,
         ),
     )
     tracing.outcome("tandem.commit", "committed" if moved else "lost")
@@ -295,7 +307,8 @@ def commit(
             claim.epoch,
         )
         raise Ignore()
-    hooks.flush()
+    if events is None:
+        hooks.flush()
     if park is not None:
         tracing.parked("approval", park.until)
         announce(rt.store, claim.job_id, park)
