@@ -38,6 +38,8 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.steps.finalize",
         "tandem.tasks.control.decide",
         "tandem.tasks.control.resume",
+        "tandem.tasks.webhooks.delivery",
+        "tandem.tasks.webhooks.sweeper",
         "tandem.tasks.worker_signals",
     )
     return celery_app

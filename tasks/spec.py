@@ -13,6 +13,7 @@ from tandem.broker_config.tokens import DEFAULT_TENANT, check_tenant
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobSpecError, SpecLimitError
+from tandem.tasks.webhooks.targets import MAX_WEBHOOKS, Webhook
 from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
@@ -110,6 +111,13 @@ class JobSpec(BaseModel):
         gt=0,
         le=30 * 86400,
         description="Seconds the job may take before it fails; None: TANDEM_JOB_TIMEOUT (3600 s).",
+    )
+
+    webhooks: list[Webhook] = Field(
+        default_factory=list,
+        max_length=MAX_WEBHOOKS,
+        description="URLs told of the job's end ('final') and of its pauses for a person "
+        "('waiting_for_person') by a signed JSON POST, retried with back-off (docs/webhooks.md).",
     )
 
     trace_context: dict[str, str] | None = Field(
