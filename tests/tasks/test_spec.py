@@ -32,6 +32,7 @@ def test_defaults() -> None:
         "max_cost_usd": None,
         "priority": 5,
         "timeout_s": None,
+        "webhooks": [],
         "trace_context": None,
     }
 
@@ -55,6 +56,7 @@ def test_every_field_is_read() -> None:
         "max_cost_usd": 0.25,
         "priority": 9,
         "timeout_s": 120.0,
+        "webhooks": [{"url": "http://127.0.0.1:9000/h", "events": ["final"]}],
         "trace_context": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
     }
     assert validate_spec(raw).model_dump() == raw
