@@ -4,6 +4,7 @@ schedule, what a job's record says it is owed, and the outbox's claims on fakere
 from __future__ import annotations
 
 import hashlib
+import json
 import hmac
 import random
 import time
@@ -211,7 +212,9 @@ def outbox(request: pytest.FixtureRequest) -> Iterator[WebhookOutbox]:
 
 def _delivery(job_id: str, occasion: str = "final:0", index: int = 0) -> Delivery:
     did = delivery_id(job_id, occasion, index)
-    return Delivery(id=did, job_id=job_id, url="http://127.0.0.1/h", event="final", body='{"id": "%s"}' % did)
+    return Delivery(
+        id=did, job_id=job_id, url="http://127.0.0.1/h", event="final", body=json.dumps({"id": did})
+    )
 
 
 def test_a_delivery_id_is_stable_and_tells_occasions_and_webhooks_apart() -> None:
