@@ -4,8 +4,8 @@ schedule, what a job's record says it is owed, and the outbox's claims on fakere
 from __future__ import annotations
 
 import hashlib
-import json
 import hmac
+import json
 import random
 import time
 import uuid
