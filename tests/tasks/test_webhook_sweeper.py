@@ -74,6 +74,7 @@ def test_a_parked_job_gets_one_waiting_for_person_delivery_per_pause(
     )
     sweeper = _sweeper(runtime)
     assert sweeper.look("job-2", _now(runtime)) == 1  # only the first webhook asks for this event
+    assert sent == [("job-2", delivery_id("job-2", "pause:1", 0))]
     [state] = runtime.webhooks.deliveries("job-2")
     body = json.loads(state.delivery.body)
     assert state.delivery.id == delivery_id("job-2", "pause:1", 0) and state.delivery.url.endswith("/a")
