@@ -73,6 +73,7 @@ from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
 from tandem.workers.api.host_header import AllowedHosts, default_hosts
+from tandem.workers.api.job_list import listed
 from tandem.workers.api.openapi import openapi_document
 from tandem.workers.api.origins import OriginGuard
 from tandem.workers.api.streams import EventHub, EventStreamResponse, StreamsFull, StreamSlots
@@ -206,7 +207,7 @@ class Api:
         # RECENT_LIMIT of all tenants (an admin token sees them all).
         wanted = limit if token.admin else RECENT_LIMIT
         jobs = [j for j in await run_in_threadpool(self.store.recent, wanted) if may_see(token, j.owner)]
-        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs[:limit]]})
+        return JSONResponse({"jobs": await run_in_threadpool(listed, self.store, jobs[:limit])})
 
     async def get_job(self, request: Request) -> Response:
         token = caller(request, "read")
