@@ -24,6 +24,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 import httpx
@@ -90,14 +91,17 @@ def occasion(record: dict[str, str]) -> tuple[str, str] | None:
     return None
 
 
-def owed(rt: Runtime, job_id: str, record: dict[str, str], spec: JobSpec) -> list[Delivery]:
-    """The deliveries the job is owed in the state ``record`` holds (none for a running job)."""
+def owed(
+    rt: Runtime, job_id: str, record: dict[str, str], spec: JobSpec, known: Collection[str] = ()
+) -> list[Delivery]:
+    """The deliveries the job is owed in the state ``record`` holds (none for a running job); none
+    when every one of them is among the ``known`` delivery ids (planned already)."""
     found = occasion(record)
     if found is None:
         return []
     event, key = found
     hooks = [(i, h) for i, h in enumerate(spec.webhooks) if event in h.events]
-    if not hooks:
+    if all(delivery_id(job_id, key, i) in known for i, _ in hooks):
         return []
     body: dict[str, Any] = {
         "event": event,

@@ -89,9 +89,13 @@ class WebhookSweeper:
         rt, outbox = self.rt, self.rt.webhooks
         record = rt.machine.record(job_id)
         spec = rt.store.spec(job_id)
+        states = outbox.deliveries(job_id)
         if record and spec is not None:
-            delivery.plan(rt, job_id, delivery.owed(rt, job_id, record, spec))
-        pending = [d for d in outbox.deliveries(job_id) if d.state == "pending"]
+            new = delivery.owed(rt, job_id, record, spec, known={d.delivery.id for d in states})
+            if new:
+                delivery.plan(rt, job_id, new)
+                states = outbox.deliveries(job_id)
+        pending = [d for d in states if d.state == "pending"]
         sent = 0
         later: list[float] = []
         for d in pending:
