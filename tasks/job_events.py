@@ -184,6 +184,16 @@ class ApprovalDecided(_Event):
     complete: bool = False
 
 
+class MessageReceived(_Event):
+    """A person's message (``tandem.message``, redacted) was stored; the job's leading model (the
+    Thinker of a dual job, the Actor otherwise) reads it at the start of round ``round``."""
+
+    type: Literal["message_received"] = "message_received"
+    message_id: str
+    round: int
+    text: str = ""
+
+
 class Final(_Event):
     """The job ended; the fields are the ``JobResult``'s. Always the stream's last event."""
 
@@ -251,6 +261,7 @@ KnownEvent = Annotated[
     | ApprovalDecided
     | WebhookDelivered
     | WebhookFailed
+    | MessageReceived
     | Final,
     Field(discriminator="type"),
 ]
@@ -269,6 +280,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "approval_decided",
     "webhook_delivered",
     "webhook_failed",
+    "message_received",
     "final",
 )
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)

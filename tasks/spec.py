@@ -120,6 +120,14 @@ class JobSpec(BaseModel):
         "('waiting_for_person') by a signed JSON POST, retried with back-off (docs/webhooks.md).",
     )
 
+    thread_id: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^[^\x00-\x20{}\x7f]+$",
+        description="The conversation thread the job belongs to (GET /v1/threads/{id}): a follow-up "
+        "names its thread; None: the job starts its own, whose id is the job's id (docs/conversation.md).",
+    )
+
     trace_context: dict[str, str] | None = Field(
         default=None,
         description="The W3C trace context (traceparent, tracestate) of the job's trace; set by submit "

@@ -15,7 +15,7 @@ patch_if_asked(sys.argv[1:])  # before the imports below load sockets and select
 
 from tandem.broker_config.errors import SettingsError  # noqa: E402
 from tandem.reasoner.errors import ReasonerError  # noqa: E402
-from tandem.workers import exit_codes, job_commands, reach  # noqa: E402
+from tandem.workers import conversation_commands, exit_codes, job_commands, reach  # noqa: E402
 from tandem.workers.errors import WorkerError  # noqa: E402
 
 ROLES = ("thinker", "actor", "tools", "all")
@@ -132,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for a worker to apply it (default 30)"
     )
+
+    conversation_commands.add_parsers(sub, _owner_option, _follow_options)
 
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
     wa.add_argument("job_id")
@@ -368,6 +370,8 @@ REACHES: dict[str, str] = {
     "approve": "both",
     "resume": "both",
     "fork": "both",
+    "message": "both",
+    "follow-up": "both",
     "status": "redis",
     "watch": "redis",
     "cancel": "redis",
@@ -438,6 +442,7 @@ def _run(args: argparse.Namespace) -> int:
         "watch": job_commands.watch,
         "resume": job_commands.resume,
         "fork": job_commands.fork,
+        **conversation_commands.COMMANDS,
         "api": _api,
         "flower": _flower,
     }

@@ -19,6 +19,7 @@ from tandem.tasks.job_events import (
     Final,
     JobEvent,
     JobStarted,
+    MessageReceived,
     ModelDelta,
     ModelReply,
     OtherEvent,
@@ -87,6 +88,8 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
             f"{d.index} " + ("approved" if d.approve else f"rejected: {d.reason}") for d in typed.decisions
         )
         return f"  ✓ decided ({typed.by}): {done}"
+    if isinstance(typed, MessageReceived):
+        return f"  ✉ message from the person (read in round {typed.round + 1}): {_short(typed.text, 300)}"
     if isinstance(typed, Final):
         return _final(typed)
     return ""

@@ -54,6 +54,7 @@ from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
 from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
+from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.steps.tools import CANCELLED_CALL
@@ -90,6 +91,7 @@ def _ended_job(rt: Runtime, job_id: Any, doing: str, owner: Any = None) -> tuple
     state = record.get("state", "")
     if state not in FINAL_STATES:
         raise _not_ended(job_id, state, doing)
+    enter_job_scope(rt, job_id, spec)  # what resume or fork writes masks the job's own secrets
     return record, spec
 
 
@@ -299,7 +301,7 @@ def fork_job(
         return {**answer, "max_rounds": spec.max_rounds}
     if got.outcome != "ok":
         raise _refusal(new_id, got, "fork")
-    rt.store.remember(new_id)
+    rt.store.remember(new_id, owner=spec.owner)
     _started(rt, new_id, spec, at, forked_from=job_id, forked_round=round_no)
     send_outbox(rt, new_id)
     return {**answer, "max_rounds": spec.max_rounds}

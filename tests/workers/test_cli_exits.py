@@ -78,6 +78,8 @@ ARGV = {
     "approve": ["approve", "J1"],
     "resume": ["resume", "J1"],
     "fork": ["fork", "J1", "--round", "1"],
+    "message": ["message", "J1", "use the 2025 figures"],
+    "follow-up": ["follow-up", "J1", "now for 2024"],
 }
 
 

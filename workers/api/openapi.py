@@ -10,6 +10,7 @@ from pydantic.json_schema import models_json_schema
 import tandem
 from tandem.tasks.job_events import EVENT_TYPES
 from tandem.tasks.spec import JobResult, JobSpec, JobStatus
+from tandem.workers.api.conversation import conversation_paths
 
 _REF = "#/components/schemas/{model}"
 
@@ -317,6 +318,7 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    paths.update(conversation_paths(_json, _error, _JOB_ID))
     scoped = _error(
         "missing_scope: the token lacks the scope this action needs (error.scope names it: submit, "
         "read, control, approve); foreign_owner: a spec naming another tenant than the token's."

@@ -187,6 +187,8 @@ function setState(name) {
   $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
   $("#fork").hidden = !ENDED.includes(name);
   if (!ENDED.includes(name)) $("#fork-form").hidden = true;
+  $("#message-form").hidden = ENDED.includes(name);
+  $("#follow-up-form").hidden = !ENDED.includes(name);
 }
 
 function currentState() { return $("#job-state").dataset.state || ""; }
@@ -196,9 +198,10 @@ function roundBox(round, maxRounds) {
   if (!box) {
     box = el("section", "round");
     box.id = `round-${round}`;
-    box.append(el("h3", "", `Round ${round + 1}` + (maxRounds ? ` of ${maxRounds}` : "")));
+    box.append(el("h3", "", `Round ${round + 1}`));
     $("#rounds").append(box);
   }
+  if (maxRounds) box.querySelector("h3").textContent = `Round ${round + 1} of ${maxRounds}`;
   return box;
 }
 
@@ -454,6 +457,74 @@ function markDecided(decisions) {
   }
 }
 
+function onMessage(ev) {
+  // A person's message opens the round whose leading model reads it.
+  const box = el("div", "turn person");
+  box.append(el("div", "who", "Message from you"), el("pre", "content", ev.text || ""));
+  const round = roundBox(ev.round);
+  round.insertBefore(box, round.querySelector(".turn:not(.person)"));
+}
+
+async function sendMessage(event) {
+  // A key per message, so a click sent twice adds it once; refused (409) once the job has ended.
+  event.preventDefault();
+  const text = $("#message-text").value.trim();
+  if (!state.jobId || !text) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-message").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/messages`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text, idempotency_key: key }),
+    });
+    if (response.ok) {
+      const sent = await response.json();
+      $("#message-text").value = "";
+      notice(`message sent: read at the start of round ${sent.round + 1}`);
+    } else {
+      notice(await errorText(response));
+    }
+  } finally {
+    $("#send-message").disabled = false;
+  }
+}
+
+async function loadThread() {
+  // The jobs of this job's thread (its spec's thread_id, else its own id), once it has more than one.
+  const jobId = state.jobId;
+  const response = await api(`/v1/threads/${encodeURIComponent(state.threadId || jobId)}`);
+  if (jobId !== state.jobId) return;
+  const jobs = response.ok ? (await response.json()).jobs : [];
+  $("#thread").hidden = jobs.length < 2;
+  $("#thread-jobs").replaceChildren(...jobs.map((job) => {
+    const item = el("li", job.job_id === jobId ? "current" : "");
+    item.append(el("span", `state ${job.state}`, job.state), el("span", "goal", ` ${job.goal}`));
+    item.addEventListener("click", () => openJob(job.job_id));
+    return item;
+  }));
+}
+
+async function followUp(event) {
+  event.preventDefault();
+  const goal = $("#follow-up-goal").value.trim();
+  if (!state.jobId || !goal) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-follow-up").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/follow-up`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ goal, idempotency_key: key }),
+    });
+    if (!response.ok) { notice(await errorText(response)); return; }
+    $("#follow-up-goal").value = "";
+    openJob((await response.json()).id);
+  } finally {
+    $("#send-follow-up").disabled = false;
+  }
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
@@ -462,6 +533,8 @@ function handle(ev) {
       if (ev.resumed) $("#outcome").hidden = true; // the stream goes on after the earlier final
       if (ev.forked_from) showForkOrigin(ev.forked_from, ev.forked_round || 0);
       setState("running");
+      state.threadId = (ev.spec && ev.spec.thread_id) || null;
+      loadThread();
       break;
     case "round_started": roundBox(ev.round, ev.max_rounds); break;
     case "model_delta": onDelta(ev); break;
@@ -477,7 +550,8 @@ function handle(ev) {
       markDecided(ev.decisions || []);
       if (ev.complete !== false) { approvalDone(ev.by); if (!ENDED.includes(currentState())) setState("running"); }
       break;
-    case "final": showApproval([]); onFinal(ev); break; // the end: the decided calls' cards go
+    case "message_received": onMessage(ev); break;
+    case "final": showApproval([]); onFinal(ev); loadThread(); break; // the end: the decided calls' cards go
     default: break; // kinds this console does not know yet
   }
 }
@@ -545,6 +619,8 @@ async function openJob(jobId) {
   $("#job-id").textContent = jobId;
   $("#job-goal").textContent = "";
   $("#rounds").replaceChildren();
+  state.threadId = null;
+  $("#thread").hidden = true;
   $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
@@ -662,6 +738,8 @@ $("#fork-cancel").addEventListener("click", () => { $("#fork-form").hidden = tru
 $("#fork-form").addEventListener("submit", forkJob);
 
 $("#cancel").addEventListener("click", cancelJob);
+$("#message-form").addEventListener("submit", sendMessage);
+$("#follow-up-form").addEventListener("submit", followUp);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
