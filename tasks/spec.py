@@ -13,7 +13,7 @@ from tandem.broker_config.tokens import DEFAULT_TENANT, check_tenant
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobSpecError, SpecLimitError
-from tandem.tasks.webhooks.targets import MAX_WEBHOOKS, Webhook
+from tandem.tasks.webhooks.targets import MAX_WEBHOOKS, Webhook, shown_url
 from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
@@ -67,9 +67,13 @@ class JobSpec(BaseModel):
         return value
 
     def public_dump(self) -> dict[str, Any]:
-        """The spec as JSON data with every secret value replaced by ``***`` (events, logs, displays)."""
+        """The spec as JSON data with every secret value replaced by ``***`` and webhook URLs cut to
+        scheme, host, port and path (a receiver's credentials may sit in the rest): for events, logs,
+        displays."""
         data = self.model_dump(mode="json")
         data["secrets"] = dict.fromkeys(self.secrets, MASK)
+        for hook in data["webhooks"]:
+            hook["url"] = shown_url(hook["url"])
         return data
 
     def __repr_args__(self) -> Any:

@@ -128,6 +128,15 @@ def test_a_bad_webhook_entry_is_refused_naming_it(hooks: list[dict[str, object]]
     assert problem in str(refused.value)
 
 
+def test_the_public_spec_shows_no_credentials_of_a_webhook_url() -> None:
+    url = "https://ops:pw@127.0.0.1:8443/in?token=abc"
+    spec = validate_spec({"goal": "g", "webhooks": [{"url": url}]})
+    assert spec.webhooks[0].url == url  # kept whole for the deliveries
+    assert spec.public_dump()["webhooks"] == [
+        {"url": "https://127.0.0.1:8443/in", "events": ["final", "waiting_for_person"]}
+    ]
+
+
 def test_a_webhook_is_told_of_both_events_by_default() -> None:
     spec = validate_spec({"goal": "g", "webhooks": [{"url": "http://127.0.0.1/x"}]})
     assert spec.webhooks[0].events == ["final", "waiting_for_person"]
