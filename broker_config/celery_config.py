@@ -104,6 +104,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
     routes["tandem.resume"] = {"queue": settings.intake_queue}
     routes["tandem.fork"] = {"queue": settings.intake_queue}
+    routes["tandem.webhook"] = {"queue": settings.intake_queue}  # tandem.tasks.webhooks
     routes["tandem.message"] = {"queue": settings.intake_queue}
     routes["tandem.follow_up"] = {"queue": settings.intake_queue}
     return {

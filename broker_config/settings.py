@@ -16,6 +16,7 @@ from tandem.broker_config.errors import SettingsError
 from tandem.broker_config.job_redis import refuse_cluster, store_urls
 from tandem.broker_config.signing import Signing, read_signing
 from tandem.broker_config.tokens import read_tokens
+from tandem.broker_config.webhook_settings import WebhookSettings
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -408,6 +409,7 @@ class Settings:
     """``TANDEM_RATE_BURST_SECONDS``: how many seconds' worth of ``TANDEM_<ROLE>_RPM``/``_TPM`` may
     go to a host at once (a request budget: at least one request); the rest is paced, and no 60 s
     window gets more than the limit (``tandem.tasks.hosts.rate_buckets``)."""
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)  # TANDEM_WEBHOOK_*
     rabbitmq_queue_type: Literal["classic", "quorum"] = "classic"
     """``TANDEM_RABBITMQ_QUEUE_TYPE``: ``quorum`` declares tandem's queues as RabbitMQ quorum queues,
     replicated on a majority of the cluster's nodes (see ``tandem.broker_config.celery_config``)."""
@@ -476,6 +478,7 @@ class Settings:
             retry_hold_seconds=_number(env, "TANDEM_RETRY_HOLD_SECONDS", 5.0, minimum=0.0) or 0.0,
             rate_burst_seconds=_burst_seconds(env),
             rabbitmq_queue_type=_queue_type(env, broker),
+            webhooks=WebhookSettings.from_env(env),
         )
 
     def register_secrets(self) -> None:
@@ -490,6 +493,7 @@ class Settings:
             register_secret(conf.api_key)
             register_url(conf.api_base)
         register_secret(self.secrets_key)
+        self.webhooks.register_secrets()
 
     def role(self, name: str) -> RoleSettings:
         """The settings of ``thinker`` or ``actor``."""

@@ -40,6 +40,8 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.steps.finalize",
         "tandem.tasks.control.decide",
         "tandem.tasks.control.resume",
+        "tandem.tasks.webhooks.delivery",
+        "tandem.tasks.webhooks.sweeper",
         "tandem.tasks.control.messages",
         "tandem.tasks.control.follow_up",
         "tandem.tasks.worker_signals",

@@ -46,6 +46,7 @@ from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, asy
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
 from tandem.tasks.tracing import job_span
+from tandem.tasks.webhooks.targets import check_webhooks
 from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.client")
@@ -483,6 +484,7 @@ def submit(
 
     rt = get_runtime()
     job_spec = validate_spec(spec, rt.settings.limits)
+    check_webhooks(job_spec.webhooks, rt.settings.webhooks)
     if job_spec.secrets and rt.settings.secrets_key:
         job_spec = rt.secret_box.seal_spec(job_spec)
     app = app or _default_app()

@@ -215,6 +215,34 @@ class Final(_Event):
         return cls.model_validate(result.model_dump(mode="json"))
 
 
+class WebhookDelivered(_Event):
+    """Attempt ``attempt`` of webhook delivery ``delivery_id`` (its ``event``: ``final`` or
+    ``waiting_for_person``) got a 2xx answer (``status_code``) from ``url`` (scheme, host, port and
+    path only). A delivery for ``final`` is written after the ``final`` event."""
+
+    type: Literal["webhook_delivered"] = "webhook_delivered"
+    delivery_id: str
+    event: str
+    url: str
+    attempt: int
+    status_code: int
+
+
+class WebhookFailed(_Event):
+    """Attempt ``attempt`` of webhook delivery ``delivery_id`` failed: ``status_code`` (``None``: no
+    answer) and ``error`` say how. ``retry_at`` (Unix time) is when the next attempt is due;
+    ``None``: the delivery was given up (its last attempt, or a host this worker may not reach)."""
+
+    type: Literal["webhook_failed"] = "webhook_failed"
+    delivery_id: str
+    event: str
+    url: str
+    attempt: int
+    status_code: int | None = None
+    error: str = ""
+    retry_at: float | None = None
+
+
 class OtherEvent(_Event):
     """An event of a kind this version does not know (written by a newer version); fields kept."""
 
@@ -231,6 +259,8 @@ KnownEvent = Annotated[
     | Waiting
     | ApprovalRequested
     | ApprovalDecided
+    | WebhookDelivered
+    | WebhookFailed
     | MessageReceived
     | Final,
     Field(discriminator="type"),
@@ -248,6 +278,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "waiting",
     "approval_requested",
     "approval_decided",
+    "webhook_delivered",
+    "webhook_failed",
     "message_received",
     "final",
 )
@@ -363,6 +395,8 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Waiting",
+    "WebhookDelivered",
+    "WebhookFailed",
     "checked",
     "decode_entry",
     "encode_event",

@@ -180,6 +180,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--actions", default="", help="comma-separated toolkit actions to start from")
     p.add_argument("--tools", default=None, help="comma-separated allow-list of tools")
+    p.add_argument(
+        "--webhook", action="append", default=[], metavar="URL", help="POST the job's end and pauses here"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
     p.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
@@ -211,6 +214,8 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
     }
     if args.tools is not None:
         spec["tools"] = [t for t in args.tools.split(",") if t]
+    if args.webhook:  # docs/webhooks.md
+        spec["webhooks"] = [{"url": url} for url in args.webhook]
     return spec
 
 
@@ -398,11 +403,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "run":
         from tandem.tasks.runtime import get_runtime
         from tandem.tasks.spec import validate_spec
+        from tandem.tasks.webhooks.targets import check_webhooks
 
         spec = _spec(args, args.goal)
         if args.embedded:
             return _embedded_run(spec, args)
-        validate_spec(spec, get_runtime().settings.limits)  # a refused spec is a usage error, first
+        settings = get_runtime().settings
+        checked = validate_spec(spec, settings.limits)  # a refused spec is a usage error, first
+        check_webhooks(checked.webhooks, settings.webhooks)
         _preflight(args)
         return job_commands.follow(spec, args)
     _preflight(args)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
-from tandem.reasoner.function_calling import extract_tag, strip_thinking
+from tandem.reasoner.function_calling import extract_tag, parse_function_calls, replace_calls, strip_thinking
 from tandem.tasks.job_events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -110,7 +110,7 @@ def _reply(reply: ModelReply) -> str:
     action = extract_tag(content, "action")
     deliverable = extract_tag(content, "deliverable")
     if action:
-        summary = re.sub(r"<function_call>.*?</function_call>", "[tool call]", action, flags=re.S)
+        summary = replace_calls(action)  # a payload holding </function_call> stays in its call
         lines.append(_indent("action: " + _short(summary)))
     if deliverable is not None:
         lines.append(_indent("(deliverable written)"))
@@ -135,7 +135,7 @@ def _after_stream(reply: ModelReply) -> str:
     notes = []
     if reply.role != "thinker":
         action = extract_tag(reply.content, "action") or ""
-        calls = len(re.findall(r"<function_call>", action))
+        calls = len(parse_function_calls(action))
         if calls:
             notes.append(f"{calls} tool call(s)")
         if extract_tag(reply.content, "deliverable") is not None:

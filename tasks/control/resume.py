@@ -59,6 +59,7 @@ from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.steps.tools import CANCELLED_CALL
 from tandem.tasks.tracing import control_span
+from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
 
 _FORK_IDS = uuid.UUID("8f1d7f0e-3c55-4c1e-9a52-6f0c1f2b7d11")
@@ -126,6 +127,7 @@ def _go_live(rt: Runtime, job_id: str, spec: JobSpec) -> tuple[float, int]:
     timeout = spec.timeout_s or rt.settings.job_timeout
     first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
     rt.machine.index(job_id, time.time() + first_look, int(timeout + rt.settings.memory_ttl))
+    arm_webhooks(rt, job_id, spec)  # the run's park and end are owed deliveries (tandem.tasks.webhooks)
     return timeout, rt.settings.memory_ttl
 
 

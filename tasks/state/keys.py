@@ -41,6 +41,10 @@ RECENT_SHARDS = 16
 RECENT_SHARD_KEY = "{prefix}:recent:{shard}"
 """The key of one shard of the index of recent jobs (a ``str.format`` template)."""
 
+WEBHOOK_SHARD_KEY = "{prefix}:webhooks:{shard}"
+"""The key of one shard of the index of jobs with webhook deliveries to watch (``LIVE_SHARDS`` of
+them; ``tandem.tasks.webhooks.outbox``)."""
+
 TENANT_RECENT_SHARDS = 4
 """Each tenant's index of recent jobs (``JobStore.recent(owner=...)``) is this many sorted sets."""
 
@@ -85,6 +89,11 @@ def recent_shard_key(prefix: str, job_id: str) -> str:
 def recent_shard_keys(prefix: str) -> list[str]:
     """Every shard of the index of recent jobs."""
     return [RECENT_SHARD_KEY.format(prefix=prefix, shard=shard) for shard in range(RECENT_SHARDS)]
+
+
+def webhook_shard_key(prefix: str, shard: int) -> str:
+    """The key of one shard of the webhook index."""
+    return WEBHOOK_SHARD_KEY.format(prefix=prefix, shard=shard)
 
 
 def tenant_recent_key(prefix: str, owner: str, job_id: str) -> str:

@@ -42,6 +42,7 @@ from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
+from tandem.tasks.webhooks import delivery as webhooks
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -127,6 +128,8 @@ def _finish(
         raise Ignore()
     if first and outcome is not None:
         EventHooks(rt.store, job_id).finished(outcome)
+    if first and spec is not None and spec.webhooks:
+        webhooks.notify(rt, job_id, spec)  # its ``final`` deliveries
     return stored.model_dump(mode="json")
 
 
@@ -312,6 +315,8 @@ def commit(
     if park is not None:
         tracing.parked("approval", park.until)
         announce(rt.store, claim.job_id, park)
+        if spec.webhooks:
+            webhooks.notify(rt, claim.job_id, spec)  # its ``waiting_for_person`` deliveries
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
         # finalize message stays in the outbox until the job has ended, for the reconciler.

@@ -28,6 +28,7 @@ from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import job_span, outcome, step_span
+from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import enter_scope, redact
 
@@ -83,6 +84,7 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     live_ttl = int(timeout + rt.settings.memory_ttl)
     first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
     rt.machine.index(job_id, time.time() + first_look, live_ttl)
+    arm_webhooks(rt, job_id, job_spec)  # before the job can park or end (tandem.tasks.webhooks)
     messages, outbox_id = step_messages(job_id, first), uuid.uuid4().hex
     created = rt.machine.create(
         job_id,

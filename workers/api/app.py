@@ -74,6 +74,7 @@ from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
 from tandem.workers.api.host_header import AllowedHosts, default_hosts
+from tandem.workers.api.job_list import listed
 from tandem.workers.api.openapi import openapi_document
 from tandem.workers.api.origins import OriginGuard
 from tandem.workers.api.streams import EventHub, EventStreamResponse, StreamsFull, StreamSlots
@@ -206,7 +207,8 @@ class Api:
         # A tenant's token lists its tenant's jobs, from the tenant's own index; an admin's, all.
         owner = None if token.admin else token.tenant
         jobs = await run_in_threadpool(partial(self.store.recent, limit, owner=owner))
-        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs if may_see(token, j.owner)]})
+        seen = [j for j in jobs if may_see(token, j.owner)]
+        return JSONResponse({"jobs": await run_in_threadpool(listed, self.store, seen)})
 
     async def get_job(self, request: Request) -> Response:
         token = caller(request, "read")

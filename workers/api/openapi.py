@@ -19,6 +19,15 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(model=name)}
 
 
+_LISTED = {
+    "allOf": [
+        _ref("JobStatus"),
+        {"type": "object", "properties": {"goal": {"type": ["string", "null"], "maxLength": 160}}},
+    ]
+}
+"""A job of ``GET /v1/jobs``: its status and its goal (``tandem.workers.api.job_list``)."""
+
+
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -132,9 +141,9 @@ def openapi_document() -> dict[str, Any]:
                     "200": _json(
                         {
                             "type": "object",
-                            "properties": {"jobs": {"type": "array", "items": _ref("JobStatus")}},
+                            "properties": {"jobs": {"type": "array", "items": _LISTED}},
                         },
-                        "The statuses.",
+                        "The statuses, each with its goal (at most 160 characters; null once expired).",
                     ),
                     "401": unauthorized,
                 },
