@@ -229,8 +229,12 @@ def test_a_request_budget_paces_a_burst_of_jobs(redis_base: str) -> None:
         assert [r.status for r in results] == ["completed"] * 8, [r.error for r in results]
         times = sorted(r.received_at for r in actor.requests)
         assert len(times) == 8
+        # Measured where the host receives them, so a request whose turn came in time but which a
+        # loaded machine delivered late lands next to the following one: one more in a second is
+        # that delay, not the budget's. Paced, the 8 take about 7 s; let through, they come at once.
         most = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
-        assert most <= 2, [round(u - times[0], 2) for u in times]
+        assert most <= 3, [round(u - times[0], 2) for u in times]
+        assert times[-1] - times[0] >= 5.0, [round(u - times[0], 2) for u in times]
         waits = [e for h in handles for e in cluster.store.events(h.id, timeout=5) if e["type"] == "waiting"]
         assert {e["data"]["reason"] for e in waits} == {"rpm"}
         assert len(waits) < 2 * 8, "about one wait per step, for its turn (not one a second each)"
