@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -92,9 +93,12 @@ def job_keys(cluster: Cluster, job_id: str) -> list[str]:
 
 
 def snapshot(cluster: Cluster, job_id: str) -> dict[str, Any]:
-    """Every key of the job and its value (streams as their entries)."""
+    """Every key of the job and its value (streams as their entries), but the replay guard's
+    ``:seen:<nonce>`` keys of signed messages (one per message received, with a TTL)."""
     r, out = cluster.redis, {}
     for key in job_keys(cluster, job_id):
+        if ":seen:" in key:
+            continue
         kind = r.type(key).decode()
         if kind == "hash":
             out[key] = r.hgetall(key)
@@ -109,6 +113,19 @@ def snapshot(cluster: Cluster, job_id: str) -> dict[str, Any]:
         else:
             out[key] = r.get(key)
     return out
+
+
+def settled(cluster: Cluster, job_id: str) -> dict[str, Any]:
+    """The job's ``snapshot`` once it stays the same for a second (a parked job's other calls of
+    the round may still be finishing when it parks)."""
+    last = snapshot(cluster, job_id)
+    for _ in range(30):
+        time.sleep(1)
+        now = snapshot(cluster, job_id)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the keys of job {job_id} kept changing for 30 s")
 
 
 def bare(cluster: Cluster) -> Celery:
@@ -210,7 +227,7 @@ def test_a_message_or_follow_up_for_another_tenants_job_changes_nothing(cluster:
     workers, thinker, _ = cluster
     marker = "brk other tenant"
     handle = park(workers, marker, [PARK, ADD], max_rounds=5, owner="team-a")
-    before = snapshot(workers, handle.id)
+    before = settled(workers, handle.id)
     theirs = JobHandle(handle.id, app=workers.app, store=workers.store)
     theirs.owner = "team-b"
     with pytest.raises(MessageRefused) as refused:
@@ -418,3 +435,34 @@ def test_a_follow_up_whose_worker_is_killed_starts_one_job(fresh: Hosts) -> None
     assert [j.job_id for j in jobs] == [first.id, second.id]
     specs = [k for k in workers.redis.scan_iter(match=f"{workers.settings.prefix}:*:spec")]
     assert len(specs) == 2, specs  # one follow-up job, not two
+
+
+def test_messages_whose_worker_is_killed_are_stored_once_when_sent_again(fresh: Hosts) -> None:
+    workers, thinker, _ = fresh
+    marker = "brk killed messages"
+    group = workers.start("thinker", "actor", "tools")
+    handle = park(workers, marker, [PARK, ADD], max_rounds=5)
+    texts = {f"kill-{i:02d}": f"Killed-worker hint {i:02d}." for i in range(30)}
+    client = bare(workers)
+    try:
+        for key, text in texts.items():  # sent, not awaited: the workers die among them
+            client.send_task(
+                "tandem.message", kwargs={"job_id": handle.id, "text": text, "idempotency_key": key}
+            )
+        wait_for(lambda: person_messages(workers, handle.id), 30, "a first message to be stored")
+        for role in ("thinker", "actor", "tools"):
+            workers.kill(group, role)
+    finally:
+        client.close()
+    workers.start("thinker", "actor", "tools", name="second")
+    answers = {key: handle.message_answer(text, idempotency_key=key) for key, text in texts.items()}
+    assert all(a["accepted"] for a in answers.values()), answers
+    ids = {key: a["message_id"] for key, a in answers.items()}
+    assert sorted(ids.values()) == [f"{handle.id}:message:{n:04d}" for n in range(1, 31)]  # none twice
+    stored = person_messages(workers, handle.id)
+    assert {m.message_id: m.content for m in stored} == {ids[k]: t for k, t in texts.items()}
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    round_1 = prompts(thinker, marker)[1]
+    assert [round_1.count(t) for t in texts.values()] == [1] * 30
+    assert len(received(handle)) == 30
