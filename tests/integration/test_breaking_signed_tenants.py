@@ -14,6 +14,8 @@ client signing with team-c's certificate, mapped but not in the trusted store, g
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,8 +28,8 @@ from tests.integration.conftest import Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_breaking_conversation import job_keys, person_messages, settled, snapshot
 from tests.integration.test_durability import wait_for
-from tests.integration.test_security import _certificate
-from tests.integration.test_signed_tenants import _send
+from tests.integration.test_security import ROOT, _certificate
+from tests.integration.test_signed_tenants import TENANT_CLIENT, _send
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +72,28 @@ def tenants(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     cluster.start("thinker", "actor", "tools")
     yield Tenants(cluster, teams)
     next(gen, None)
+
+
+POSITIONAL_CLIENT = TENANT_CLIENT.replace(
+    "sent = app.send_task(name, kwargs=json.loads(kwargs))",
+    "sent = app.send_task(name, args=json.loads(kwargs))",
+)
+"""The signing bare client, sending its arguments by position instead of by name."""
+
+
+def send_positional(tenants: Tenants, team: str, name: str, args: list[Any]) -> Any:
+    """``name`` with positional ``args`` from a bare client signing with ``team``'s certificate."""
+    material = tenants.teams[team]
+    argv = [tenants.cluster.url, material["key"], material["cert"], material["store"], name, json.dumps(args)]
+    done = subprocess.run(
+        [sys.executable, "-c", POSITIONAL_CLIENT, *argv, "wait"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def park(cluster: Cluster, marker: str, owner: str) -> JobHandle:
@@ -179,3 +203,33 @@ def test_a_tenant_certificate_outside_the_trusted_store_gets_nothing_done(tenant
     assert cluster.exited() == []
     job.approve()
     assert job.result(timeout=90).status == "completed"
+
+
+def test_a_tenant_certificate_cannot_name_another_owner_by_position_or_by_blank(tenants: Tenants) -> None:
+    cluster = tenants.cluster
+    theirs = park(cluster, "brk signed positional", "team-b")
+    unowned = park(cluster, "brk signed default", "default")  # submitted naming no tenant
+    before = {job.id: settled(cluster, job.id) for job in (theirs, unowned)}
+
+    positional = send_positional(
+        tenants, "team-a", "tandem.message", [theirs.id, "By position.", "p-1", "team-b"]
+    )
+    assert positional["accepted"] is False, positional
+    for owner in (None, "", "default"):
+        kwargs = {
+            "job_id": unowned.id,
+            "text": "Blank owner.",
+            "idempotency_key": f"b-{owner}",
+            "owner": owner,
+        }
+        answer = tenants.send("team-a", "tandem.message", kwargs)
+        assert answer["accepted"] is False, (owner, answer)
+    named = send_positional(
+        tenants, "team-a", "tandem.message", [unowned.id, "Default by position.", "p-2", "default"]
+    )
+    assert refusal(named) == (False, "foreign_tenant"), named
+    assert {job.id: snapshot(cluster, job.id) for job in (theirs, unowned)} == before
+    for job in (theirs, unowned):
+        job.approve()
+        assert job.result(timeout=90).status == "completed"
+        assert person_messages(cluster, job.id) == []
