@@ -35,10 +35,11 @@ from tandem.reasoner.messages import ModelMessage
 from tandem.tasks.client import JobHandle
 from tandem.tasks.control.threads import thread_jobs
 from tandem.tasks.errors import MessageRefused, ResumeRefused
+from tests.integration import plan_model
 from tests.integration.conftest import Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import wait_for
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
 pytestmark = pytest.mark.integration
 
@@ -126,6 +127,10 @@ def settled(cluster: Cluster, job_id: str) -> dict[str, Any]:
             return now
         last = now
     raise AssertionError(f"the keys of job {job_id} kept changing for 30 s")
+
+
+def refusal(answer: dict[str, Any]) -> tuple[bool, str | None]:
+    return answer["accepted"], answer.get("reason")
 
 
 def bare(cluster: Cluster) -> Celery:
@@ -287,6 +292,77 @@ def test_a_message_holding_the_jobs_secret_is_masked_everywhere(cluster: Hosts) 
     assert [p.count("The token is ***, use it.") for p in prompts(thinker, marker)] == [0, 1, 1]
     raw = b"".join(repr(v).encode() for v in snapshot(workers, handle.id).values())
     assert secret.encode() not in raw
+
+
+def test_refused_messages_add_nothing_and_a_reused_key_keeps_its_first_text(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    marker = "brk invalid"
+    handle = park(workers, marker, [PARK, ADD], max_rounds=5)
+    before = settled(workers, handle.id)
+    for text, key in (("", "i-1"), ("   \n\t ", "i-2"), ("x" * 100_001, "i-3"), ("fine", "k" * 201)):
+        answer = handle.message_answer(text, idempotency_key=key)
+        assert refusal(answer) == (False, "invalid"), answer
+    assert snapshot(workers, handle.id) == before  # not even the :messages counter
+    assert f"{workers.settings.prefix}:{{{handle.id}}}:messages" not in job_keys(workers, handle.id)
+
+    first = handle.message("The first text.", idempotency_key="reuse")
+    assert handle.message("A different text.", idempotency_key="reuse") == first
+    assert handle.message("x" * 100_000, idempotency_key="at-limit") == f"{handle.id}:message:0002"
+    assert [m.content for m in person_messages(workers, handle.id)] == ["The first text.", "x" * 100_000]
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    assert all("A different text." not in p for p in prompts(thinker, marker))
+
+
+def test_a_message_during_the_leading_models_call_waits_for_the_next_round(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    marker = "brk during call"
+    in_call = threading.Event()
+
+    def slow(request: RecordedRequest) -> Reply:
+        if marker in json.dumps(request["messages"]) and plan_model.turn(request) == 1:
+            in_call.set()
+            time.sleep(3)
+        return plan_model.thinker(request)
+
+    thinker.set_script(slow)
+    try:
+        handle = workers.submit(goal=goal_with_plan(marker, [ADD, ADD]), max_rounds=5)
+        assert in_call.wait(60), "the round-0 Thinker call never came"
+        answer = handle.message_answer("Said while you were writing.", idempotency_key="during")
+        assert answer["accepted"] is True and answer["round"] == 1, answer
+        assert handle.result(timeout=90).status == "completed"
+    finally:
+        thinker.set_script(plan_model.thinker)
+    assert [p.count("Said while you were writing.") for p in prompts(thinker, marker)] == [0, 1, 1]
+
+
+def test_a_job_takes_a_thousand_messages_and_refuses_the_next(cluster: Hosts) -> None:
+    workers, _, _ = cluster
+    handle = park(workers, "brk full", [PARK, ADD], max_rounds=5)
+    client = bare(workers)
+    try:
+        sent = [
+            client.send_task(
+                "tandem.message", kwargs={"job_id": handle.id, "text": f"m{i}", "idempotency_key": f"f-{i}"}
+            )
+            for i in range(1001)
+        ]
+        answers = [s.get(timeout=50) for s in sent]
+    finally:
+        client.close()
+    accepted = [a for a in answers if a["accepted"]]
+    assert len(accepted) == 1000, [a for a in answers if not a["accepted"]][:3]
+    assert [refusal(a) for a in answers if not a["accepted"]] == [(False, "full")]
+    assert sorted(a["message_id"] for a in accepted) == [
+        f"{handle.id}:message:{n:04d}" for n in range(1, 1001)
+    ]
+    stored = person_messages(workers, handle.id)
+    assert len(stored) == 1000 and len({m.content for m in stored}) == 1000
+    assert (
+        handle.message_answer("m5", idempotency_key="f-5")["accepted"] is True
+    )  # a repeat: its first answer
+    handle.cancel()
 
 
 # -- threads --------------------------------------------------------------------------------
