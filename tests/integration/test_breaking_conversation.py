@@ -405,6 +405,49 @@ def test_a_thread_of_three_reads_every_earlier_goal_message_and_answer(cluster: 
     assert workers.redis.ttl(thread) >= workers.redis.ttl(workers.store.key(third.id, "state"))
 
 
+def test_a_follow_up_never_reads_another_tenants_job_naming_its_thread(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    first = workers.submit(goal=goal_with_plan("brk shared thread one", [ADD]), max_rounds=4, owner="team-a")
+    first.owner = "team-a"
+    assert first.result(timeout=90).status == "completed"
+    intruder = workers.submit(
+        goal=goal_with_plan("brk TEAM-B PRIVATE GOAL", [ADD]),
+        max_rounds=4,
+        owner="team-b",
+        thread_id=first.id,
+    )
+    assert intruder.result(timeout=90).status == "completed"
+    assert [j.job_id for j in thread_jobs(workers.store, first.id, "team-b")] == [intruder.id]
+    assert all("TEAM-B PRIVATE GOAL" not in p for p in prompts(thinker, "brk shared thread one"))
+
+    second = first.follow_up(goal_with_plan("brk shared thread two", []), idempotency_key="st-2")
+    assert second.result(timeout=90).status == "completed"
+    seen = prompts(thinker, "brk shared thread two")[0]
+    assert "TEAM-B PRIVATE GOAL" not in seen
+    assert seen.count("<earlier_job") == 1 and "<goal>brk shared thread one" in seen
+    assert [j.job_id for j in thread_jobs(workers.store, first.id, "team-a")] == [first.id, second.id]
+    assert [j.job_id for j in thread_jobs(workers.store, first.id, "team-b")] == [intruder.id]
+
+
+def test_a_thread_named_in_the_spec_is_the_one_its_follow_ups_join(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    thread_id = f"brk-named-{uuid.uuid4().hex[:8]}"
+    first = workers.submit(goal=goal_with_plan("brk named one", [ADD]), max_rounds=4, thread_id=thread_id)
+    assert first.result(timeout=90).status == "completed"
+    second = first.follow_up(goal_with_plan("brk named two", []), idempotency_key="n-2")
+    again = first.follow_up(goal_with_plan("brk named two, said otherwise", []), idempotency_key="n-2")
+    assert again.id == second.id  # the same key: the same job, whatever the goal
+    assert second.result(timeout=90).status == "completed"
+    spec = workers.store.spec(second.id)
+    assert spec is not None and spec.thread_id == thread_id
+    assert [j.job_id for j in thread_jobs(workers.store, thread_id, "default")] == [first.id, second.id]
+    assert thread_jobs(workers.store, first.id, "default") == []  # no thread under the first job's id
+    key = f"{workers.settings.prefix}:{{{thread_id}}}:thread"
+    assert workers.redis.ttl(key) > 0
+    assert f'<thread id=\\"{thread_id}\\">' in prompts(thinker, "brk named two")[0]
+    assert [len(prompts(thinker, "brk named two"))] == [1]  # one job ran, not two
+
+
 @pytest.fixture
 def small_threads(redis_base: str) -> Iterator[Hosts]:
     """Workers that give a follow-up at most 400 characters of its thread."""
