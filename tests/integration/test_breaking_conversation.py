@@ -585,3 +585,19 @@ def test_messages_whose_worker_is_killed_are_stored_once_when_sent_again(fresh: 
     round_1 = prompts(thinker, marker)[1]
     assert [round_1.count(t) for t in texts.values()] == [1] * 30
     assert len(received(handle)) == 30
+
+
+def test_a_message_to_a_job_whose_first_call_is_still_queued_is_read_in_round_0(fresh: Hosts) -> None:
+    workers, thinker, _ = fresh
+    marker = "brk queued first call"
+    workers.start("tools")  # takes the intake and messages; no Thinker yet
+    handle = workers.submit(goal=goal_with_plan(marker, [ADD]), max_rounds=4)
+    wait_for(
+        lambda: workers.store.spec(handle.id) is not None and handle.status().state != "queued", 30, "intake"
+    )
+    answer = handle.message_answer("Read me first.", idempotency_key="q-1")
+    assert answer["accepted"] is True and answer["round"] == 0, answer
+    workers.start("thinker", "actor", name="models")
+    assert handle.result(timeout=90).status == "completed"
+    assert [p.count("Read me first.") for p in prompts(thinker, marker)] == [1, 1]
+    assert received(handle) == [(f"{handle.id}:message:0001", 0, "Read me first.")]
