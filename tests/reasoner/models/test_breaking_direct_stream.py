@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -121,7 +124,8 @@ def _same(through: Outcome, straight: Outcome) -> None:
     assert through.reply is not None and straight.reply is not None
     assert straight.reply.model_dump() == through.reply.model_dump()
     assert straight.deltas == through.deltas
-    assert straight.asleeps == through.asleeps
+    assert len(straight.asleeps) == len(through.asleeps)  # the same retries (their waits are jittered)
+    assert len(straight.requests) == len(through.requests)
 
 
 # -- errors and retries before the stream starts ----------------------------------------------
@@ -281,3 +285,148 @@ def test_an_error_object_before_any_text_is_retried_as_through_litellm(litellm_c
         assert [c for _, c in outcome.deltas if c] == ["4"]
     assert straight.reply is not None and through.reply is not None
     assert straight.reply.model_dump() == through.reply.model_dump()
+
+
+# -- event lines cut across network reads ------------------------------------------------------
+
+
+class SplitStream:
+    """A host that streams ``body`` cut into ``size``-byte HTTP chunks, a pause between each, so
+    an event line (and a UTF-8 character) reaches the client across several reads."""
+
+    def __init__(self, body: bytes, size: int) -> None:
+        self.body, self.size, self.requests = body, size, 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet."""
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(outer.body), outer.size):
+                    piece = outer.body[i : i + outer.size]
+                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    self.wfile.flush()
+                    time.sleep(0.002)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> SplitStream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _split_call(body: bytes, size: int, *, direct: bool) -> Outcome:
+    outcome = Outcome()
+    with SplitStream(body, size) as host:
+        model, asleeps = make(host.url, stream=True)
+
+        def generate() -> Any:
+            return model.agenerate("sys", USER, on_delta=lambda r, c: outcome.deltas.append((r, c)))
+
+        try:
+            outcome.reply = run_allowed(generate) if direct else asyncio.run(generate())
+        except ModelCallError as exc:
+            outcome.error = exc
+        outcome.asleeps = list(asleeps)
+        assert host.requests == 1
+    return outcome
+
+
+@pytest.mark.parametrize("size", [1, 5, 64])
+def test_event_lines_and_utf8_characters_cut_across_reads_are_joined(
+    size: int, litellm_calls: list[str]
+) -> None:
+    pieces = ["Größe ", "日本語の", "答え ", "🙂 is ", "4."]
+    body = "\n".join([*_data(_raw_chunks(pieces)), "data: [DONE]", ""]).encode()
+    through = _split_call(body, size, direct=False)
+    assert litellm_calls == [MODEL]
+    straight = _split_call(body, size, direct=True)
+    assert litellm_calls == [MODEL]
+    _same(through, straight)
+    assert straight.reply is not None and straight.reply.content == "".join(pieces)
+    assert [c for _, c in straight.deltas if c] == pieces
+
+
+# -- what hosts really send -------------------------------------------------------------------
+
+
+def _usage_every_chunk() -> Reply:
+    """vLLM with ``continuous_usage_stats``: a growing usage in every chunk, then the total."""
+    chunks = _raw_chunks()
+    for n, chunk in enumerate(chunks[:-1]):
+        chunk["usage"] = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}
+    return _event_stream([*_data(chunks), "data: [DONE]", ""])
+
+
+def _null_content_with_tools() -> Reply:
+    """Deltas with ``"content": null`` around a tool call sent in pieces, no id after the first."""
+    head = _chunk({"role": "assistant", "content": None})
+    call = {"index": 0, "id": "call_x", "type": "function", "function": {"name": "add", "arguments": ""}}
+    parts = ['{"a"', ": 2, ", '"b": 2}']
+    chunks = [head, _chunk({"content": None, "tool_calls": [call]})]
+    chunks += [
+        _chunk({"content": None, "tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in parts
+    ]
+    chunks.append(_chunk({}, "tool_calls"))
+    return _event_stream([*_data(chunks), "data: [DONE]", ""])
+
+
+def _cut_by_length() -> Reply:
+    chunks = _raw_chunks()
+    chunks[-2] = _chunk({}, "length")
+    return _event_stream([*_data(chunks), "data: [DONE]", ""])
+
+
+def _whole_json_answer() -> Reply:
+    """A host that ignores ``stream`` and answers one ``chat.completion``."""
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
+        "usage": RAW_USAGE,
+    }
+    return Reply(body=json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    "make_reply",
+    [
+        pytest.param(_usage_every_chunk, id="usage-in-every-chunk"),
+        pytest.param(_null_content_with_tools, id="null-content-tool-pieces"),
+        pytest.param(_cut_by_length, id="finish-length"),
+        pytest.param(_whole_json_answer, id="json-not-a-stream"),
+    ],
+)
+def test_what_real_hosts_stream_reads_as_through_litellm(make_reply: Any, litellm_calls: list[str]) -> None:
+    through, straight = _both(lambda: [make_reply(), Reply("fallback")], litellm_calls, tools=True)
+    if through.error is not None:
+        assert straight.error is not None, (
+            f"LiteLLM failed ({through.error!r}), direct gave {straight.reply!r}"
+        )
+        assert type(straight.error) is type(through.error)
+        assert len(straight.requests) == len(through.requests)
+    else:
+        _same(through, straight)  # a retry, when LiteLLM retries, included
