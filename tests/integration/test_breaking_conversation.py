@@ -365,6 +365,47 @@ def test_a_job_takes_a_thousand_messages_and_refuses_the_next(cluster: Hosts) ->
     handle.cancel()
 
 
+def test_messages_sent_by_task_name_without_a_key_are_each_stored(cluster: Hosts) -> None:
+    workers, thinker, marker = cluster[0], cluster[1], "brk no key"
+    handle = park(workers, marker, [PARK, ADD], max_rounds=5)
+    client = bare(workers)
+    try:
+        first = client.send_task("tandem.message", kwargs={"job_id": handle.id, "text": "First, no key."})
+        second = client.send_task("tandem.message", kwargs={"job_id": handle.id, "text": "Second, no key."})
+        answers = [first.get(timeout=30), second.get(timeout=30)]
+    finally:
+        client.close()
+    assert [a["accepted"] for a in answers] == [True, True], answers
+    assert [m.content for m in person_messages(workers, handle.id)] == ["First, no key.", "Second, no key."]
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    assert "Second, no key." in prompts(thinker, marker)[1]
+
+
+def test_an_ended_job_refuses_a_message_and_takes_one_once_resumed(cluster: Hosts) -> None:
+    workers, _, actor = cluster
+    marker = "brk resumed"
+    handle = park(workers, marker, [PARK, ADD, PARK, ADD], reasoner="mono", max_rounds=2)
+    handle.approve()
+    assert handle.result(timeout=90).status == "truncated"
+    before = snapshot(workers, handle.id)
+    with pytest.raises(MessageRefused) as refused:
+        handle.message("After the end.", idempotency_key="e-1")
+    assert refused.value.reason == "ended"
+    assert snapshot(workers, handle.id) == before  # nothing added, not even the key's answer
+
+    handle.resume(max_rounds=6)
+    wait_for(lambda: handle.status().state == "awaiting_approval", 60, "the resumed job to park")
+    answer = handle.message_answer("After the resume.", idempotency_key="e-1")  # the same key: free
+    assert answer["accepted"] is True and answer["message_id"] == f"{handle.id}:message:0001", answer
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    seen = prompts(actor, marker)
+    assert all("After the end." not in p for p in seen)
+    assert seen[-1].count("After the resume.") == 1
+    assert [m.content for m in person_messages(workers, handle.id)] == ["After the resume."]
+
+
 # -- threads --------------------------------------------------------------------------------
 
 
