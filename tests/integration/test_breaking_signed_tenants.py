@@ -57,15 +57,17 @@ def tenants(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     outside.mkdir()
     key, cert = _certificate(store, "tandem")  # the workers' and the operator's
     teams: dict[str, Team] = {}
-    for name, where in (("team-a", store), ("team-b", store), ("team-c", outside)):
+    for name, where in (("team-a", store), ("team-b", store), ("team-b2", store), ("team-c", outside)):
         team_key, team_cert = _certificate(where, name)
         teams[name] = {"key": str(team_key), "cert": str(team_cert), "store": str(store / "*.pem")}
+    mapping: dict[str, Any] = {name: team["cert"] for name, team in teams.items() if name != "team-b2"}
+    mapping["team-b"] = [teams["team-b"]["cert"], teams["team-b2"]["cert"]]  # two certificates, one tenant
     gen = _make_cluster(
         redis_base,
         TANDEM_SIGNING_KEY=str(key),
         TANDEM_SIGNING_CERT=str(cert),
         TANDEM_SIGNING_CERT_STORE=str(store / "*.pem"),
-        TANDEM_SIGNING_TENANTS=json.dumps({name: team["cert"] for name, team in teams.items()}),
+        TANDEM_SIGNING_TENANTS=json.dumps(mapping),
     )
     cluster, _, actor = next(gen)
     actor.set_script(actor_host)
@@ -233,3 +235,25 @@ def test_a_tenant_certificate_cannot_name_another_owner_by_position_or_by_blank(
         job.approve()
         assert job.result(timeout=90).status == "completed"
         assert person_messages(cluster, job.id) == []
+
+
+def test_a_tenants_second_certificate_acts_for_it_and_only_for_it(tenants: Tenants) -> None:
+    cluster = tenants.cluster
+    theirs = park(cluster, "brk second cert b", "team-b")
+    mine = park(cluster, "brk second cert a", "team-a")
+    before = settled(cluster, mine.id)
+    own = tenants.send(
+        "team-b2", "tandem.message", {"job_id": theirs.id, "text": "From b2.", "idempotency_key": "b2"}
+    )
+    assert own["accepted"] is True, own
+    named = {"job_id": mine.id, "text": "From b2.", "idempotency_key": "b2", "owner": "team-a"}
+    assert refusal(tenants.send("team-b2", "tandem.message", named)) == (False, "foreign_tenant")
+    spec = {"goal": goal_with_plan("brk second cert job", [])}
+    started = tenants.send("team-b2", "tandem.infer", {"spec": spec}, wait=False)
+    result = cluster.app.AsyncResult(started).get(timeout=90)
+    assert (result["status"], result["owner"]) == ("completed", "team-b")
+    assert snapshot(cluster, mine.id) == before
+    for job in (theirs, mine):
+        job.approve()
+        assert job.result(timeout=90).status == "completed"
+    assert [m.content for m in person_messages(cluster, theirs.id)] == ["From b2."]
