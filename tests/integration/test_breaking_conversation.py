@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from celery import Celery
 from cryptography.fernet import Fernet
@@ -642,3 +643,83 @@ def test_a_message_to_a_job_whose_first_call_is_still_queued_is_read_in_round_0(
     assert handle.result(timeout=90).status == "completed"
     assert [p.count("Read me first.") for p in prompts(thinker, marker)] == [1, 1]
     assert received(handle) == [(f"{handle.id}:message:0001", 0, "Read me first.")]
+
+
+# -- over HTTP: the same answer and the same rules ------------------------------------------
+
+TOKENS = {
+    "brk-token-team-a-0001": {"tenant": "team-a", "scopes": ["submit", "read", "control", "approve"]},
+    "brk-token-team-b-0001": {"tenant": "team-b", "scopes": ["submit", "read", "control", "approve"]},
+    "brk-token-a-readonly-1": {"tenant": "team-a", "scopes": ["read"]},
+}
+
+
+def as_tenant(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def api(redis_base: str) -> Iterator[tuple[Cluster, OpenAIServer, httpx.Client]]:
+    from tests.integration.test_api import ApiProcess
+
+    clusters = _make_cluster(redis_base, TANDEM_API_TOKENS=json.dumps(TOKENS), TANDEM_MAX_GOAL_CHARS="2000")
+    workers, thinker, actor = next(clusters)
+    actor.set_script(actor_host)
+    workers.start("thinker", "actor", "tools")
+    server = ApiProcess(workers.env)
+    client = httpx.Client(base_url=server.url, timeout=httpx.Timeout(60, read=90))
+    try:
+        yield workers, thinker, client
+    finally:
+        client.close()
+        server.stop()
+        next(clusters, None)
+
+
+def test_http_messages_answer_as_the_task_and_refusals_add_nothing(
+    api: tuple[Cluster, OpenAIServer, httpx.Client],
+) -> None:
+    workers, thinker, http = api
+    a, b, readonly = (as_tenant(t) for t in TOKENS)
+    marker = "brk http message"
+    created = http.post(
+        "/v1/jobs", headers=a, json={"goal": goal_with_plan(marker, [PARK, ADD]), "max_rounds": 5}
+    )
+    assert created.status_code == 202, created.text
+    handle = JobHandle(created.json()["id"], app=workers.app, store=workers.store)
+    handle.owner = "team-a"
+    wait_for(lambda: handle.status().state == "awaiting_approval", 60, "the job to park")
+    before = settled(workers, handle.id)
+    path = f"/v1/jobs/{handle.id}/messages"
+    body = {"text": "Over HTTP.", "idempotency_key": "h-1"}
+
+    assert http.post(path, headers=b, json=body).status_code == 404  # another tenant's job
+    assert http.post(path, headers=readonly, json=body).status_code == 403  # no control scope
+    assert http.post(path, headers=a, json={"text": ""}).status_code == 422
+    assert http.post(path, headers=a, json={"text": "x" * 2001}).status_code == 422
+    assert (
+        http.post(f"/v1/jobs/{handle.id}/follow-up", headers=a, json={"goal": "too soon"}).status_code == 409
+    )
+    assert (
+        http.post(f"/v1/jobs/{handle.id}/follow-up", headers=b, json={"goal": "not yours"}).status_code == 404
+    )
+    assert snapshot(workers, handle.id) == before
+
+    ghost = str(uuid.uuid4())
+    assert http.post(f"/v1/jobs/{ghost}/messages", headers=a, json=body).status_code == 404
+    assert http.post(f"/v1/jobs/{ghost}/follow-up", headers=a, json={"goal": "go on"}).status_code == 404
+    assert http.get(f"/v1/threads/{ghost}", headers=a).status_code == 404
+    assert list(workers.redis.scan_iter(match=f"*{ghost}*")) == []
+
+    answers = concurrently(8, lambda _: http.post(path, headers=a, json=body))
+    expected = {"id": handle.id, "message_id": f"{handle.id}:message:0001", "round": 1}
+    assert [(r.status_code, r.json()) for r in answers] == [(202, expected)] * 8
+    assert [m.content for m in person_messages(workers, handle.id)] == ["Over HTTP."]
+    assert http.get(f"/v1/threads/{handle.id}", headers=b).status_code == 404
+
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    ended = http.post(path, headers=a, json={"text": "Too late.", "idempotency_key": "h-2"})
+    assert ended.status_code == 409 and "job_ended" in ended.text, ended.text
+    assert [p.count("Over HTTP.") for p in prompts(thinker, marker)] == [0, 1, 1]
+    assert [m.content for m in person_messages(workers, handle.id)] == ["Over HTTP."]
