@@ -338,6 +338,40 @@ def test_a_message_during_the_leading_models_call_waits_for_the_next_round(clust
     assert [p.count("Said while you were writing.") for p in prompts(thinker, marker)] == [0, 1, 1]
 
 
+def test_a_message_after_the_last_round_began_is_kept_unread_until_a_resume(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    marker, hint = "brk last round", "Said during the last round."
+    in_call = threading.Event()
+
+    def slow(request: RecordedRequest) -> Reply:
+        if (
+            marker in json.dumps(request["messages"])
+            and plan_model.turn(request) == 2
+            and not in_call.is_set()
+        ):
+            in_call.set()
+            time.sleep(3)
+        return plan_model.thinker(request)
+
+    thinker.set_script(slow)
+    try:
+        handle = workers.submit(goal=goal_with_plan(marker, [ADD, ADD, ADD]), max_rounds=2)
+        assert in_call.wait(60), "the last round's Thinker call never came"
+        answer = handle.message_answer(hint, idempotency_key="last")
+        assert answer["accepted"] is True and answer["round"] == 2, answer
+        assert handle.result(timeout=90).status == "truncated"
+        assert [p.count(hint) for p in prompts(thinker, marker)] == [0, 0]  # stored, not read
+        assert [(m.round, m.content) for m in person_messages(workers, handle.id)] == [(2, hint)]
+        handle.resume(max_rounds=6)
+        assert handle.result(timeout=90).status == "completed"
+    finally:
+        thinker.set_script(plan_model.thinker)
+    seen = prompts(thinker, marker)
+    assert [p.count(hint) for p in seen[:2]] == [0, 0] and all(p.count(hint) == 1 for p in seen[2:])
+    assert len(seen) > 2
+    assert received(handle) == [(f"{handle.id}:message:0001", 2, hint)]
+
+
 def test_a_job_takes_a_thousand_messages_and_refuses_the_next(cluster: Hosts) -> None:
     workers, _, _ = cluster
     handle = park(workers, "brk full", [PARK, ADD], max_rounds=5)
