@@ -757,3 +757,17 @@ def test_http_messages_answer_as_the_task_and_refusals_add_nothing(
     assert ended.status_code == 409 and "job_ended" in ended.text, ended.text
     assert [p.count("Over HTTP.") for p in prompts(thinker, marker)] == [0, 1, 1]
     assert [m.content for m in person_messages(workers, handle.id)] == ["Over HTTP."]
+
+
+def test_the_thread_bound_holds_when_the_newest_entry_alone_is_over_it(small_threads: Hosts) -> None:
+    workers, thinker, _ = small_threads
+    first = workers.submit(goal=goal_with_plan("brk huge " + "z" * 1000, [ADD]), max_rounds=4)
+    assert first.result(timeout=90).status == "completed"
+    second = first.follow_up(goal_with_plan("brk after huge", []))
+    assert second.result(timeout=90).status == "completed"
+    seen = json.loads(prompts(thinker, "brk after huge")[0])
+    text = "\n".join(str(m.get("content")) for m in seen)
+    block = text[text.index("<thread id=") : text.index("</thread>") + len("</thread>")]
+    assert len(block) <= 400, block
+    assert "[1 earlier message(s) of this thread dropped to keep it within 400 characters" in block
+    assert "<answer>all planned calls ran</answer>" in block and "zzzz" not in block
