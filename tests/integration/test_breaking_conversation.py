@@ -372,6 +372,43 @@ def test_a_message_after_the_last_round_began_is_kept_unread_until_a_resume(clus
     assert received(handle) == [(f"{handle.id}:message:0001", 2, hint)]
 
 
+def test_a_fork_before_the_messages_round_does_not_get_it(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    marker, hint = "brk fork early", "Only for rounds from 1 on."
+    handle = park(workers, marker, [PARK, ADD], max_rounds=5)
+    assert handle.message(hint, idempotency_key="fk") == f"{handle.id}:message:0001"
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    fork = handle.fork(1, goal_with_plan("brk fork early child", [ADD]))
+    assert fork.result(timeout=90).status == "completed"
+    assert person_messages(workers, fork.id) == []  # rounds 0..0 only: the message was round 1's
+    assert all(hint not in p for p in prompts(thinker, "brk fork early child"))
+    fork_id = fork.message_answer("late", idempotency_key="fk")
+    assert (fork_id["accepted"], fork_id["reason"]) == (False, "ended"), fork_id
+
+
+def test_a_resumed_job_numbers_its_messages_after_the_ones_it_had(cluster: Hosts) -> None:
+    workers, _, actor = cluster
+    marker = "brk resume numbering"
+    handle = park(workers, marker, [PARK, ADD, PARK, ADD], reasoner="mono", max_rounds=2)
+    assert handle.message("Before the resume.", idempotency_key="a") == f"{handle.id}:message:0001"
+    handle.approve()
+    assert handle.result(timeout=90).status == "truncated"
+    handle.resume(max_rounds=8)
+    wait_for(lambda: handle.status().state == "awaiting_approval", 60, "the resumed job to park")
+    assert handle.message("After the resume.", idempotency_key="b") == f"{handle.id}:message:0002"
+    assert handle.message("Before the resume.", idempotency_key="a") == f"{handle.id}:message:0001"
+    handle.approve()
+    assert handle.result(timeout=90).status == "completed"
+    stored = person_messages(workers, handle.id)
+    assert [(m.message_id, m.content) for m in stored] == [
+        (f"{handle.id}:message:0001", "Before the resume."),
+        (f"{handle.id}:message:0002", "After the resume."),
+    ]
+    last = prompts(actor, marker)[-1]
+    assert last.count("Before the resume.") == 1 and last.count("After the resume.") == 1
+
+
 def test_a_job_takes_a_thousand_messages_and_refuses_the_next(cluster: Hosts) -> None:
     workers, _, _ = cluster
     handle = park(workers, "brk full", [PARK, ADD], max_rounds=5)
