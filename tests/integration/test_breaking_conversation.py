@@ -561,6 +561,26 @@ def test_a_thread_named_in_the_spec_is_the_one_its_follow_ups_join(cluster: Host
     assert [len(prompts(thinker, "brk named two"))] == [1]  # one job ran, not two
 
 
+def test_a_follow_up_key_sent_at_once_starts_one_job_and_is_per_job(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    x = workers.submit(goal=goal_with_plan("brk race x", [ADD]), max_rounds=4)
+    y = workers.submit(goal=goal_with_plan("brk race y", [ADD]), max_rounds=4)
+    assert x.result(timeout=90).status == "completed" and y.result(timeout=90).status == "completed"
+    specs = len(list(workers.redis.scan_iter(match=f"{workers.settings.prefix}:*:spec")))
+    goal = goal_with_plan("brk race follow-up", [])
+    racing = concurrently(8, lambda _: x.follow_up(goal, idempotency_key="same").id)
+    assert len(set(racing)) == 1 and isinstance(racing[0], str), racing
+    other = y.follow_up(goal, idempotency_key="same")
+    assert other.id != racing[0]  # the key is per job
+    for job_id in (racing[0], other.id):
+        handle = JobHandle(job_id, app=workers.app, store=workers.store)
+        assert handle.result(timeout=90).status == "completed"
+    assert len(list(workers.redis.scan_iter(match=f"{workers.settings.prefix}:*:spec"))) == specs + 2
+    assert [j.job_id for j in thread_jobs(workers.store, x.id, "default")] == [x.id, racing[0]]
+    assert [j.job_id for j in thread_jobs(workers.store, y.id, "default")] == [y.id, other.id]
+    assert len(prompts(thinker, "brk race follow-up")) == 2  # one job per thread ran, not eight
+
+
 @pytest.fixture
 def small_threads(redis_base: str) -> Iterator[Hosts]:
     """Workers that give a follow-up at most 400 characters of its thread."""
