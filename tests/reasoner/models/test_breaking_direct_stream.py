@@ -430,3 +430,31 @@ def test_what_real_hosts_stream_reads_as_through_litellm(make_reply: Any, litell
         assert len(straight.requests) == len(through.requests)
     else:
         _same(through, straight)  # a retry, when LiteLLM retries, included
+
+
+# -- what counts as "tokens shown" for a cut stream --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cut", "retried"),
+    [
+        pytest.param(Reply("four", break_after=1), True, id="after-the-role-chunk-only"),
+        pytest.param(
+            Reply("four", reasoning_content="thinking hard", break_after=3), False, id="after-reasoning"
+        ),
+    ],
+)
+def test_a_cut_stream_is_retried_only_before_anything_was_shown(
+    cut: Reply, retried: bool, litellm_calls: list[str]
+) -> None:
+    straight = _call(lambda: [cut, Reply("4")], direct=True)
+    assert litellm_calls == []
+    shown = [d for d in straight.deltas if d[0] or d[1]]
+    if retried:
+        assert straight.error is None and straight.reply is not None, repr(straight.error)
+        assert straight.reply.content == "4" and len(straight.requests) == 2
+        assert shown == [("", "4")]
+    else:
+        assert isinstance(straight.error, TransientModelError), repr(straight.error)
+        assert len(straight.requests) == 1 and straight.asleeps == []
+        assert shown and all(r and not c for r, c in shown)  # only reasoning reached the listener
