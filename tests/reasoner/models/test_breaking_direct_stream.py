@@ -411,9 +411,27 @@ def _whole_json_answer() -> Reply:
     return Reply(body=json.dumps(body), content_type="application/json")
 
 
+def _interleaved_tool_calls() -> Reply:
+    """Two calls whose pieces come interleaved by ``index`` (parallel calls, as some hosts send)."""
+
+    def call(index: int, **fields: Any) -> dict[str, Any]:
+        return _chunk({"tool_calls": [{"index": index, **fields}]})
+
+    chunks = [
+        _chunk({"role": "assistant", "content": ""}),
+        call(0, id="call_0", type="function", function={"name": "add", "arguments": '{"a": '}),
+        call(1, id="call_1", type="function", function={"name": "add", "arguments": '{"a": 10'}),
+        call(0, function={"arguments": '1, "b": 2}'}),
+        call(1, function={"arguments": ', "b": 20}'}),
+        _chunk({}, "tool_calls"),
+    ]
+    return _event_stream([*_data(chunks), "data: [DONE]", ""])
+
+
 @pytest.mark.parametrize(
     "make_reply",
     [
+        pytest.param(_interleaved_tool_calls, id="interleaved-tool-calls"),
         pytest.param(_usage_every_chunk, id="usage-in-every-chunk"),
         pytest.param(_null_content_with_tools, id="null-content-tool-pieces"),
         pytest.param(_cut_by_length, id="finish-length"),
@@ -458,3 +476,10 @@ def test_a_cut_stream_is_retried_only_before_anything_was_shown(
         assert isinstance(straight.error, TransientModelError), repr(straight.error)
         assert len(straight.requests) == 1 and straight.asleeps == []
         assert shown and all(r and not c for r, c in shown)  # only reasoning reached the listener
+
+
+def test_interleaved_tool_call_pieces_join_by_index(litellm_calls: list[str]) -> None:
+    straight = _call(_interleaved_tool_calls, direct=True, tools=True)
+    assert litellm_calls == [] and straight.error is None and straight.reply is not None
+    got = [(c.id, c.name, json.loads(c.arguments)) for c in straight.reply.tool_calls]
+    assert got == [("call_0", "add", {"a": 1, "b": 2}), ("call_1", "add", {"a": 10, "b": 20})]
