@@ -97,7 +97,8 @@ def job_keys(cluster: Cluster, job_id: str) -> list[str]:
 def snapshot(cluster: Cluster, job_id: str) -> dict[str, Any]:
     """Every key of the job and its value (streams as their entries), but the replay guard's
     ``:seen:<nonce>`` keys of signed messages (one per message received, with a TTL)."""
-    r, out = cluster.redis, {}
+    r = cluster.redis
+    out: dict[str, Any] = {}
     for key in job_keys(cluster, job_id):
         if ":seen:" in key:
             continue
@@ -140,7 +141,8 @@ def bare(cluster: Cluster) -> Celery:
 
 def concurrently(n: int, call: Any) -> list[Any]:
     """``call(i)`` for i in 0..n-1 from n threads released together; the answers or errors."""
-    start, out = threading.Barrier(n), [None] * n
+    start = threading.Barrier(n)
+    out: list[Any] = [None] * n
 
     def run(i: int) -> None:
         start.wait()
