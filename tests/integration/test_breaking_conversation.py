@@ -285,16 +285,26 @@ def test_a_message_holding_the_jobs_secret_is_masked_everywhere(cluster: Hosts) 
     workers, thinker, _ = cluster
     marker, secret = "brk secret", "tok-5b1e77c2d9a4"
     handle = park(workers, marker, [PARK, ADD], max_rounds=5, secrets={"deploy_token": secret})
-    message_id = handle.message(f"The token is {secret}, use it.", idempotency_key="s-1")
+    texts = [
+        f"The token is {secret}, use it.",
+        "Connect with https://bob:hunter2pass@db.internal/x and password=Sup3rS3cretValue",
+        "x" * 90_000 + f" and at the very end {secret}",
+    ]
+    ids = [handle.message(text, idempotency_key=f"s-{i}") for i, text in enumerate(texts)]
     handle.approve()
     assert handle.result(timeout=90).status == "completed"
-    [stored] = person_messages(workers, handle.id)
-    assert (stored.message_id, stored.content) == (message_id, "The token is ***, use it.")
-    assert received(handle) == [(message_id, 1, "The token is ***, use it.")]
-    assert all(secret not in p for p in prompts(thinker, marker))
+    stored = person_messages(workers, handle.id)
+    assert [m.message_id for m in stored] == ids
+    assert stored[0].content == "The token is ***, use it."
+    assert stored[2].content == "x" * 90_000 + " and at the very end ***"
+    leaks = (secret, "hunter2pass", "Sup3rS3cretValue")
+    assert [[leak in m.content for leak in leaks] for m in stored] == [[False] * 3] * 3
+    events = received(handle)
+    assert [(i, text) for i, _, text in events] == [(m.message_id, m.content) for m in stored]
+    assert all(leak not in p for p in prompts(thinker, marker) for leak in leaks)
     assert [p.count("The token is ***, use it.") for p in prompts(thinker, marker)] == [0, 1, 1]
     raw = b"".join(repr(v).encode() for v in snapshot(workers, handle.id).values())
-    assert secret.encode() not in raw
+    assert [leak.encode() in raw for leak in leaks] == [False] * 3
 
 
 def test_refused_messages_add_nothing_and_a_reused_key_keeps_its_first_text(cluster: Hosts) -> None:
