@@ -178,6 +178,7 @@ def test_the_same_key_sent_sixteen_times_at_once_is_stored_and_read_once(cluster
     handle.approve()
     assert handle.result(timeout=90).status == "completed"
     assert [p.count(hint) for p in prompts(thinker, marker)] == [0, 1, 1]
+    assert all(hint not in p for p in prompts(cluster[2], marker))  # the Actor of a dual job: never
     assert received(handle) == [(f"{handle.id}:message:0001", 1, hint)]
 
 
@@ -591,6 +592,25 @@ def test_a_follow_up_key_sent_at_once_starts_one_job_and_is_per_job(cluster: Hos
     assert [j.job_id for j in thread_jobs(workers.store, x.id, "default")] == [x.id, racing[0]]
     assert [j.job_id for j in thread_jobs(workers.store, y.id, "default")] == [y.id, other.id]
     assert len(prompts(thinker, "brk race follow-up")) == 2  # one job per thread ran, not eight
+
+
+def test_a_job_whose_record_expired_drops_out_of_its_thread(cluster: Hosts) -> None:
+    workers, thinker, _ = cluster
+    first = workers.submit(goal=goal_with_plan("brk expiring one", [ADD]), max_rounds=4)
+    assert first.result(timeout=90).status == "completed"
+    second = first.follow_up(goal_with_plan("brk expiring two", []), idempotency_key="x2")
+    assert second.result(timeout=90).status == "completed"
+    for key in job_keys(workers, first.id):  # the first job's life ends (as its TTL would)...
+        if not key.endswith(":thread"):  # ...not its thread's, which shares its hash tag
+            workers.redis.delete(key)
+    assert [j.job_id for j in thread_jobs(workers.store, first.id, "default")] == [second.id]
+    third = second.follow_up(goal_with_plan("brk expiring three", []), idempotency_key="x3")
+    assert third.result(timeout=90).status == "completed"
+    seen = prompts(thinker, "brk expiring three")[0]
+    context = seen[seen.index("<thread id=") : seen.index("</thread>")]
+    assert "brk expiring one" not in context and "<goal>brk expiring two" in context
+    assert context.count("<earlier_job") == 1
+    assert [j.job_id for j in thread_jobs(workers.store, first.id, "default")] == [second.id, third.id]
 
 
 @pytest.fixture
