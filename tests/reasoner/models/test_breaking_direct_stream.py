@@ -13,6 +13,7 @@ comment lines, CRLF line endings, and an error object sent in the middle of the 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import threading
 import time
@@ -432,6 +433,8 @@ def _interleaved_tool_calls() -> Reply:
     "make_reply",
     [
         pytest.param(_interleaved_tool_calls, id="interleaved-tool-calls"),
+        pytest.param(lambda: _event_stream(["data: [DONE]", ""]), id="done-and-nothing-else"),
+        pytest.param(lambda: _event_stream([": just a comment", ""]), id="no-chunk-at-all"),
         pytest.param(_usage_every_chunk, id="usage-in-every-chunk"),
         pytest.param(_null_content_with_tools, id="null-content-tool-pieces"),
         pytest.param(_cut_by_length, id="finish-length"),
@@ -483,3 +486,21 @@ def test_interleaved_tool_call_pieces_join_by_index(litellm_calls: list[str]) ->
     assert litellm_calls == [] and straight.error is None and straight.reply is not None
     got = [(c.id, c.name, json.loads(c.arguments)) for c in straight.reply.tool_calls]
     assert got == [("call_0", "add", {"a": 1, "b": 2}), ("call_1", "add", {"a": 10, "b": 20})]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param(
+            lambda: {"Retry-After": email.utils.formatdate(time.time() + 3, usegmt=True)}, id="http-date"
+        ),
+        pytest.param(lambda: {"retry-after-ms": "2500"}, id="retry-after-ms"),
+    ],
+)
+def test_a_429_with_other_retry_after_forms_waits_as_through_litellm(
+    headers: Any, litellm_calls: list[str]
+) -> None:
+    through, straight = _both(lambda: [Reply(status=429, headers=headers()), Reply("4")], litellm_calls)
+    _same(through, straight)
+    assert len(straight.asleeps) == 1
+    assert abs(straight.asleeps[0] - through.asleeps[0]) < 1.5, (through.asleeps, straight.asleeps)
