@@ -860,3 +860,36 @@ def test_the_thread_bound_holds_when_the_newest_entry_alone_is_over_it(small_thr
     assert len(block) <= 400, block
     assert "[1 earlier message(s) of this thread dropped to keep it within 400 characters" in block
     assert "<answer>all planned calls ran</answer>" in block and "zzzz" not in block
+
+
+@pytest.fixture
+def slow_reconciler(redis_base: str) -> Iterator[Hosts]:
+    """A cluster with no workers yet, whose reconciler leaves a queued job alone for 60 s."""
+    clusters = _make_cluster(redis_base)
+    hosts = next(clusters)
+    hosts[2].set_script(actor_host)
+    yield hosts
+    next(clusters, None)
+
+
+def test_a_message_to_a_job_not_yet_taken_in_is_read_once_in_round_0(slow_reconciler: Hosts) -> None:
+    from tests.integration.test_durability import queued
+
+    workers, thinker, _ = slow_reconciler
+    marker = "brk before intake"
+    handle = workers.submit(goal=goal_with_plan(marker, [ADD]), max_rounds=4)
+    intake = workers.settings.intake_queue
+    wait_for(lambda: queued(workers, intake), 10, "the intake message")
+    [lane] = queued(workers, intake)
+    held = workers.redis.lpop(lane)  # held back: the job stays queued while the message comes
+    assert held is not None and handle.status().state == "queued"
+    workers.start("thinker", "actor", "tools")
+    answer = handle.message_answer("Before you even started.", idempotency_key="pre")
+    workers.redis.lpush(lane, held)
+    assert answer["accepted"] is True, answer  # a queued job is known: none of the refusals applies
+    assert (answer["message_id"], answer["round"]) == (f"{handle.id}:message:0001", 0), answer
+    assert handle.result(timeout=90).status == "completed"
+    assert [p.count("Before you even started.") for p in prompts(thinker, marker)] == [1, 1]
+    assert [(m.round, m.content) for m in person_messages(workers, handle.id)] == [
+        (0, "Before you even started.")
+    ]
