@@ -162,18 +162,7 @@ def test_a_429_with_retry_after_past_the_hold_is_handed_to_the_caller(litellm_ca
 
 @pytest.mark.parametrize(
     "reasoning_field",
-    [
-        "reasoning_content",
-        pytest.param(
-            "reasoning",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the direct stream drops reasoning sent in the delta field `reasoning` (newer vLLM): "
-                "the reply's reasoning is '' where LiteLLM's stream and the non-streamed direct call "
-                "give the text",
-            ),
-        ),
-    ],
+    ["reasoning_content", "reasoning"],  # ``reasoning``: newer vLLM's name for the field
 )
 def test_reasoning_then_content_reads_as_litellm_reads_it(
     reasoning_field: str, litellm_calls: list[str]
