@@ -213,18 +213,23 @@ async def close() -> None:
         await found.close()
 
 
-async def post_chat(
+@contextlib.asynccontextmanager
+async def _post(
     client: Any,
     api_base: str,
     api_key: str | None,
     body: Mapping[str, Any],
     timeout: float,
-) -> dict[str, Any]:
-    """POST ``body`` to ``{api_base}/chat/completions`` and return the answer's chat completion
-    (a JSON object, its shape checked by ``read_completion``)."""
+    accept: str | None = None,
+) -> AsyncIterator[Any]:
+    """The host's success answer to ``body`` POSTed to ``{api_base}/chat/completions``, while it
+    is open: an error answer is ``HostReplyError``, a refused or dropped connection
+    ``HostConnectionError``, a time-out ``TimeoutError`` (aiohttp's are ``TimeoutError`` too)."""
     import aiohttp
 
     headers = {"Content-Type": "application/json"}
+    if accept:
+        headers["Accept"] = accept
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     url = api_base.rstrip("/") + "/chat/completions"
@@ -236,15 +241,28 @@ async def post_chat(
             timeout=aiohttp.ClientTimeout(total=timeout),
             proxy=proxy_for(url),
         ) as response:
-            text = await response.text(errors="replace")
             if response.status >= 400:
-                raise HostReplyError(response.status, text, response.headers)
-            content_type = response.headers.get("Content-Type", "")
-    except TimeoutError:  # aiohttp's time-outs are ``TimeoutError``s too: kept as time-outs
+                raise HostReplyError(response.status, await response.text(errors="replace"), response.headers)
+            yield response
+    except TimeoutError:  # aiohttp's time-outs are ``ClientError``s too: kept as time-outs
         raise
     except aiohttp.ClientError as exc:
         raise HostConnectionError(f"{type(exc).__name__}: {exc}") from exc
-    return read_completion(text, content_type, response.status)
+
+
+async def post_chat(
+    client: Any,
+    api_base: str,
+    api_key: str | None,
+    body: Mapping[str, Any],
+    timeout: float,
+) -> dict[str, Any]:
+    """POST ``body`` to ``{api_base}/chat/completions`` and return the answer's chat completion
+    (a JSON object, its shape checked by ``read_completion``)."""
+    async with _post(client, api_base, api_key, body, timeout) as response:
+        text = await response.text(errors="replace")
+        content_type, status = response.headers.get("Content-Type", ""), response.status
+    return read_completion(text, content_type, status)
 
 
 class ChatStream:
@@ -306,28 +324,9 @@ async def open_stream(
     """POST ``body`` (a streamed request) to ``{api_base}/chat/completions`` and give its chunks
     (``ChatStream``) while the answer is open; errors as ``post_chat``'s, and ``UnreadableReply``
     (``not-stream``) for a success answer that is no event stream (a proxy's page, a JSON body)."""
-    import aiohttp
-
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    url = api_base.rstrip("/") + "/chat/completions"
-    try:
-        async with client.post(
-            url,
-            data=json.dumps(body),
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=timeout),
-            proxy=proxy_for(url),
-        ) as response:
-            content_type = response.headers.get("Content-Type", "")
-            if response.status >= 400:
-                raise HostReplyError(response.status, await response.text(errors="replace"), response.headers)
-            if content_type and "event-stream" not in content_type:
-                text = await response.text(errors="replace")
-                raise UnreadableReply("not-stream", text, content_type, response.status)
-            yield ChatStream(response)
-    except TimeoutError:
-        raise
-    except aiohttp.ClientError as exc:
-        raise HostConnectionError(f"{type(exc).__name__}: {exc}") from exc
+    async with _post(client, api_base, api_key, body, timeout, accept="text/event-stream") as response:
+        content_type = response.headers.get("Content-Type", "")
+        if content_type and "event-stream" not in content_type:
+            text = await response.text(errors="replace")
+            raise UnreadableReply("not-stream", text, content_type, response.status)
+        yield ChatStream(response)

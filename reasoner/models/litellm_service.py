@@ -446,7 +446,11 @@ class LiteLlmModelService(BaseModelService):
         if not wait_for_warm_up(0):  # as ``_streamed``, without holding up the loop's other calls
             await asyncio.to_thread(wait_for_warm_up)
         stream = await import_litellm().acompletion(**request)
-        reader = self._reader(on_delta)
+        return await self._read(stream, self._reader(on_delta))
+
+    async def _read(self, stream: Any, reader: StreamReader) -> ModelMessage:
+        """The reply of an async ``stream`` (LiteLLM's, or a ``direct_http.ChatStream``), read by
+        ``reader``: a stream that breaks after text reached the listener is not retried."""
         iterator = stream.__aiter__()
         while True:
             try:
@@ -470,21 +474,10 @@ class LiteLlmModelService(BaseModelService):
             request.get("stream_options") or {"include_usage": True},
         )
         assert self.api_base is not None
-        reader = self._reader(on_delta)
         async with direct_http.open_stream(
             client, self.api_base, self._api_key, body, self.timeout
         ) as stream:
-            iterator = stream.__aiter__()
-            while True:
-                try:
-                    chunk = await iterator.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    reader.broke(exc)
-                    raise
-                reader.feed(chunk)
-            return self._message(*reader.finish(stream))
+            return await self._read(stream, self._reader(on_delta))
 
     def _direct_body(self, request: dict[str, Any]) -> dict[str, Any]:
         """The body a direct call posts for ``request`` (what LiteLLM would send the host)."""
