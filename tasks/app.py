@@ -37,6 +37,7 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.steps.tools",
         "tandem.tasks.steps.finalize",
         "tandem.tasks.control.decide",
+        "tandem.tasks.control.answer",
         "tandem.tasks.control.resume",
         "tandem.tasks.worker_signals",
     )

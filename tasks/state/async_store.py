@@ -76,7 +76,8 @@ class AsyncJobStore:
         state = raw.get(b"state") or raw.get("state")
         parked = state in (b"awaiting_approval", "awaiting_approval")
         approval = await self.redis.get(self.keys.key(job_id, "approval")) if parked else None
-        return status_from_record(job_id, raw, approval)
+        question = await self.redis.get(self.keys.key(job_id, "question")) if parked else None
+        return status_from_record(job_id, raw, approval, question)
 
     async def result(self, job_id: str) -> JobResult | None:
         """The final result, once the job has ended."""
