@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner import tracing
 from tandem.tasks.control.handle import HandleApprovals
+from tandem.tasks.control.handle_questions import HandleQuestions
 from tandem.tasks.errors import (
     JobLostError,
     JobTimeout,
@@ -50,7 +51,7 @@ from tandem.toolkit.redaction import redact
 log = logging.getLogger("tandem.client")
 
 
-class JobHandle(HandleApprovals):
+class JobHandle(HandleApprovals, HandleQuestions):
     """A submitted job: its ``id`` (the Celery id of ``tandem.infer``), status, events and result.
 
     The ``a``-methods are for asyncio code: they wait on redis's asyncio client (a new client of
