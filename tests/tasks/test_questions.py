@@ -32,19 +32,19 @@ def store() -> JobStore:
     return JobStore(fakeredis.FakeRedis())
 
 
-def start_round(store: JobStore) -> None:
+def start_round(store: JobStore, job_id: str = JOB) -> None:
     """Create the job and move it to round 2's tool step (2 calls)."""
     machine = store.machine
-    assert machine.create(JOB, '{"goal": "g"}', "mono", (2, "actor"), [], timeout=3600, ttl_after=600)
-    claim = machine.claim(JOB, 2, "actor", LEASE, 5)
+    assert machine.create(job_id, '{"goal": "g"}', "mono", (2, "actor"), [], timeout=3600, ttl_after=600)
+    claim = machine.claim(job_id, 2, "actor", LEASE, 5)
     assert isinstance(claim, Claim)
-    calls = [{"task": "tandem.run_tool", "args": [JOB, 2, i]} for i in (1, 2)]
+    calls = [{"task": "tandem.run_tool", "args": [job_id, 2, i]} for i in (1, 2)]
     assert machine.transition(claim, (2, "tools", 2, ""), calls, [("2:actor", "{}")], tx="t")
 
 
-def ask(store: JobStore, timeout_s: float = 60, index: int = 1) -> str:
+def ask(store: JobStore, timeout_s: float = 60, index: int = 1, job_id: str = JOB) -> str:
     """Call ``index`` runs and asks for a city: what parking answered."""
-    claim = store.machine.claim_call(JOB, 2, index, LEASE, 5)
+    claim = store.machine.claim_call(job_id, 2, index, LEASE, 5)
     assert isinstance(claim, Claim), claim
     question = Question(text="Which city?", answer_schema=CITY, round=2, call_index=index)
     return QuestionStore(store).park(claim, QuestionPending(question, "book_trip"), timeout_s)
