@@ -223,6 +223,35 @@ async function decideAll(approve) {
   notice(response.ok ? (approve ? "approved" : "rejected") : await errorText(response));
 }
 
+// A question a tool (or the model's ask_person) asks: shown with its schema until it is answered.
+function showQuestion(ev) {
+  const asking = Boolean(ev && ev.question);
+  state.questionPause = asking ? ev.pause_id || null : null;
+  $("#question").hidden = !asking;
+  if (!asking) return;
+  $("#question-pause").textContent = ev.pause_id ? `pause ${ev.pause_id}` : "";
+  $("#question-text").textContent = ev.question;
+  $("#question-schema-line").hidden = !ev.answer_schema;
+  $("#question-schema").textContent = ev.answer_schema ? JSON.stringify(ev.answer_schema) : "";
+  $("#answer-input").value = "";
+}
+
+async function answerQuestion(event) {
+  event.preventDefault();
+  const raw = $("#answer-input").value;
+  let answer = raw; // JSON when it reads as JSON, else the text itself (as `tandem answer` does)
+  try { answer = JSON.parse(raw); } catch (err) { answer = raw; }
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  const body = { answer, idempotency_key: key };
+  if (state.questionPause) body.pause_id = state.questionPause;
+  const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/answers`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  notice(response.ok ? "answered" : await errorText(response));
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
@@ -239,7 +268,9 @@ function handle(ev) {
     case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
     case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
-    case "final": showApproval([]); onFinal(ev); break;
+    case "question_asked": showQuestion(ev); break;
+    case "question_answered": showQuestion(null); break;
+    case "final": showApproval([]); showQuestion(null); onFinal(ev); break;
     default: break; // kinds this console does not know yet
   }
 }
@@ -306,6 +337,7 @@ async function openJob(jobId) {
   $("#rounds").replaceChildren();
   $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
+  showQuestion(null);
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   if (!response.ok) { notice(await errorText(response)); return; }
   const job = await response.json();
@@ -363,6 +395,7 @@ $("#cancel").addEventListener("click", cancelJob);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
+$("#question").addEventListener("submit", answerQuestion);
 $("#token-form").addEventListener("submit", (event) => {
   event.preventDefault();
   state.token = $("#token").value.trim();
