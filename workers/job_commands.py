@@ -1,6 +1,7 @@
 """The ``tandem`` commands that act on jobs: ``run`` (following the job it submits), ``watch``,
 ``resume``, ``fork``, ``approve`` and ``answer``. Each returns its exit status
-(``tandem.workers.exit_codes``); the errors they raise are turned into one line by ``tandem.workers.cli.main``."""
+(``tandem.workers.exit_codes``); the errors they raise are turned into one line by
+``tandem.workers.cli.main``."""
 
 from __future__ import annotations
 
