@@ -25,7 +25,8 @@ the tool may catch; ``ask_person`` returns it to the model as a FAILED result.
 One pause at a time: a call that asks while the job already waits on another pause is released
 without a result and asks again when the reconciler sends it again, once that pause has ended.
 
-Keys: ``{prefix}:{<job_id>}:question`` (the last question's record, with the job's TTL) and the
+Keys: ``{prefix}:{<job_id>}:question`` (a hash: ``record``, the last question's JSON, and ``seq``,
+its pause number; the job's TTL) and the
 job's ``decisions`` hash (answers by idempotency key, shared with decisions).
 """
 
@@ -164,8 +165,16 @@ class QuestionStore:
 
     def get(self, job_id: str) -> QuestionRecord | None:
         """The job's last question (answered or not), if it asked one."""
-        raw = self.redis.get(self.key(job_id))
-        return None if raw is None else QuestionRecord.model_validate_json(raw)
+        found = self._read(job_id)
+        return None if found is None else found[1]
+
+    def _read(self, job_id: str) -> tuple[str, QuestionRecord] | None:
+        """The stored record (JSON, as the scripts compare it) and the record with its pause number."""
+        raw, seq = self.redis.hmget(self.key(job_id), ["record", "seq"])
+        if raw is None:
+            return None
+        record = QuestionRecord.model_validate_json(raw).model_copy(update={"seq": int(_text(seq or 0))})
+        return _text(raw), record
 
     def park(self, claim: Claim, asked: QuestionPending, timeout_s: float) -> str:
         """Park the job on ``asked``, the question of ``claim``'s call; ``parked``, ``busy``
@@ -188,7 +197,7 @@ class QuestionStore:
                 claim.round,
                 claim.index,
                 claim.token,
-                record.model_dump_json(exclude={"pause_id"}),
+                record.model_dump_json(exclude={"pause_id", "seq"}),
                 f"{timeout_s:.3f}",
                 f"{record.deadline:.6f}",
             ],
@@ -276,16 +285,15 @@ class QuestionStore:
         non-answer once the question is due; the updated record. ``DecisionRefused`` (or
         ``StalePauseError``, ``InvalidAnswer``) when it does not apply."""
         for _ in range(100):  # another answer between the read and the write: read again
-            raw = self.redis.get(self.key(job_id))
+            found = self._read(job_id)
             state = self.store.machine.record(job_id)
-            if raw is None:
+            if found is None:
                 if not state:
                     raise DecisionRefused(f"job {job_id!r} is not known (never submitted, or expired)")
                 if pause is not None:
                     raise _stale(f"job {job_id!r} asked no question", pause, None)
                 raise DecisionRefused(f"job {job_id!r} is not waiting for an answer; nothing was answered")
-            read = _text(raw)
-            record = QuestionRecord.model_validate_json(read)
+            read, record = found
             wanted = pause if pause is not None else record.pause_id
             _check_current(job_id, record, wanted, state)
             at = time.time() if now is None else now
@@ -318,7 +326,7 @@ class QuestionStore:
                         key,
                         reply_json if key else "",
                         read,
-                        updated.model_dump_json(exclude={"pause_id"}),
+                        updated.model_dump_json(exclude={"pause_id", "seq"}),
                         answer_field(record.call_index, record.ask_seq),
                         json.dumps(stored),
                         json.dumps(outbox),

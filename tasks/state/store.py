@@ -112,6 +112,15 @@ def status_from_record(
     return status
 
 
+def question_json(fields: Any) -> str | None:
+    """A job's question record (JSON, with its pause number) from its hash's ``record`` and
+    ``seq`` fields (``tandem.tasks.control.questions``), ``None`` when it has none."""
+    raw, seq = fields if fields else (None, None)
+    if raw is None:
+        return None
+    return json.dumps({**json.loads(raw), "seq": int(_text(seq or 0))})
+
+
 def _asked(job_id: str, asked: dict[str, Any]) -> dict[str, Any]:
     """What a status shows of a question record (its ``QuestionRecord.public`` fields)."""
     timeout = float(asked.get("timeout_s") or 0)
@@ -361,9 +370,9 @@ class JobStore:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.key(job_id, "state"))
         pipe.get(self.key(job_id, "approval"))
-        pipe.get(self.key(job_id, "question"))
+        pipe.hmget(self.key(job_id, "question"), ["record", "seq"])
         raw, approval, question = pipe.execute()
-        return status_from_record(job_id, raw, approval, question)
+        return status_from_record(job_id, raw, approval, question_json(question))
 
     def set_status(self, job_id: str, **fields: Any) -> JobStatus:
         """Update some status fields (``state``, ``reasoner``, ``round``, ``step``, ``error``); a

@@ -169,3 +169,16 @@ def test_the_task_refuses_another_tenants_job_and_bad_input(
     assert answer_job(questions, 7, "x")["accepted"] is False
     assert questions.answer(JOB, "x", key="")["reason"] == "refused"
     assert answer_job(questions, JOB, {"city": "Oslo"}, PAUSE, None, "team-a")["accepted"] is True
+
+
+def test_the_schema_is_kept_as_sent(store: JobStore) -> None:
+    start_round(store)
+    claim = store.machine.claim_call(JOB, 2, 1, LEASE, 5)
+    assert isinstance(claim, Claim)
+    schema = {"type": "object", "required": [], "properties": {"tags": {"type": "array", "default": []}}}
+    question = Question(text="Tags?", answer_schema=schema, round=2, call_index=1)
+    assert QuestionStore(store).park(claim, QuestionPending(question, "tag"), 60) == "parked"
+    record = QuestionStore(store).get(JOB)
+    assert record is not None and record.answer_schema == schema and record.seq == 1
+    assert store.status(JOB).question["answer_schema"] == schema  # type: ignore[index,union-attr]
+    assert QuestionStore(store).answer(JOB, {"tags": []})["accepted"] is True

@@ -21,8 +21,8 @@ if seq ~= ARGV[1] then return {'stale', seq, s[1], s[7] or ''} end
 if s[1] ~= 'awaiting_approval' or s[7] ~= 'question' or s[2] ~= ARGV[10] then
   return {'not-waiting', s[1], s[2]}
 end
-if redis.call('GET', KEYS[11]) ~= ARGV[4] then return {'changed'} end
-redis.call('SET', KEYS[11], ARGV[5], 'KEEPTTL')
+if redis.call('HGET', KEYS[11], 'record') ~= ARGV[4] then return {'changed'} end
+redis.call('HSET', KEYS[11], 'record', ARGV[5])
 redis.call('HSET', KEYS[5], ARGV[6], ARGV[7])
 if ARGV[2] ~= '' then
   redis.call('HSET', D, ARGV[2], ARGV[3])

@@ -1,5 +1,5 @@
 -- A tool call asks a person a question: park the job on it (``tandem.tasks.control.questions``).
--- KEYS: the job's keys in JOB_PARTS order, then its question key.
+-- KEYS: the job's keys in JOB_PARTS order, then its question key (a hash: record, seq).
 -- ARGV: round, call index, the call's claim token, the question record (JSON), the longest wait (s),
 -- when it ends (epoch s).
 -- Only the call's holder may ask. A running job parks (state ``awaiting_approval``, ``pause_kind``
@@ -25,9 +25,9 @@ local held = s[5] or ''
 if held == '' then held = ',' end
 held = held .. ARGV[2] .. ','
 local seq = redis.call('HINCRBY', KEYS[1], 'pause_seq', 1)
-local record = cjson.decode(ARGV[4])
-record['seq'] = seq
-redis.call('SET', KEYS[11], cjson.encode(record))
+-- The record as sent (never re-encoded here: Lua's JSON would turn an empty list into an object).
+redis.call('DEL', KEYS[11])
+redis.call('HSET', KEYS[11], 'record', ARGV[4], 'seq', seq)
 redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'pause_kind', 'question', 'held', held,
   'parked_at', fmt(t), 'park_bound', ARGV[5], 'approval_until', ARGV[6],
   'deadline', fmt(tonumber(s[4]) + tonumber(ARGV[5])), 'progress_at', fmt(t), 'updated_at', fmt(t))
