@@ -268,8 +268,8 @@ function handle(ev) {
     case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
     case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
     case "approval_decided": if (ev.complete !== false) showApproval([]); break;
-    case "question_asked": showQuestion(ev); break;
-    case "question_answered": showQuestion(null); break;
+    case "question_asked": showQuestion(ev); setState("awaiting_approval"); break;
+    case "question_answered": showQuestion(null); setState("running"); break;
     case "final": showApproval([]); showQuestion(null); onFinal(ev); break;
     default: break; // kinds this console does not know yet
   }
