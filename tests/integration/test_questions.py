@@ -133,3 +133,21 @@ def test_no_answer_in_time_fails_the_question_and_the_job_goes_on(cluster: Hosts
     assert (answered["pause_id"], answered["by"]) == (pause, "timeout")
     with pytest.raises(StalePauseError):
         handle.answer({"city": "Oslo"}, pause_id=pause)
+
+
+def test_two_questions_in_one_reply_are_asked_one_after_the_other(cluster: Hosts) -> None:
+    c, _, actor = cluster
+    two = [[{"name": "ask_person", "args": {"question": q}} for q in ("First name?", "Last name?")]]
+    handle = submit(c, two, ask_person=True)
+    first = asked(handle)
+    text = handle.status().question["text"]  # type: ignore[index]
+    handle.answer(f"answer-to-{text}", pause_id=first)
+    second = wait_for(
+        lambda: handle.status().pause_kind == "question" and handle.status().pause_id != first, 60, "pause 2"
+    )
+    assert second
+    other = handle.status().question["text"]  # type: ignore[index]
+    assert {text, other} == {"First name?", "Last name?"}
+    handle.answer(f"answer-to-{other}")
+    assert handle.result(timeout=60).status == "completed"
+    assert seen_by_model(actor, "answer-to-First name?") and seen_by_model(actor, "answer-to-Last name?")
