@@ -23,7 +23,8 @@ late): the call runs again and its ``ask`` raises ``NoAnswer`` ("no answer withi
 the tool may catch; ``ask_person`` returns it to the model as a FAILED result.
 
 One pause at a time: a call that asks while the job already waits on another pause is released
-without a result and asks again when the reconciler sends it again, once that pause has ended.
+without a result and asks again when it is sent again: by the answer to the open question (which
+sends it with the answered call), or by the reconciler once an approval pause has ended.
 
 Keys: ``{prefix}:{<job_id>}:question`` (a hash: ``record``, the last question's JSON, and ``seq``,
 its pause number; the job's TTL) and the
@@ -313,6 +314,10 @@ class QuestionStore:
                 _refusal(job_id, _late(job_id, record), wanted) if late else _accepted(job_id, updated)
             )
             outbox = step_messages(job_id, Step(record.round, "tools"), [record.call_index])
+            calls = range(1, int(state.get("calls") or 0) + 1)
+            by_index = {
+                str(m["args"][2]): m for m in step_messages(job_id, Step(record.round, "tools"), calls)
+            }
             reply = [
                 _text(x)
                 for x in self._answer(
@@ -333,6 +338,7 @@ class QuestionStore:
                         uuid.uuid4().hex,
                         record.round,
                         record.call_index,
+                        json.dumps(by_index),
                     ],
                 )
             ]

@@ -154,10 +154,18 @@ def test_no_answer_in_time_fails_the_question(store: JobStore) -> None:
 
 
 def test_a_second_question_while_a_pause_is_open_waits(questions: QuestionStore, store: JobStore) -> None:
-    assert ask(store, index=2) == "busy"  # released, no result: the reconciler sends it again later
+    assert ask(store, index=2) == "busy"  # released, no result: it goes again with the answer
     rec = store.machine.record(JOB)
-    assert (rec["held"], rec["pause_seq"]) == (",1,", "1")
+    assert (rec["held"], rec["pause_seq"], rec["asking"]) == (",1,", "1", "2|,2,")
     assert store.redis.hget(store.key(JOB, "calls"), "2:holder") == b""
+    assert questions.answer(JOB, {"city": "Oslo"})["accepted"] is True
+    assert store.machine.outbox(JOB)[1] == [
+        {"task": "tandem.run_tool", "args": [JOB, 2, 1]},
+        {"task": "tandem.run_tool", "args": [JOB, 2, 2]},
+    ]
+    assert store.machine.record(JOB)["asking"] == ""
+    assert ask(store, index=2) == "parked"  # now it asks: a pause of its own
+    assert QuestionStore(store).get(JOB).pause_id == "job:2:tools:2"  # type: ignore[union-attr]
 
 
 def test_the_task_refuses_another_tenants_job_and_bad_input(

@@ -3,7 +3,8 @@
 -- answer, shared with decisions).
 -- ARGV: the pause number the answer names, its idempotency key ('' for none), the reply to keep
 -- under that key, the question record as read, the record to store, the calls hash field of the
--- answer, the answer (JSON), the outbox (the asking call's message), outbox id, round, call index.
+-- answer, the answer (JSON), the outbox (the asking call's message), outbox id, round, call index,
+-- and the messages of every call of the round by index (JSON), for the calls that asked meanwhile.
 -- The pause check, the key check and the write are one atomic step: an answer for a pause that
 -- ended, or whose key was answered (or withdrawn) already, changes nothing.
 --! with prelude.lua
@@ -33,8 +34,19 @@ local t = now()
 local unused = math.max(tonumber(s[4]) - (t - tonumber(s[3])), 0)
 local held = (string.gsub(s[8] or '', ',' .. ARGV[11] .. ',', ','))
 if held == ',' then held = '' end
+-- Calls of this round that asked while this question was open go again too (``ask.lua``).
+local outbox = ARGV[8]
+local asking = redis.call('HGET', KEYS[1], 'asking') or ''
+local prefix = ARGV[10] .. '|'
+if string.sub(asking, 1, #prefix) == prefix then
+  local messages, by_index = cjson.decode(ARGV[8]), cjson.decode(ARGV[12])
+  for i in string.gmatch(string.sub(asking, #prefix + 1), '%d+') do
+    if i ~= ARGV[11] and by_index[i] then table.insert(messages, by_index[i]) end
+  end
+  outbox = cjson.encode(messages)
+end
 redis.call('HSET', KEYS[1], 'state', 'running', 'pause_kind', '', 'held', held, 'approval_until', 0,
-  'deadline', fmt(tonumber(s[5]) - unused), 'outbox', ARGV[8], 'outbox_id', ARGV[9],
+  'deadline', fmt(tonumber(s[5]) - unused), 'outbox', outbox, 'outbox_id', ARGV[9], 'asking', '',
   'progress_at', fmt(t), 'updated_at', fmt(t))
 expire_all(live_ttl(t))
 return {'running'}

@@ -5,8 +5,9 @@
 -- Only the call's holder may ask. A running job parks (state ``awaiting_approval``, ``pause_kind``
 -- ``question``): the call is held (never claimed or sent again until answered), the pause is
 -- counted (``pause_seq``: the record gets its number), and the deadline moves back by the wait.
--- A job already waiting on another pause gets 'busy': the call is released without a result and
--- asks again when it is sent again (the reconciler re-sends it once that pause has ended).
+-- A job already waiting on another pause gets 'busy': the call is released without a result, noted
+-- in ``asking``, and asks again when it is sent again: by the answer to a question (``answer.lua``),
+-- or by the reconciler once the pause has ended.
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'held')
 if not s[1] then return {'gone'} end
@@ -18,7 +19,12 @@ redis.call('HSET', KEYS[5], ARGV[2] .. ':holder', '')
 -- The call stopped at its question, on purpose: its next run is no interrupted at_most_once call.
 redis.call('HDEL', KEYS[5], ARGV[2] .. ':started')
 if s[1] ~= 'running' then
-  redis.call('HSET', KEYS[1], 'progress_at', fmt(t))
+  -- Noted (with its round) so that the answer to the open question sends it again at once.
+  local asking = redis.call('HGET', KEYS[1], 'asking') or ''
+  local prefix = ARGV[1] .. '|'
+  if string.sub(asking, 1, #prefix) ~= prefix then asking = prefix .. ',' end
+  if not string.find(asking, ',' .. ARGV[2] .. ',', 1, true) then asking = asking .. ARGV[2] .. ',' end
+  redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'asking', asking)
   return {'busy', s[1]}
 end
 local held = s[5] or ''
