@@ -30,6 +30,9 @@ Figures (one ``name: value`` line each, and JSON in ``--out``):
 * with ``--broker-pid PID``, ``scale_broker_process_cpu_ms_per_round``: that process's CPU (RabbitMQ's
   ``beam.smp`` when ``--env TANDEM_BROKER_URL=amqp://...`` makes it the broker);
 * ``scale_job_p50_s``, ``scale_job_p99_s``: job times from submission;
+* ``scale_intake_p50_s``, ``scale_intake_p99_s``: from submission to the job's ``job_started`` event
+  (its intake ran, its first step is queued); ``scale_first_thinker_p50_s``/``_p99_s``: to its first
+  ``round_started`` (a Thinker worker took its first step);
 * ``scale_busy_timeline`` (JSON only): ``[thinker, actor]`` requests in flight at the model hosts,
   one pair every 2 s (every 0.1 s with ``--timeline``): where a run loses time shows as dips.
 
@@ -86,10 +89,33 @@ def command_counts(redis: Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
+def command_usec(redis: Redis) -> dict[str, int]:
+    """Microseconds spent per command since the server started (``INFO commandstats``; a script
+    call's time includes the commands it ran, which are counted again under their own names)."""
+    stats = redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in stats.items()}
+
+
 def redis_cpu(redis: Redis) -> float:
     """The Redis server's own CPU seconds."""
     info = redis.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _intake_times(cluster: Cluster, sent: dict[str, float]) -> tuple[list[float], list[float]]:
+    """Per job, seconds from its submission to its ``job_started`` event (the intake done, its
+    first step queued) and to its first ``round_started`` (a Thinker worker took its first step)."""
+    intake: list[float] = []
+    first_round: list[float] = []
+    for job_id, at in sent.items():
+        events = cluster.store.read_events(job_id, count=5)
+        started = next((e.at for e in events if e.type == "job_started"), None)
+        begun = next((e.at for e in events if e.type == "round_started"), None)
+        if started is not None:
+            intake.append(started - at)
+        if begun is not None:
+            first_round.append(begun - at)
+    return intake, first_round
 
 
 def _wait(redis: Redis, result_keys: list[str], timeout: float) -> int:
@@ -159,6 +185,7 @@ def run(
             redis = Redis.from_url(server.url)  # the broker and result backend (and the store, unsharded)
             nodes = shards.nodes() if shards is not None else []
             cmds_before, rcpu_before = command_counts(redis), redis_cpu(redis)
+            usec_before = command_usec(redis)
             nodes_before = [(command_counts(n), redis_cpu(n)) for n in nodes]
             cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
             broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
@@ -188,6 +215,7 @@ def run(
             broker_after = cpu_seconds(broker_pid) if broker_pid else 0.0
             own_cpu = time.process_time() - own_cpu
             cmds_after, rcpu_after = command_counts(redis), redis_cpu(redis)
+            usec_after = command_usec(redis)
             nodes_after = [(command_counts(n), redis_cpu(n)) for n in nodes]
 
             statuses = {j: cluster.store.status(j) for j in sent}
@@ -195,6 +223,7 @@ def run(
             completed = sum(1 for r in results.values() if r is not None and r.status == "completed")
             ends = {j: s.updated_at for j, s in statuses.items() if s is not None}
             durations = [ends[j] - at for j, at in sent.items() if j in ends]
+            intake, first_round = _intake_times(cluster, sent)
             makespan = max(ends.values()) - min(sent.values())
             rounds = jobs * ROUNDS_PER_JOB
             add("scale_jobs", jobs)
@@ -207,6 +236,12 @@ def run(
             add("scale_ratio", jobs / makespan / bound)
             add("scale_job_p50_s", percentile(durations, 50))
             add("scale_job_p99_s", percentile(durations, 99))
+            if intake:
+                add("scale_intake_p50_s", percentile(intake, 50))
+                add("scale_intake_p99_s", percentile(intake, 99))
+            if first_round:
+                add("scale_first_thinker_p50_s", percentile(first_round, 50))
+                add("scale_first_thinker_p99_s", percentile(first_round, 99))
             # How busy the model hosts were (mean requests in flight / the role's threads): below
             # 1 while jobs wait, a role's threads were doing something else or waiting for work.
             busy = samples[: max(1, int(makespan / 0.1))]
@@ -244,6 +279,16 @@ def run(
             figures["scale_redis_cmds_per_round_by_command"] = {n: round(c / rounds, 2) for n, c in top}
             for name, count in top[:14]:
                 print(f"# redis {name}: {count / rounds:.2f} per round", flush=True)
+            if not nodes:  # where the one Redis spends its command time (scripts include theirs)
+                usec = {n: v - usec_before.get(n, 0) for n, v in usec_after.items()}
+                busiest = sorted(
+                    ((n, u) for n, u in usec.items() if u > 0 and n != "info"), key=lambda x: -x[1]
+                )
+                figures["scale_redis_usec_per_round_by_command"] = {
+                    n: round(u / rounds, 1) for n, u in busiest
+                }
+                for name, spent in busiest[:10]:
+                    print(f"# redis usec {name}: {spent / rounds:.1f} us per round", flush=True)
             for name, (limit, at_most) in GOALS.items():
                 value = float(figures[name])
                 met = value <= limit if at_most else value >= limit

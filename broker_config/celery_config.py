@@ -105,6 +105,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     routes["tandem.answer"] = {"queue": settings.intake_queue}
     routes["tandem.resume"] = {"queue": settings.intake_queue}
     routes["tandem.fork"] = {"queue": settings.intake_queue}
+    routes["tandem.webhook"] = {"queue": settings.intake_queue}  # tandem.tasks.webhooks
+    routes["tandem.message"] = {"queue": settings.intake_queue}
+    routes["tandem.follow_up"] = {"queue": settings.intake_queue}
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend,

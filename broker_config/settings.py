@@ -14,7 +14,9 @@ from typing import Literal
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.errors import SettingsError
 from tandem.broker_config.job_redis import refuse_cluster, store_urls
+from tandem.broker_config.signing import Signing, read_signing
 from tandem.broker_config.tokens import read_tokens
+from tandem.broker_config.webhook_settings import WebhookSettings
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -136,24 +138,6 @@ def _secrets_key(env: Mapping[str, str]) -> str | None:
             "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
         )
     return raw
-
-
-def _signing(env: Mapping[str, str]) -> Signing | None:
-    names = ("TANDEM_SIGNING_KEY", "TANDEM_SIGNING_CERT", "TANDEM_SIGNING_CERT_STORE")
-    values = [env.get(n, "").strip() for n in names]
-    if not any(values):
-        return None
-    missing = [n for n, v in zip(names, values, strict=True) if not v]
-    if missing:
-        raise SettingsError(
-            f"message signing needs {', '.join(names)}; {', '.join(missing)} is not set "
-            "(the key and certificate are PEM files, the store a directory or glob of trusted certificates)"
-        )
-    for name, value in zip(names[:2], values[:2], strict=True):
-        if not os.path.isfile(value):
-            raise SettingsError(f"{name}={value!r} is not a readable file: point it at a PEM file")
-    max_age = _integer(env, "TANDEM_SIGNING_MAX_AGE", 3600, minimum=10)
-    return Signing(key=values[0], cert=values[1], cert_store=values[2], max_age=max_age)
 
 
 def _metrics_port(env: Mapping[str, str]) -> int | None:
@@ -313,6 +297,8 @@ class Limits:
     refuses to start more (restart the worker to get them back)."""
     description_chars: int = 1000
     """``TANDEM_MAX_TOOL_DESCRIPTION_CHARS``: a tool's (e.g. an MCP server's) description in prompts."""
+    thread_chars: int = 20_000
+    """``TANDEM_MAX_THREAD_CHARS``: the earlier jobs of its thread a follow-up reads (oldest dropped)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
@@ -332,20 +318,8 @@ class Limits:
             description_chars=_integer(
                 env, "TANDEM_MAX_TOOL_DESCRIPTION_CHARS", d.description_chars, minimum=50
             ),
+            thread_chars=_integer(env, "TANDEM_MAX_THREAD_CHARS", d.thread_chars, minimum=100),
         )
-
-
-@dataclass(frozen=True)
-class Signing:
-    """Celery message signing (``TANDEM_SIGNING_KEY``, ``_CERT``, ``_CERT_STORE``): Celery's ``auth``
-    serializer signs every message with the key; workers accept only messages signed by a
-    certificate in the store, for its task id, within ``max_age`` seconds (``TANDEM_SIGNING_MAX_AGE``)
-    of being sent, once (``tandem.tasks.replay``)."""
-
-    key: str
-    cert: str
-    cert_store: str
-    max_age: int = 3600
 
 
 @dataclass(frozen=True)
@@ -435,6 +409,7 @@ class Settings:
     """``TANDEM_RATE_BURST_SECONDS``: how many seconds' worth of ``TANDEM_<ROLE>_RPM``/``_TPM`` may
     go to a host at once (a request budget: at least one request); the rest is paced, and no 60 s
     window gets more than the limit (``tandem.tasks.hosts.rate_buckets``)."""
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)  # TANDEM_WEBHOOK_*
     rabbitmq_queue_type: Literal["classic", "quorum"] = "classic"
     """``TANDEM_RABBITMQ_QUEUE_TYPE``: ``quorum`` declares tandem's queues as RabbitMQ quorum queues,
     replicated on a majority of the cluster's nodes (see ``tandem.broker_config.celery_config``)."""
@@ -485,7 +460,7 @@ class Settings:
             redis_socket_timeout=_number(env, "TANDEM_REDIS_SOCKET_TIMEOUT", 30.0, minimum=2.0) or 30.0,
             redis_connect_timeout=_number(env, "TANDEM_REDIS_CONNECT_TIMEOUT", 10.0, minimum=0.5) or 10.0,
             secrets_key=_secrets_key(env),
-            signing=_signing(env),
+            signing=read_signing(env, _integer(env, "TANDEM_SIGNING_MAX_AGE", 3600, minimum=10)),
             redis_max_connections=_optional_integer(env, "TANDEM_REDIS_MAX_CONNECTIONS"),
             redis_pool_timeout=_number(env, "TANDEM_REDIS_POOL_TIMEOUT", 20.0, minimum=0.1) or 20.0,
             metrics_port=_metrics_port(env),
@@ -503,6 +478,7 @@ class Settings:
             retry_hold_seconds=_number(env, "TANDEM_RETRY_HOLD_SECONDS", 5.0, minimum=0.0) or 0.0,
             rate_burst_seconds=_burst_seconds(env),
             rabbitmq_queue_type=_queue_type(env, broker),
+            webhooks=WebhookSettings.from_env(env),
         )
 
     def register_secrets(self) -> None:
@@ -517,6 +493,7 @@ class Settings:
             register_secret(conf.api_key)
             register_url(conf.api_base)
         register_secret(self.secrets_key)
+        self.webhooks.register_secrets()
 
     def role(self, name: str) -> RoleSettings:
         """The settings of ``thinker`` or ``actor``."""

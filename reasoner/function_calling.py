@@ -65,6 +65,7 @@ __all__ = [
     "format_parse_error",
     "has_function_calls",
     "parse_function_calls",
+    "replace_calls",
     "strip_thinking",
 ]
 
@@ -361,6 +362,15 @@ def strip_thinking(text: str) -> str:
     if not any(f"<{tag}>" in text for tag in THINKING_TAGS):
         return text
     return "".join(text[s.start : s.end] for s in _segments(text) if s.kind != "thinking")
+
+
+def replace_calls(text: str, placeholder: str = "[tool call]") -> str:
+    """``text`` with each function-call block, tags included, replaced by ``placeholder`` (for
+    summaries). Blocks are cut as ``parse_function_calls`` cuts them: a ``</function_call>`` inside a
+    payload wrapper or a string of the block's JSON does not end it."""
+    if _OPEN not in text:
+        return text
+    return "".join(placeholder if s.kind == "call" else text[s.start : s.end] for s in _segments(text))
 
 
 def extract_tag(text: str, tag: str) -> str | None:

@@ -13,16 +13,18 @@ from tandem.reasoner.messages import ModelMessage, Role
 if TYPE_CHECKING:
     from redis import Redis
 
-_ROLE_ORDER: dict[str, int] = {"thinker": 0, "actor": 1, "tool": 2}
+_ROLE_ORDER: dict[str, int] = {"person": -1, "thinker": 0, "actor": 1, "tool": 2}
 
 
-def _order(message: ModelMessage) -> tuple[int, int]:
-    return message.round, _ROLE_ORDER[message.role]
+def _order(message: ModelMessage) -> tuple[int, int, str]:
+    # A person's messages open their round (the leading model reads them first), by id (arrival).
+    return message.round, _ROLE_ORDER[message.role], message.message_id or ""
 
 
 @runtime_checkable
 class ReasonerMemory(Protocol):
-    """The messages of one job, in round order (thinker, actor, tool within a round)."""
+    """The messages of one job, in round order (a person's messages, thinker, actor, tool within
+    a round)."""
 
     def add_message(self, message: ModelMessage) -> bool:
         """Store ``message`` unless its key is already stored; ``True`` if it was stored."""

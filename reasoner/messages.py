@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Role = Literal["thinker", "actor", "tool"]
-"""Who wrote a message: the Thinker model, the Actor model (also mono and ReAct), or the tools."""
+Role = Literal["thinker", "actor", "tool", "person"]
+"""Who wrote a message: the Thinker model, the Actor model (also mono and ReAct), the tools, or the
+person who set the task (a message sent into the running job: ``tandem.message``)."""
 
 
 class Usage(BaseModel):
@@ -96,10 +97,15 @@ class ModelMessage(BaseModel):
     function_results: list[FunctionCallResult] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     model: str | None = None
+    message_id: str | None = None
+    """The id of a person's message (role ``person``): several may share a round."""
 
     @property
     def key(self) -> str:
-        """The idempotency key of this message within its job."""
+        """The idempotency key of this message within its job (``round:role``; a person's message
+        adds its id, since a round may get several)."""
+        if self.role == "person":
+            return f"{self.round}:person:{self.message_id}"
         return f"{self.round}:{self.role}"
 
 

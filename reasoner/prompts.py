@@ -125,6 +125,12 @@ def task_text(goal: str, context: str) -> str:
     return text + "\n</task>"
 
 
+def person_note(text: str) -> str:
+    """A message the person who set the task sent into the running job, as the leading model reads
+    it (``tandem.message``)."""
+    return f"A message from the person who set this task (take it into account from now on):\n{text}"
+
+
 def round_note(round_no: int, max_rounds: int, role: str) -> str:
     """What every turn tells a model about the budget; the last round asks for the deliverable."""
     left = max_rounds - round_no - 1

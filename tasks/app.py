@@ -11,7 +11,7 @@ from celery import Celery
 
 from tandem.broker_config import Settings, celery_config
 from tandem.broker_config.delays import Celery as QuorumCelery
-from tandem.tasks import replay
+from tandem.tasks import replay, signers
 
 
 def create_app(settings: Settings) -> Celery:
@@ -29,6 +29,8 @@ def create_app(settings: Settings) -> Celery:
     celery_app.conf.update(celery_config(settings))
     if settings.signing is not None:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")
+        # The same check, telling each task which certificate signed it (tenants by certificate).
+        signers.install(settings.signing.key, settings.signing.cert, settings.signing.cert_store)
         replay.install(settings.signing.max_age)  # each message bound to its id, expiry and nonce
     # Workers import the tasks and their start-up hooks; clients only send by name.
     celery_app.conf.imports = (
@@ -39,6 +41,10 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.control.decide",
         "tandem.tasks.control.answer",
         "tandem.tasks.control.resume",
+        "tandem.tasks.webhooks.delivery",
+        "tandem.tasks.webhooks.sweeper",
+        "tandem.tasks.control.messages",
+        "tandem.tasks.control.follow_up",
         "tandem.tasks.worker_signals",
     )
     return celery_app

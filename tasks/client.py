@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner import tracing
 from tandem.tasks.control.handle import HandleApprovals
+from tandem.tasks.control.handle_messages import HandleMessages
 from tandem.tasks.control.handle_questions import HandleQuestions
 from tandem.tasks.errors import (
     JobLostError,
@@ -46,12 +47,13 @@ from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, asy
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
 from tandem.tasks.tracing import job_span
+from tandem.tasks.webhooks.targets import check_webhooks
 from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.client")
 
 
-class JobHandle(HandleApprovals, HandleQuestions):
+class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
     """A submitted job: its ``id`` (the Celery id of ``tandem.infer``), status, events and result.
 
     The ``a``-methods are for asyncio code: they wait on redis's asyncio client (a new client of
@@ -332,9 +334,13 @@ class JobHandle(HandleApprovals, HandleQuestions):
         if max_rounds is not None:
             kwargs["max_rounds"] = max_rounds
         reply = self._ask("tandem.fork", kwargs, timeout)
-        forked = JobHandle(str(reply["fork_id"]), self._store, self._app, aredis=self._aredis)
-        forked.owner = self.owner
-        return forked
+        return self._sibling(str(reply["fork_id"]))
+
+    def _sibling(self, job_id: str) -> JobHandle:
+        """The handle of another job of this store and app, for the same tenant (a fork, a follow-up)."""
+        handle = JobHandle(job_id, self._store, self._app, aredis=self._aredis)
+        handle.owner = self.owner
+        return handle
 
     def _ask(self, task: str, kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
         reply = self._app.send_task(task, kwargs=kwargs).get(timeout=timeout)
@@ -458,7 +464,11 @@ def _seconds(expires: Any) -> int:
 
 
 def submit(
-    spec: JobSpec | dict[str, Any], *, app: Celery | None = None, store: JobStore | None = None
+    spec: JobSpec | dict[str, Any],
+    *,
+    app: Celery | None = None,
+    store: JobStore | None = None,
+    job_id: str | None = None,
 ) -> JobHandle:
     """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``JobSpecError``
     naming the field (``SpecLimitError`` naming the limit), and nothing is enqueued.
@@ -466,6 +476,7 @@ def submit(
     Once the job's record is stored the job is accepted: if the broker then fails to take its
     message, the handle is returned all the same (a warning is logged) and the reconciler sends
     the message once the broker answers, so a caller never submits the same job twice.
+    ``job_id``: the new job's id (a fresh one by default; a follow-up derives its own).
 
     With ``TANDEM_SECRETS_KEY`` the spec's ``secrets`` are sealed here, so the broker message never
     holds them in clear; the message's display form (Flower, worker logs) shows them as ``***``.
@@ -474,11 +485,12 @@ def submit(
 
     rt = get_runtime()
     job_spec = validate_spec(spec, rt.settings.limits)
+    check_webhooks(job_spec.webhooks, rt.settings.webhooks)
     if job_spec.secrets and rt.settings.secrets_key:
         job_spec = rt.secret_box.seal_spec(job_spec)
     app = app or _default_app()
     store = store or rt.store
-    job_id = str(uuid.uuid4())
+    job_id = job_id or str(uuid.uuid4())
     if tracing.STATE.on:  # the job's trace starts here, under the caller's current span
         job_spec = job_spec.model_copy(
             update={"trace_context": job_span(job_id, {"tandem.reasoner": job_spec.reasoner})}

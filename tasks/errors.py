@@ -14,7 +14,9 @@ The tree::
     │   ├── StalePauseError   it named a pause that is not the job's current one (ended or later)
     │   ├── DecisionTimeout   no worker applied it in time: it was withdrawn and will never apply
     │   └── InvalidAnswer     an answer does not fit its question's JSON schema
-    └── ResumeRefused         a resume or fork was refused (unknown, not ended, bad budget or round)
+    ├── ResumeRefused         a resume, fork or follow-up was refused (unknown, not ended, bad budget,
+    │                         round or goal)
+    └── MessageRefused        a message into a job was refused (unknown or ended job, bad text)
 
 A job that fails at run time is not an exception: its ``JobResult`` has ``status="failed"`` and the
 reason in ``error``.
@@ -95,9 +97,20 @@ class InvalidAnswer(DecisionRefused):
 
 
 class ResumeRefused(JobError, ValueError):
-    """A resume or fork was refused; nothing changed. ``reason`` is ``unknown`` (no such job, or
+    """A resume, fork or follow-up was refused; nothing changed. ``reason`` is ``unknown`` (no such job, or
     its memory expired), ``state`` (it has not ended, or cannot resume from its state) or
     ``invalid`` (a ``max_rounds`` or ``round`` that does not fit the stored run)."""
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MessageRefused(JobError, ValueError):
+    """A message into a running job (``tandem.message``) was refused; nothing was added.
+    ``reason`` is ``unknown`` (no such job), ``ended`` (the job has ended: follow up on it
+    instead), ``invalid`` (no text, or text over the limit), ``full`` (the job has all the
+    messages it may get) or ``withdrawn`` (no worker took it in time; it will never apply)."""
 
     def __init__(self, message: str, reason: str = "invalid") -> None:
         super().__init__(message)

@@ -117,6 +117,17 @@ class EventHooks(ReasonerHooks):
             if events:
                 self.store.append_all(self.job_id, events)
 
+    @contextmanager
+    def collected(self) -> Iterator[list[JobEvent]]:
+        """Gather the events of the block, in order, unwritten: the caller writes them (a step's
+        commit, which appends them atomically with what it stores)."""
+        gathered: list[JobEvent] = []
+        self._batch = gathered
+        try:
+            yield gathered
+        finally:
+            self._batch = None
+
     def _append(self, event: JobEvent) -> None:
         if self._batch is not None:
             self._batch.append(event)

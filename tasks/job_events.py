@@ -215,6 +215,16 @@ class QuestionAnswered(_Event):
     answer: Any = None
 
 
+class MessageReceived(_Event):
+    """A person's message (``tandem.message``, redacted) was stored; the job's leading model (the
+    Thinker of a dual job, the Actor otherwise) reads it at the start of round ``round``."""
+
+    type: Literal["message_received"] = "message_received"
+    message_id: str
+    round: int
+    text: str = ""
+
+
 class Final(_Event):
     """The job ended; the fields are the ``JobResult``'s. Always the stream's last event."""
 
@@ -236,6 +246,34 @@ class Final(_Event):
         return cls.model_validate(result.model_dump(mode="json"))
 
 
+class WebhookDelivered(_Event):
+    """Attempt ``attempt`` of webhook delivery ``delivery_id`` (its ``event``: ``final`` or
+    ``waiting_for_person``) got a 2xx answer (``status_code``) from ``url`` (scheme, host, port and
+    path only). A delivery for ``final`` is written after the ``final`` event."""
+
+    type: Literal["webhook_delivered"] = "webhook_delivered"
+    delivery_id: str
+    event: str
+    url: str
+    attempt: int
+    status_code: int
+
+
+class WebhookFailed(_Event):
+    """Attempt ``attempt`` of webhook delivery ``delivery_id`` failed: ``status_code`` (``None``: no
+    answer) and ``error`` say how. ``retry_at`` (Unix time) is when the next attempt is due;
+    ``None``: the delivery was given up (its last attempt, or a host this worker may not reach)."""
+
+    type: Literal["webhook_failed"] = "webhook_failed"
+    delivery_id: str
+    event: str
+    url: str
+    attempt: int
+    status_code: int | None = None
+    error: str = ""
+    retry_at: float | None = None
+
+
 class OtherEvent(_Event):
     """An event of a kind this version does not know (written by a newer version); fields kept."""
 
@@ -254,6 +292,9 @@ KnownEvent = Annotated[
     | ApprovalDecided
     | QuestionAsked
     | QuestionAnswered
+    | WebhookDelivered
+    | WebhookFailed
+    | MessageReceived
     | Final,
     Field(discriminator="type"),
 ]
@@ -272,6 +313,9 @@ EVENT_TYPES: tuple[str, ...] = (
     "approval_decided",
     "question_asked",
     "question_answered",
+    "webhook_delivered",
+    "webhook_failed",
+    "message_received",
     "final",
 )
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)
@@ -388,6 +432,8 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Waiting",
+    "WebhookDelivered",
+    "WebhookFailed",
     "checked",
     "decode_entry",
     "encode_event",

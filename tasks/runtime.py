@@ -28,6 +28,8 @@ from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
+from tandem.tasks.webhooks.outbox import WebhookOutbox
+from tandem.tasks.webhooks.targets import check_webhooks
 from tandem.toolkit.graph import Toolkit
 from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
@@ -106,6 +108,11 @@ class Runtime:
         from tandem.tasks.app import app
 
         return ResultDelivery.for_store(app, self.store)
+
+    @cached_property
+    def webhooks(self) -> WebhookOutbox:
+        """The jobs' webhook deliveries (``tandem.tasks.webhooks``)."""
+        return WebhookOutbox(self.redis, self.settings.prefix)
 
     @cached_property
     def machine(self) -> JobMachine:
@@ -204,7 +211,8 @@ class Runtime:
         """Refuse what this worker cannot run (``JobSpecError`` naming it and the valid ones), and
         return the spec as it may be stored: secrets sealed.
 
-        Unknown actions, actions without a toolkit, and tools the policy does not permit are refused.
+        Unknown actions, actions without a toolkit, tools the policy does not permit, and webhooks
+        this worker may not deliver (``tandem.tasks.webhooks.targets``) are refused.
         """
         toolkit = self.toolkit
         if spec.actions:
@@ -224,6 +232,7 @@ class Runtime:
             self.policy.for_job(self.known_tools(), spec.tools, spec.owner)
         except ToolPolicyError as exc:
             raise JobSpecError(str(exc)) from None
+        check_webhooks(spec.webhooks, self.settings.webhooks, signing=True)
         return self.secret_box.seal_spec(spec)
 
     @cached_property

@@ -13,6 +13,7 @@ from tandem.broker_config.tokens import DEFAULT_TENANT, check_tenant
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobSpecError, SpecLimitError
+from tandem.tasks.webhooks.targets import MAX_WEBHOOKS, Webhook, shown_url
 from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
@@ -66,9 +67,13 @@ class JobSpec(BaseModel):
         return value
 
     def public_dump(self) -> dict[str, Any]:
-        """The spec as JSON data with every secret value replaced by ``***`` (events, logs, displays)."""
+        """The spec as JSON data with every secret value replaced by ``***`` and webhook URLs cut to
+        scheme, host, port and path (a receiver's credentials may sit in the rest): for events, logs,
+        displays."""
         data = self.model_dump(mode="json")
         data["secrets"] = dict.fromkeys(self.secrets, MASK)
+        for hook in data["webhooks"]:
+            hook["url"] = shown_url(hook["url"])
         return data
 
     def __repr_args__(self) -> Any:
@@ -123,6 +128,21 @@ class JobSpec(BaseModel):
         gt=0,
         le=30 * 86400,
         description="Seconds the job may take before it fails; None: TANDEM_JOB_TIMEOUT (3600 s).",
+    )
+
+    webhooks: list[Webhook] = Field(
+        default_factory=list,
+        max_length=MAX_WEBHOOKS,
+        description="URLs told of the job's end ('final') and of its pauses for a person "
+        "('waiting_for_person') by a signed JSON POST, retried with back-off (docs/webhooks.md).",
+    )
+
+    thread_id: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^[^\x00-\x20{}\x7f]+$",
+        description="The conversation thread the job belongs to (GET /v1/threads/{id}): a follow-up "
+        "names its thread; None: the job starts its own, whose id is the job's id (docs/conversation.md).",
     )
 
     trace_context: dict[str, str] | None = Field(

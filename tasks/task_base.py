@@ -17,6 +17,7 @@ from celery import Task
 from celery.worker.request import Request
 
 from tandem.tasks.replay import SEAL, Replayed, check_seal
+from tandem.tasks.signers import SIGNER, ForeignTenant, bind_tenant
 from tandem.tasks.task_args import InvalidArgument, check_arguments, check_job_id, refusal_of
 from tandem.toolkit.redaction import MASK, enter_scope, redact, redact_data
 
@@ -91,8 +92,11 @@ class TandemTask(Task):
                     check_job_id(name, self.request.id)  # the new job's id, which its steps carry
                 if self._signed() and not self.request.called_directly:
                     self._check_seal(named.get("job_id"))
+                    kwargs = self._bind_tenant(name, named, kwargs)
             except InvalidArgument as invalid:
                 return refusal_of(name, invalid, kwargs, args)
+            except ForeignTenant as foreign:
+                return refusal_of(name, foreign, kwargs, args, reason="foreign_tenant")
             except Replayed as replayed:
                 said = Replayed(f"{name} (task id {self.request.id}): {replayed}")
                 return refusal_of(name, said, kwargs, args, reason="replayed")
@@ -110,6 +114,16 @@ class TandemTask(Task):
 
     def _signed(self) -> bool:
         return list(self.app.conf.accept_content or ()) == ["auth"]
+
+    def _bind_tenant(self, name: str, named: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` bound to the tenant of the certificate that signed the message, if it is a
+        tenant's (``tandem.tasks.signers``)."""
+        from tandem.tasks.runtime import get_runtime
+
+        signing = get_runtime().settings.signing
+        signer = getattr(self.request, SIGNER, None)
+        tenant = signing.tenants.get(signer) if signing is not None and isinstance(signer, str) else None
+        return kwargs if tenant is None else bind_tenant(name, self.run, named, dict(kwargs), tenant)
 
     def _check_seal(self, job_id: Any) -> None:
         from tandem.tasks.runtime import get_runtime  # the runtime imports the app: only when run

@@ -186,7 +186,7 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
     def through_litellm(role: str) -> bool:  # its calls (or its replies' prices) need LiteLLM
         conf = settings.role(role)
         direct = direct_model(conf.model or "", conf.api_base, conf.api_key) is not None
-        return conf.stream or not (on_loop and settings.direct_http and direct)
+        return not (on_loop and settings.direct_http and direct)  # streamed or not
 
     if not any(through_litellm(r) or listed(settings.role(r).model or "") for r in models):
         log.info("every model call goes straight to its host: LiteLLM is not imported")
@@ -198,7 +198,7 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
     )
 
     import_litellm()
-    _warm_up_streams(settings, models, sender)
+    _warm_up_streams(settings, [r for r in models if through_litellm(r)], sender)
     threads = get_runtime().concurrency
     if not on_loop:
         # Calls in the step threads: one connection per thread (and a few for the in-call

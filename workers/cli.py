@@ -15,7 +15,7 @@ patch_if_asked(sys.argv[1:])  # before the imports below load sockets and select
 
 from tandem.broker_config.errors import SettingsError  # noqa: E402
 from tandem.reasoner.errors import ReasonerError  # noqa: E402
-from tandem.workers import exit_codes, job_commands, reach  # noqa: E402
+from tandem.workers import conversation_commands, exit_codes, job_commands, reach  # noqa: E402
 from tandem.workers.errors import WorkerError  # noqa: E402
 
 ROLES = ("thinker", "actor", "tools", "all")
@@ -151,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for a worker to store it (default 30)"
     )
+    conversation_commands.add_parsers(sub, _owner_option, _follow_options)
 
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
     wa.add_argument("job_id")
@@ -197,6 +198,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--actions", default="", help="comma-separated toolkit actions to start from")
     p.add_argument("--tools", default=None, help="comma-separated allow-list of tools")
+    p.add_argument(
+        "--webhook", action="append", default=[], metavar="URL", help="POST the job's end and pauses here"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     p.add_argument("--json", action="store_true", help="print the JobResult as JSON at the end")
     p.add_argument("--no-tokens", action="store_true", help="do not print model tokens as they stream")
@@ -228,6 +232,8 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
     }
     if args.tools is not None:
         spec["tools"] = [t for t in args.tools.split(",") if t]
+    if args.webhook:  # docs/webhooks.md
+        spec["webhooks"] = [{"url": url} for url in args.webhook]
     return spec
 
 
@@ -383,6 +389,8 @@ REACHES: dict[str, str] = {
     "answer": "both",
     "resume": "both",
     "fork": "both",
+    "message": "both",
+    "follow-up": "both",
     "status": "redis",
     "watch": "redis",
     "cancel": "redis",
@@ -414,11 +422,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "run":
         from tandem.tasks.runtime import get_runtime
         from tandem.tasks.spec import validate_spec
+        from tandem.tasks.webhooks.targets import check_webhooks
 
         spec = _spec(args, args.goal)
         if args.embedded:
             return _embedded_run(spec, args)
-        validate_spec(spec, get_runtime().settings.limits)  # a refused spec is a usage error, first
+        settings = get_runtime().settings
+        checked = validate_spec(spec, settings.limits)  # a refused spec is a usage error, first
+        check_webhooks(checked.webhooks, settings.webhooks)
         _preflight(args)
         return job_commands.follow(spec, args)
     _preflight(args)
@@ -451,6 +462,7 @@ def _run(args: argparse.Namespace) -> int:
         "watch": job_commands.watch,
         "resume": job_commands.resume,
         "fork": job_commands.fork,
+        **conversation_commands.COMMANDS,
         "api": _api,
         "flower": _flower,
     }

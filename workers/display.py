@@ -13,13 +13,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
-from tandem.reasoner.function_calling import extract_tag, strip_thinking
+from tandem.reasoner.function_calling import extract_tag, parse_function_calls, replace_calls, strip_thinking
 from tandem.tasks.job_events import (
     ApprovalDecided,
     ApprovalRequested,
     Final,
     JobEvent,
     JobStarted,
+    MessageReceived,
     ModelDelta,
     ModelReply,
     OtherEvent,
@@ -101,6 +102,8 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
     if isinstance(typed, QuestionAnswered):
         said = "no answer in time" if typed.by == "timeout" else _short(json.dumps(typed.answer), 200)
         return f"  ✓ answered ({typed.by}): {said}"
+    if isinstance(typed, MessageReceived):
+        return f"  ✉ message from the person (read in round {typed.round + 1}): {_short(typed.text, 300)}"
     if isinstance(typed, Final):
         return _final(typed)
     return ""
@@ -121,7 +124,7 @@ def _reply(reply: ModelReply) -> str:
     action = extract_tag(content, "action")
     deliverable = extract_tag(content, "deliverable")
     if action:
-        summary = re.sub(r"<function_call>.*?</function_call>", "[tool call]", action, flags=re.S)
+        summary = replace_calls(action)  # a payload holding </function_call> stays in its call
         lines.append(_indent("action: " + _short(summary)))
     if deliverable is not None:
         lines.append(_indent("(deliverable written)"))
@@ -146,7 +149,7 @@ def _after_stream(reply: ModelReply) -> str:
     notes = []
     if reply.role != "thinker":
         action = extract_tag(reply.content, "action") or ""
-        calls = len(re.findall(r"<function_call>", action))
+        calls = len(parse_function_calls(action))
         if calls:
             notes.append(f"{calls} tool call(s)")
         if extract_tag(reply.content, "deliverable") is not None:

@@ -271,7 +271,7 @@ class LoopPlan(ABC):
         return ReasonerOutcome(
             status=status,
             deliverable=self.answer(memory) if self.delivers(status) else "",
-            rounds=max((m.round for m in messages), default=-1) + 1,
+            rounds=max((m.round for m in messages if m.role != "person"), default=-1) + 1,
             messages=messages,
             usage=total_usage(messages),
             error=error,

@@ -44,11 +44,12 @@ from tandem.reasoner.loop.react_budget import (
     tools_fit,
     truncated_reply,
 )
+from tandem.reasoner.loop.rounds import merge_turns
 from tandem.reasoner.loop.step import ModelRole, Step, StepInputs, finalize
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall
 from tandem.reasoner.models.model_service import ChatMessage, ModelRequest
-from tandem.reasoner.prompts import task_text
+from tandem.reasoner.prompts import person_note, task_text
 from tandem.reasoner.task import OutcomeStatus, Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.context import ToolCallContext
@@ -179,12 +180,20 @@ class ReActPlan(LoopPlan):
 
         The task, then for each earlier round the model's reply (its visible content; reasoning
         never goes back) and its tool results: ``tool`` messages with the calls' ``tool_call_id``
-        in native mode, one ``<function_call_result>`` user message in prompt mode.
+        in native mode, one ``<function_call_result>`` user message in prompt mode. The person's
+        messages (``tandem.message``) come first in their round, as user messages.
         """
         chat: list[ChatMessage] = [{"role": "user", "content": task_text(task.goal, task.context)}]
         replies = {m.round: m for m in history if m.role == "actor" and m.round < round_no}
         results = {m.round: m for m in history if m.role == "tool" and m.round < round_no}
-        for r in sorted(replies):
+        said: dict[int, list[str]] = {}  # the person's messages open their round (theirs too)
+        for m in history:
+            if m.role == "person" and m.round <= round_no:
+                said.setdefault(m.round, []).append(person_note(m.content))
+        for r in sorted(set(replies) | set(said)):
+            chat.extend({"role": "user", "content": text} for text in said.get(r, []))
+            if r not in replies:
+                continue
             reply = replies[r]
             if self.function_calling == "native":
                 chat.extend(_native_turns(reply, results.get(r)))
@@ -192,7 +201,7 @@ class ReActPlan(LoopPlan):
             chat.append({"role": "assistant", "content": strip_thinking(reply.content).strip()})
             if r in results:
                 chat.append({"role": "user", "content": results[r].content})
-        return chat
+        return chat if self.function_calling == "native" else merge_turns(chat)
 
     def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
         """The prompt, the view and (native mode) the tools; ``ReasonerError`` when the previous
@@ -282,7 +291,7 @@ class ReActPlan(LoopPlan):
         """The output of the first ``return_direct`` tool that succeeded in the last tool step,
         else the last reply's visible text (its ``<deliverable>`` if it wrote one); a "needs more
         steps" answer when the run ended on results no model step could read."""
-        messages = memory.get_messages()
+        messages = [m for m in memory.get_messages() if m.role != "person"]
         if not messages:
             return ""
         last = messages[-1]

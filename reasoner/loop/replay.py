@@ -42,9 +42,10 @@ class ResumePoint:
 
 
 def rounds_used(memory: ReasonerMemory) -> int:
-    """How many rounds have at least one stored message (the highest stored round plus one)."""
+    """How many rounds have at least one stored message of a model or the tools (the highest
+    such round plus one; a person's message waiting for its round does not count)."""
     messages = memory.get_messages()
-    return max((m.round for m in messages), default=-1) + 1
+    return max((m.round for m in messages if m.role != "person"), default=-1) + 1
 
 
 def resume_point(

@@ -23,10 +23,17 @@ from tandem.reasoner.loop.step import ModelRole, Step, StepInputs, finalize
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.reasoner.models.model_service import ChatMessage, ModelRequest
-from tandem.reasoner.prompts import actor_prompt, mono_prompt, round_note, task_text, thinker_prompt
+from tandem.reasoner.prompts import (
+    actor_prompt,
+    mono_prompt,
+    person_note,
+    round_note,
+    task_text,
+    thinker_prompt,
+)
 from tandem.reasoner.task import Task
 
-__all__ = ["DualPlan", "MonoPlan", "RoundPlan", "delivered"]
+__all__ = ["DualPlan", "MonoPlan", "RoundPlan", "delivered", "merge_turns"]
 
 TRUNCATED = "the round budget (max_rounds) ran out before the Actor wrote a <deliverable>"
 
@@ -36,7 +43,7 @@ def delivered(message: ModelMessage) -> bool:
     return extract_tag(message.content, "deliverable") is not None
 
 
-def _merge(messages: list[ChatMessage]) -> list[ChatMessage]:
+def merge_turns(messages: list[ChatMessage]) -> list[ChatMessage]:
     """Join consecutive messages of the same role: strict chat templates want them alternating."""
     merged: list[ChatMessage] = []
     for m in messages:
@@ -58,14 +65,21 @@ def _instruction_text(content: str) -> str:
     return text
 
 
-def _actor_turns(task: Task, history: Sequence[ModelMessage], round_no: int) -> list[ChatMessage]:
+def _actor_turns(
+    task: Task, history: Sequence[ModelMessage], round_no: int, *, leads: bool = False
+) -> list[ChatMessage]:
     """The Actor's view up to its turn in ``round_no``, unmerged: the round note goes right before
-    the instruction of ``round_no`` (so the mono model, which has none, gets no note here)."""
+    the instruction of ``round_no`` (so the mono model, which has none, gets no note here).
+    ``leads``: the Actor is the job's leading model (mono) and reads the person's messages; in a
+    dual job the Thinker reads them and passes on what matters."""
     chat: list[ChatMessage] = [{"role": "user", "content": task_text(task.goal, task.context)}]
     for m in history:
-        if m.round > round_no or (m.round == round_no and m.role != "thinker"):
+        if m.round > round_no or (m.round == round_no and m.role not in ("thinker", "person")):
             break
-        if m.role == "thinker":
+        if m.role == "person":
+            if leads:
+                chat.append({"role": "user", "content": person_note(m.content)})
+        elif m.role == "thinker":
             if m.round == round_no:
                 chat.append({"role": "user", "content": round_note(round_no, task.max_rounds, "actor")})
             chat.append(
@@ -169,12 +183,15 @@ class DualPlan(RoundPlan):
 
     def thinker_view(self, task: Task, history: Sequence[ModelMessage], round_no: int) -> list[ChatMessage]:
         """The conversation as the Thinker sees it before its turn in ``round_no``: its own replies,
-        the Actor's visible replies, the results, then the round note."""
+        the Actor's visible replies, the results, the person's messages (those of ``round_no``
+        too: they open it), then the round note."""
         chat: list[ChatMessage] = [{"role": "user", "content": task_text(task.goal, task.context)}]
         for m in history:
-            if m.round >= round_no:
+            if m.round > round_no or (m.round == round_no and m.role != "person"):
                 break
-            if m.role == "thinker":
+            if m.role == "person":
+                chat.append({"role": "user", "content": person_note(m.content)})
+            elif m.role == "thinker":
                 chat.append({"role": "assistant", "content": m.content})
             elif m.role == "actor":
                 chat.append(
@@ -183,11 +200,11 @@ class DualPlan(RoundPlan):
             else:
                 chat.append({"role": "user", "content": m.content})
         chat.append({"role": "user", "content": round_note(round_no, task.max_rounds, "thinker")})
-        return _merge(chat)
+        return merge_turns(chat)
 
     def actor_view(self, task: Task, history: Sequence[ModelMessage], round_no: int) -> list[ChatMessage]:
         """The Actor's view: the round note, then the Thinker's instruction of ``round_no``."""
-        return _merge(_actor_turns(task, history, round_no))
+        return merge_turns(_actor_turns(task, history, round_no))
 
 
 class MonoPlan(RoundPlan):
@@ -204,7 +221,8 @@ class MonoPlan(RoundPlan):
         return mono_prompt(inputs.tools, inputs.actions, inputs.task.toolkit)
 
     def actor_view(self, task: Task, history: Sequence[ModelMessage], round_no: int) -> list[ChatMessage]:
-        """The model's view: its replies and the results, then the round note."""
-        chat = _actor_turns(task, history, round_no)
+        """The model's view: its replies, the results and the person's messages, then the round
+        note."""
+        chat = _actor_turns(task, history, round_no, leads=True)
         chat.append({"role": "user", "content": round_note(round_no, task.max_rounds, "actor")})
-        return _merge(chat)
+        return merge_turns(chat)

@@ -8,7 +8,9 @@ posted with one ``aiohttp`` session per event loop for about 0.25 ms a call.
 
 Only loops that ``allow`` it get sessions: a worker's ``ModelLoop`` does (and closes its session
 when it stops); any other loop (a user's ``asyncio.run`` around ``arun``) keeps LiteLLM, so no
-session outlives its loop. Streamed calls always go through LiteLLM.
+session outlives its loop. Streamed calls go the same way (``open_stream``): the host's event
+stream is read line by line, each ``data:`` chunk handed on as an object with the attributes
+LiteLLM's chunks have, so one ``StreamReader`` reads both.
 
 Failures are raised as exceptions ``tandem.reasoner.models.litellm_errors`` reads like LiteLLM's: an
 error answer is ``HostReplyError`` (status, headers, the provider's error object), a refused or
@@ -20,6 +22,7 @@ empty body, JSON of another shape) ``UnreadableReply``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -27,19 +30,22 @@ import re
 import urllib.parse
 import urllib.request
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from tandem.reasoner.models.litellm_replies import message_text
 
 __all__ = [
     "DIRECT_PROVIDERS",
+    "ChatStream",
     "HostConnectionError",
     "HostReplyError",
     "UnreadableReply",
     "allow",
     "close",
     "direct_model",
+    "open_stream",
     "post_chat",
     "proxy_for",
     "read_completion",
@@ -239,3 +245,89 @@ async def post_chat(
     except aiohttp.ClientError as exc:
         raise HostConnectionError(f"{type(exc).__name__}: {exc}") from exc
     return read_completion(text, content_type, response.status)
+
+
+class ChatStream:
+    """The chunks of one streamed chat completion, read from the host's event stream as they come.
+
+    Iterating gives each ``data:`` chunk as an object whose fields are attributes (``chunk.choices[0]
+    .delta.content``), as LiteLLM's are; the stream ends at ``data: [DONE]`` or when the host closes
+    it. ``chunks`` (every chunk read) and ``_response_headers`` are what ``StreamReader.finish`` reads
+    to tell an answer with no chunk at all. A line that is not JSON is ``UnreadableReply``; a
+    connection lost mid-stream is ``HostConnectionError``.
+    """
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._response_headers = dict(response.headers)
+        self.content_type = str(response.headers.get("Content-Type", ""))
+        self.chunks: list[Any] = []
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        import aiohttp
+
+        try:
+            async for raw in self._response.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue  # blank separators, ``:`` comments, ``event:`` and ``id:`` lines
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    return
+                chunk = _chunk(payload, self.content_type, self._response.status)
+                self.chunks.append(chunk)
+                yield chunk
+        except aiohttp.ClientError as exc:
+            raise HostConnectionError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _chunk(payload: str, content_type: str, status: int) -> Any:
+    """One ``data:`` payload as an object; ``HostReplyError`` for an error object the host sent
+    mid-stream, ``UnreadableReply`` for anything that is not a JSON object."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        raise UnreadableReply(json_failure(payload), payload, content_type, status) from None
+    if not isinstance(data, dict):
+        raise UnreadableReply("not-completion", payload, content_type, status)
+    if "error" in data and "choices" not in data:
+        raise HostReplyError(500, payload, {})
+    return json.loads(payload, object_hook=lambda fields: SimpleNamespace(**fields))
+
+
+@contextlib.asynccontextmanager
+async def open_stream(
+    client: Any,
+    api_base: str,
+    api_key: str | None,
+    body: Mapping[str, Any],
+    timeout: float,
+) -> AsyncIterator[ChatStream]:
+    """POST ``body`` (a streamed request) to ``{api_base}/chat/completions`` and give its chunks
+    (``ChatStream``) while the answer is open; errors as ``post_chat``'s, and ``UnreadableReply``
+    (``not-stream``) for a success answer that is no event stream (a proxy's page, a JSON body)."""
+    import aiohttp
+
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    url = api_base.rstrip("/") + "/chat/completions"
+    try:
+        async with client.post(
+            url,
+            data=json.dumps(body),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            proxy=proxy_for(url),
+        ) as response:
+            content_type = response.headers.get("Content-Type", "")
+            if response.status >= 400:
+                raise HostReplyError(response.status, await response.text(errors="replace"), response.headers)
+            if content_type and "event-stream" not in content_type:
+                text = await response.text(errors="replace")
+                raise UnreadableReply("not-stream", text, content_type, response.status)
+            yield ChatStream(response)
+    except TimeoutError:
+        raise
+    except aiohttp.ClientError as exc:
+        raise HostConnectionError(f"{type(exc).__name__}: {exc}") from exc

@@ -408,11 +408,7 @@ class LiteLlmModelService(BaseModelService):
     ) -> ModelMessage:
         """``_acomplete`` without LiteLLM: the same request posted to the host as it is
         (``tandem.reasoner.models.direct_http``), the same reply."""
-        body: dict[str, Any] = {"model": self._direct_name, "messages": request["messages"]}
-        for key in ("temperature", "max_tokens", "tools"):
-            if key in request:
-                body[key] = request[key]
-        body.update(request.get("extra_body") or {})
+        body = self._direct_body(request)
         assert self.api_base is not None
         data = await direct_http.post_chat(client, self.api_base, self._api_key, body, self.timeout)
         message = data["choices"][0]["message"]  # a chat completion: post_chat checked its shape
@@ -445,6 +441,8 @@ class LiteLlmModelService(BaseModelService):
         return self._message(*reader.finish(stream))
 
     async def _astreamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+        if self._direct_name is not None and (client := direct_http.session()) is not None:
+            return await self._direct_streamed(client, request, on_delta)
         if not wait_for_warm_up(0):  # as ``_streamed``, without holding up the loop's other calls
             await asyncio.to_thread(wait_for_warm_up)
         stream = await import_litellm().acompletion(**request)
@@ -460,6 +458,42 @@ class LiteLlmModelService(BaseModelService):
                 raise
             reader.feed(chunk)
         return self._message(*reader.finish(stream))
+
+    async def _direct_streamed(
+        self, client: Any, request: dict[str, Any], on_delta: DeltaListener | None
+    ) -> ModelMessage:
+        """``_astreamed`` without LiteLLM: the same request posted to the host, its event stream
+        read by the same ``StreamReader`` (``tandem.reasoner.models.direct_http.open_stream``)."""
+        body = self._direct_body(request)
+        body["stream"], body["stream_options"] = (
+            True,
+            request.get("stream_options") or {"include_usage": True},
+        )
+        assert self.api_base is not None
+        reader = self._reader(on_delta)
+        async with direct_http.open_stream(
+            client, self.api_base, self._api_key, body, self.timeout
+        ) as stream:
+            iterator = stream.__aiter__()
+            while True:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    reader.broke(exc)
+                    raise
+                reader.feed(chunk)
+            return self._message(*reader.finish(stream))
+
+    def _direct_body(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The body a direct call posts for ``request`` (what LiteLLM would send the host)."""
+        body: dict[str, Any] = {"model": self._direct_name, "messages": request["messages"]}
+        for key in ("temperature", "max_tokens", "tools"):
+            if key in request:
+                body[key] = request[key]
+        body.update(request.get("extra_body") or {})
+        return body
 
     def _reader(self, on_delta: DeltaListener | None) -> StreamReader:
         return StreamReader(self.parser, self.thinking, on_delta, self._calls_from_reasoning)

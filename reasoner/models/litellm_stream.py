@@ -101,7 +101,10 @@ class StreamReader:
         delta = choices[0].delta
         if delta is None:
             return
-        reasoning_piece = getattr(delta, "reasoning_content", None) or ""
+        # ``reasoning``: vLLM's newer name, which LiteLLM maps (a direct stream reads it as sent).
+        reasoning_piece = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None) or ""
+        if not isinstance(reasoning_piece, str):
+            reasoning_piece = ""
         content_piece = getattr(delta, "content", None) or ""
         out_reasoning, out_content = reasoning_piece, ""
         if reasoning_piece:

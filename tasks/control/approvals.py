@@ -330,6 +330,7 @@ class ApprovalStore:
             except ApprovalError as exc:
                 clash = _clash(decisions, {d.index for d in record.decisions})
                 reason = f"call {clash} was decided already" if clash is not None else str(exc)
+                reason = reason.removesuffix("; nothing was decided")  # said once, below
                 raise DecisionRefused(f"job {job_id!r}: {reason}; nothing was decided") from None
             if not valid:
                 raise DecisionRefused(f"job {job_id!r}: the batch holds no decision; nothing was decided")

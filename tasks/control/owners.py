@@ -7,8 +7,9 @@ another tenant's job is refused exactly like one for an unknown job, so it learn
 changes nothing: above all, a fork asked by another tenant never runs the source job's sealed
 secrets (which unseal only in jobs of their own tenant, ``tandem.tasks.sealing``).
 
-This binds a request to the tenant it *names*. Who may name which tenant is the broker's to say
-(see docs/security.md, "Owners and tenants"): the API checks its tokens before it names one.
+This binds a request to the tenant it *names*. The API checks its tokens before it names one; a
+message signed by a tenant's certificate names that tenant or is refused before it runs
+(``tandem.tasks.signers``, docs/security.md).
 """
 
 from __future__ import annotations

@@ -54,10 +54,12 @@ from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
 from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
+from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.steps.tools import CANCELLED_CALL
 from tandem.tasks.tracing import control_span
+from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
 
 _FORK_IDS = uuid.UUID("8f1d7f0e-3c55-4c1e-9a52-6f0c1f2b7d11")
@@ -89,6 +91,7 @@ def _ended_job(rt: Runtime, job_id: Any, doing: str, owner: Any = None) -> tuple
     state = record.get("state", "")
     if state not in FINAL_STATES:
         raise _not_ended(job_id, state, doing)
+    enter_job_scope(rt, job_id, spec)  # what resume or fork writes masks the job's own secrets
     return record, spec
 
 
@@ -124,6 +127,7 @@ def _go_live(rt: Runtime, job_id: str, spec: JobSpec) -> tuple[float, int]:
     timeout = spec.timeout_s or rt.settings.job_timeout
     first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
     rt.machine.index(job_id, time.time() + first_look, int(timeout + rt.settings.memory_ttl))
+    arm_webhooks(rt, job_id, spec)  # the run's park and end are owed deliveries (tandem.tasks.webhooks)
     return timeout, rt.settings.memory_ttl
 
 
@@ -297,7 +301,7 @@ def fork_job(
         return {**answer, "max_rounds": spec.max_rounds}
     if got.outcome != "ok":
         raise _refusal(new_id, got, "fork")
-    rt.store.remember(new_id)
+    rt.store.remember(new_id, owner=spec.owner)
     _started(rt, new_id, spec, at, forked_from=job_id, forked_round=round_no)
     send_outbox(rt, new_id)
     return {**answer, "max_rounds": spec.max_rounds}

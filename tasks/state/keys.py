@@ -41,6 +41,16 @@ RECENT_SHARDS = 16
 RECENT_SHARD_KEY = "{prefix}:recent:{shard}"
 """The key of one shard of the index of recent jobs (a ``str.format`` template)."""
 
+WEBHOOK_SHARD_KEY = "{prefix}:webhooks:{shard}"
+"""The key of one shard of the index of jobs with webhook deliveries to watch (``LIVE_SHARDS`` of
+them; ``tandem.tasks.webhooks.outbox``)."""
+
+TENANT_RECENT_SHARDS = 4
+"""Each tenant's index of recent jobs (``JobStore.recent(owner=...)``) is this many sorted sets."""
+
+TENANT_RECENT_KEY = "{prefix}:recent-of:{owner}:{shard}"
+"""The key of one shard of a tenant's index of recent jobs (a ``str.format`` template)."""
+
 LEGACY_RECENT_KEY = "{prefix}:recent-jobs"
 """The unsharded index of recent jobs of earlier versions: read (never written) until it expires."""
 
@@ -79,3 +89,34 @@ def recent_shard_key(prefix: str, job_id: str) -> str:
 def recent_shard_keys(prefix: str) -> list[str]:
     """Every shard of the index of recent jobs."""
     return [RECENT_SHARD_KEY.format(prefix=prefix, shard=shard) for shard in range(RECENT_SHARDS)]
+
+
+def webhook_shard_key(prefix: str, shard: int) -> str:
+    """The key of one shard of the webhook index."""
+    return WEBHOOK_SHARD_KEY.format(prefix=prefix, shard=shard)
+
+
+def tenant_recent_key(prefix: str, owner: str, job_id: str) -> str:
+    """The key of the shard of tenant ``owner``'s index of recent jobs ``job_id`` is in."""
+    shard = zlib.crc32(job_id.encode()) % TENANT_RECENT_SHARDS
+    return TENANT_RECENT_KEY.format(prefix=prefix, owner=owner, shard=shard)
+
+
+def tenant_recent_keys(prefix: str, owner: str) -> list[str]:
+    """Every shard of tenant ``owner``'s index of recent jobs."""
+    return [
+        TENANT_RECENT_KEY.format(prefix=prefix, owner=owner, shard=s) for s in range(TENANT_RECENT_SHARDS)
+    ]
+
+
+def messages_key(prefix: str, job_id: str) -> str:
+    """A job's hash of person's messages (``tandem.message``): the counter ``seq`` and the answer
+    kept under each idempotency key (``key:<idempotency key>``); under the job's hash tag, with
+    the job's TTL."""
+    return JOB_KEY.format(prefix=prefix, job_id=job_id, part="messages")
+
+
+def thread_key(prefix: str, thread_id: str) -> str:
+    """A thread's index (``tandem.tasks.control.threads``): a sorted set of its jobs' ids by the time
+    they joined, under the thread's own hash tag, with a TTL."""
+    return JOB_KEY.format(prefix=prefix, job_id=thread_id, part="thread")

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis import Redis
@@ -202,11 +202,17 @@ class JobMachine:
         *,
         tx: str,
         park: Park | None = None,
+        events: Sequence[Mapping[str, str]] = (),
+        maxlen: int = 10000,
     ) -> bool:
         """Store ``memory_writes`` and move from the claimed step to ``nxt`` (round, kind, calls,
         status) with ``outbox``; ``False`` (nothing stored) if the claim was lost. Running it again
         with the same ``tx`` returns ``True`` without changing anything. With ``park`` the job
-        moves to ``awaiting_approval`` (see ``Park``)."""
+        moves to ``awaiting_approval`` (see ``Park``). ``events``: the step's stream entries
+        (``JobStore.entry``), appended with the commit (the stream capped at about ``maxlen``)."""
+        appended: list[Any] = [maxlen]
+        for entry in events:
+            appended += [entry["type"], entry["data"], entry["at"]]
         parking = (
             ["", "", 0, 0]
             if park is None
@@ -234,6 +240,7 @@ class JobMachine:
                 tx,
                 json.dumps(memory_writes),
                 *parking,
+                *appended,
             )
         )
 

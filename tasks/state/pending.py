@@ -84,7 +84,8 @@ class PendingMemory:
 
 
 class DeferredHooks(ReasonerHooks):
-    """Records hook calls and replays them on ``inner`` at ``flush`` (after the commit)."""
+    """Records hook calls and replays them on ``inner``: at ``drain``, whose events the commit
+    writes, or at ``flush`` (after the commit)."""
 
     def __init__(self, inner: ReasonerHooks) -> None:
         self.inner = inner
@@ -118,6 +119,19 @@ class DeferredHooks(ReasonerHooks):
     def finished(self, outcome: ReasonerOutcome) -> None:
         """Passed on at once."""
         self.inner.finished(outcome)
+
+    def drain(self) -> list[Any] | None:
+        """Replay the held calls on ``inner`` and return the events they made, unwritten, for the
+        commit to write with what it stores (``EventHooks.collected``); ``None`` (nothing replayed)
+        when ``inner`` cannot gather them: ``flush`` after the commit then."""
+        collected = getattr(self.inner, "collected", None)
+        if not callable(collected):
+            return None
+        calls, self._calls = self._calls, []
+        with collected() as events:
+            for call in calls:
+                call()
+        return list(events)
 
     def flush(self) -> None:
         """Replay the held calls, in order (their events in one round trip when ``inner`` can

@@ -42,9 +42,12 @@ from tandem.tasks.state.keys import (
     JOB_PARTS,
     LEGACY_RECENT_KEY,
     RECENT_SHARDS,
+    TENANT_RECENT_SHARDS,
     pause_id,
     recent_shard_key,
     recent_shard_keys,
+    tenant_recent_key,
+    tenant_recent_keys,
 )
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.record import JobRecord
@@ -159,6 +162,8 @@ RECENT_LIMIT = 1000
 RECENT_PER_SHARD = 2 * RECENT_LIMIT // RECENT_SHARDS
 """How many jobs one shard of that index keeps: twice its share, so that the newest
 ``RECENT_LIMIT`` jobs are all kept however unevenly they fall into the shards."""
+TENANT_RECENT_PER_SHARD = 2 * RECENT_LIMIT // TENANT_RECENT_SHARDS
+"""How many jobs one shard of a tenant's index of recent jobs keeps (as ``RECENT_PER_SHARD``)."""
 RECENT_TRIM_EVERY = 16
 """``remember`` trims the index of recent jobs on one call in this many (on average): between
 trims it may hold a few more than ``RECENT_LIMIT`` jobs."""
@@ -236,7 +241,7 @@ class JobStore:
         created = bool(self.redis.set(self.key(job_id, "spec"), spec.model_dump_json(), nx=True, ex=self.ttl))
         if created:
             self.set_status(job_id, state="queued", reasoner=spec.reasoner, owner=spec.owner)
-            self.remember(job_id)
+            self.remember(job_id, owner=spec.owner)
         return created
 
     def mark_queued(
@@ -259,7 +264,7 @@ class JobStore:
         written, _, _, _, ttl = pipe.execute()[:5]
         if ttl is not None and ttl < 0:
             self.redis.expire(key, self.ttl)
-        self.remember(job_id)
+        self.remember(job_id, owner=owner)
         return bool(written)
 
     def discard_queued(self, job_id: str) -> None:
@@ -282,39 +287,59 @@ class JobStore:
         if self.redis.transaction(undo, key, self.key(job_id, "spec"), value_from_callable=True):
             self.redis.zrem(recent_shard_key(self.prefix, job_id), job_id)
 
-    def remember(self, job_id: str, at: float | None = None) -> None:
-        """Add the job to the index of recent jobs (kept to about the newest ``RECENT_LIMIT``, see
-        ``RECENT_TRIM_EVERY``; idempotent)."""
+    def remember(self, job_id: str, at: float | None = None, *, owner: str | None = None) -> None:
+        """Add the job to the index of recent jobs, and to its tenant's when ``owner`` is given
+        (each kept to about the newest ``RECENT_LIMIT``, see ``RECENT_TRIM_EVERY``; idempotent)."""
         pipe = self.redis.pipeline(transaction=False)
-        self._remember_on(pipe, job_id, at)
+        self._remember_on(pipe, job_id, at, owner)
         pipe.execute()
 
-    def _remember_on(self, pipe: Any, job_id: str, at: float | None = None) -> None:
-        key = recent_shard_key(self.prefix, job_id)
-        pipe.zadd(key, {job_id: at or time.time()}, nx=True)
-        if random.randrange(RECENT_TRIM_EVERY) == 0:  # trimming on every call would double its cost
-            pipe.zremrangebyrank(key, 0, -RECENT_PER_SHARD - 1)
-            pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
-        pipe.expire(key, self.ttl)
+    def _remember_on(self, pipe: Any, job_id: str, at: float | None = None, owner: str | None = None) -> None:
+        at = at or time.time()
+        trim = random.randrange(RECENT_TRIM_EVERY) == 0  # trimming on every call would double its cost
+        indexes = [(recent_shard_key(self.prefix, job_id), RECENT_PER_SHARD)]
+        if owner is not None:
+            indexes.append((tenant_recent_key(self.prefix, owner, job_id), TENANT_RECENT_PER_SHARD))
+        for key, keep in indexes:
+            pipe.zadd(key, {job_id: at}, nx=True)
+            if trim:
+                pipe.zremrangebyrank(key, 0, -keep - 1)
+                pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
+            pipe.expire(key, self.ttl)
 
-    def started(self, job_id: str, event: JobEvent, ttl: int) -> str:
-        """At a job's start: ``remember`` it and write its first ``event``, making its event stream
-        with ``ttl`` seconds to live, in one round trip; the event's stream id."""
+    def started(self, job_id: str, event: JobEvent, ttl: int, *, owner: str | None = None) -> str:
+        """At a job's start: ``remember`` it (for tenant ``owner``) and write its first ``event``,
+        making its event stream with ``ttl`` seconds to live, in one round trip; the event's
+        stream id."""
         key = self.key(job_id, "events")
         pipe = self.redis.pipeline(transaction=False)
-        self._remember_on(pipe, job_id)
+        self._remember_on(pipe, job_id, owner=owner)
         pipe.xadd(key, self.entry(event), maxlen=self.stream.maxlen, approximate=True)
         pipe.expire(key, ttl)
         return _text(pipe.execute()[-2])
 
-    def recent(self, limit: int = 50) -> list[JobStatus]:
+    def recent(self, limit: int = 50, *, owner: str | None = None) -> list[JobStatus]:
         """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out):
-        the newest of each shard of the index, merged."""
+        the newest of each shard of the index, merged. With ``owner``, tenant ``owner``'s jobs only,
+        from its own index; while that has fewer than ``limit`` (jobs indexed before tenants had
+        one), also those among the newest ``RECENT_LIMIT`` of the shared index."""
         count = max(limit, 1)
+        shared = [*recent_shard_keys(self.prefix), LEGACY_RECENT_KEY.format(prefix=self.prefix)]
+        if owner is None:
+            return self._newest(shared, count, count)
+        own = self._newest(tenant_recent_keys(self.prefix, owner), count, count, owner)
+        if len(own) >= count:
+            return own
+        seen = {status.job_id for status in own}  # those indexed before are older than these
+        older = [s for s in self._newest(shared, RECENT_LIMIT, RECENT_LIMIT, owner) if s.job_id not in seen]
+        return [*own, *older][:count]
+
+    def _newest(
+        self, shards: list[str], per_shard: int, count: int, owner: str | None = None
+    ) -> list[JobStatus]:
         pipe = self.redis.pipeline(transaction=False)
-        shards = [*recent_shard_keys(self.prefix), LEGACY_RECENT_KEY.format(prefix=self.prefix)]
         for key in shards:
-            pipe.zrevrange(key, 0, count - 1, withscores=True)
+            pipe.zrevrange(key, 0, per_shard - 1, withscores=True)
         newest: dict[str, float] = {}
         for entries in pipe.execute():
             for raw, score in entries:
@@ -324,7 +349,7 @@ class JobStore:
         for job_id in ids:
             pipe.hgetall(self.key(job_id, "state"))
         found = [status_from_record(job_id, raw) for job_id, raw in zip(ids, pipe.execute(), strict=True)]
-        return [status for status in found if status is not None]
+        return [s for s in found if s is not None and (owner is None or s.owner == owner)]
 
     def spec(self, job_id: str) -> JobSpec | None:
         """The job's spec, or ``None`` for an unknown job."""

@@ -42,6 +42,7 @@ from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
+from tandem.tasks.webhooks import delivery as webhooks
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import redact, redact_known
 
@@ -127,6 +128,8 @@ def _finish(
         raise Ignore()
     if first and outcome is not None:
         EventHooks(rt.store, job_id).finished(outcome)
+    if first and spec is not None and spec.webhooks:
+        webhooks.notify(rt, job_id, spec)  # its ``final`` deliveries
     return stored.model_dump(mode="json")
 
 
@@ -274,15 +277,27 @@ def commit(
     spec: JobSpec,
     park: Park | None = None,
 ) -> None:
-    """Store the step's writes and move to ``nxt`` (parked for approval with ``park``: its held
-    calls are not sent); then publish its events and send ``nxt``."""
+    """Store the step's writes and its events and move to ``nxt`` (parked for approval with
+    ``park``: its held calls are not sent); then send ``nxt``."""
     tx = uuid.uuid4().hex  # also the id of the outbox the transition writes
     free = None if park is None else [i for i in range(1, nxt.calls + 1) if i not in park.held]
     messages = step_messages(claim.job_id, nxt, free)
+    # The step's events are appended by the commit's script: in the stream exactly when the step
+    # is stored (never for a step whose claim was lost), in the same round trip.
+    events = hooks.drain()
+    entries = [rt.store.entry(event) for event in events or ()]
+    maxlen = rt.store.stream.maxlen
     moved = retrying(
         rt,
         lambda: rt.machine.transition(
-            claim, (nxt.round, nxt.kind, nxt.calls, nxt.status), messages, memory.writes(), tx=tx, park=park
+            claim,
+            (nxt.round, nxt.kind, nxt.calls, nxt.status),
+            messages,
+            memory.writes(),
+            tx=tx,
+            park=park,
+            events=entries,
+            maxlen=maxlen,
         ),
     )
     tracing.outcome("tandem.commit", "committed" if moved else "lost")
@@ -295,10 +310,13 @@ def commit(
             claim.epoch,
         )
         raise Ignore()
-    hooks.flush()
+    if events is None:
+        hooks.flush()
     if park is not None:
         tracing.parked("approval", park.until)
         announce(rt.store, claim.job_id, park)
+        if spec.webhooks:
+            webhooks.notify(rt, claim.job_id, spec)  # its ``waiting_for_person`` deliveries
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
         # finalize message stays in the outbox until the job has ended, for the reconciler.

@@ -18,6 +18,7 @@ from celery.exceptions import Ignore
 from tandem.broker_config.tokens import DEFAULT_TENANT, TENANT_ID
 from tandem.reasoner import tracing
 from tandem.tasks.app import app
+from tandem.tasks.control.threads import index_job
 from tandem.tasks.errors import JobError
 from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import get_runtime
@@ -27,6 +28,7 @@ from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import job_span, outcome, step_span
+from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
 from tandem.toolkit.redaction import enter_scope, redact
 
@@ -82,6 +84,7 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     live_ttl = int(timeout + rt.settings.memory_ttl)
     first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
     rt.machine.index(job_id, time.time() + first_look, live_ttl)
+    arm_webhooks(rt, job_id, job_spec)  # before the job can park or end (tandem.tasks.webhooks)
     messages, outbox_id = step_messages(job_id, first), uuid.uuid4().hex
     created = rt.machine.create(
         job_id,
@@ -95,7 +98,9 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     )
     outcome("tandem.commit", "created" if created else "duplicate")
     if created:
-        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl)
+        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl, owner=job_spec.owner)
+        if job_spec.thread_id:  # its thread's index (one key of the thread's own slot)
+            index_job(rt.store, job_spec.thread_id, job_id, live_ttl)
     # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
     # the record's outbox still holds (nothing once sent).
     send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)

@@ -28,6 +28,7 @@ from tandem.tasks.steps.context import StepContext
 from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
+from tandem.tasks.webhooks import delivery as webhooks
 
 log = logging.getLogger("tandem.tasks")
 
@@ -72,6 +73,8 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
             question = asked
             verdict = retrying(rt, lambda: QuestionStore(rt.store).park(claim, question, timeout))
             log.info("job %s: call %d of round %d asks a person (%s)", job_id, index, round_no, verdict)
+            if verdict == "parked" and ctx.spec.webhooks:
+                webhooks.notify(rt, job_id, ctx.spec)  # its ``waiting_for_person`` deliveries
             raise Ignore() from None
         except Ignore:
             raise

@@ -39,6 +39,13 @@ def test_cancel_before_any_worker_takes_the_job(
     assert thinker.requests == [] and actor.requests == []
 
 
+def _tool_called(cluster: Cluster, job_id: str, *, round_no: int, index: int) -> bool:
+    events = cluster.store.read_events(job_id, count=1000)
+    return any(
+        e.type == "tool_call" and (e.data["round"], e.data["index"]) == (round_no, index) for e in events
+    )
+
+
 def test_a_cancel_during_a_tool_call_keeps_the_result_of_the_call_that_ran(
     fresh_cluster: tuple[Cluster, OpenAIServer, OpenAIServer],
 ) -> None:
@@ -48,9 +55,11 @@ def test_a_cancel_during_a_tool_call_keeps_the_result_of_the_call_that_ran(
     cluster.start("thinker", "actor", "tools", TANDEM_TOOL_TIMEOUT="30")
     plan = [[{"name": "sleep_tool", "args": {"seconds": 4}}], [{"name": "add", "args": {"a": 1, "b": 1}}]]
     handle = cluster.submit(goal=goal_with_plan("cancel mid-call", plan), max_rounds=6)
-    calls = cluster.store.key(handle.id, "calls")
     deadline = time.monotonic() + 60
-    while not cluster.redis.hget(calls, "1:holder"):  # the call is under way
+    # The call is under way once its ``tool_call`` event is out: the worker writes it after its last
+    # look at the cancel flag, right before the tool runs (a cancel between the claim and that look
+    # rightly stores the call as "the job was cancelled", never run).
+    while not _tool_called(cluster, handle.id, round_no=0, index=1):
         assert time.monotonic() < deadline, "the tool never started"
         time.sleep(0.05)
     handle.cancel()  # the reconciler sees it within a second (lease 2 s): the call runs 4 s
@@ -59,5 +68,5 @@ def test_a_cancel_during_a_tool_call_keeps_the_result_of_the_call_that_ran(
     ran = cluster.store.tool_result(handle.id, 0, 1)  # the side effect that happened is recorded
     assert ran is not None and ran.status.value == "succeeded" and ran.name == "sleep_tool", ran
     events = [e for e in cluster.store.read_events(handle.id, count=1000) if e.type == "tool_result"]
-    assert [(e.data["index"], e.data["status"]) for e in events] == [(1, "succeeded")]
+    assert [(e.data["round"], e.data["index"], e.data["status"]) for e in events] == [(0, 1, "succeeded")]
     assert [c["name"] for c in cluster.tool_calls() if c["job"] == handle.id] == ["sleep_tool"]

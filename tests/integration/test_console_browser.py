@@ -117,3 +117,68 @@ def test_the_console_resumes_a_truncated_job_with_more_rounds(chromium: str, dem
         page.close()
     finally:
         browser.close()
+
+
+def test_the_console_sends_a_message_to_a_parked_job(chromium: str, demo_api: ApiProcess) -> None:
+    browser = Browser(f"{demo_api.url}/", chromium)
+    try:
+        page = browser.page()
+        page.wait_for("document.readyState === 'complete' && !!document.querySelector('#submit')", 30)
+        # Every tool needs approval: the demo job parks at its first call, and takes messages there.
+        page.evaluate(
+            "fetch('/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: "
+            "JSON.stringify({goal: 'What is (17 * 23) + 4?', approve_tools: 'all', max_rounds: 8})})"
+            ".then((r) => r.json()).then((job) => { openJob(job.id); return job.id; })"
+        )
+        page.wait_for("!document.querySelector('#approve').hidden", 120)
+        shown = "getComputedStyle(document.querySelector('{}')).display !== 'none'"
+        assert page.evaluate(shown.format("#message-form")) is True
+        assert page.evaluate(shown.format("#follow-up-form")) is False
+        page.evaluate(
+            "document.querySelector('#message-text').value = 'Show the arithmetic step by step.';"
+            "document.querySelector('#send-message').click(); true"
+        )
+        sent = page.wait_for(
+            "Array.from(document.querySelectorAll('.turn.person .content'))"
+            ".map((n) => n.textContent).join('|')",
+            30,
+        )
+        assert sent == "Show the arithmetic step by step."
+        assert "message sent: read at the start of round 2" in page.evaluate(
+            "document.querySelector('#notice').textContent"
+        )
+        assert page.evaluate("document.querySelector('#message-text').value") == ""
+        # The message opens round 2, where the Thinker reads it.
+        assert page.evaluate("document.querySelector('.turn.person').closest('.round').id") == "round-1"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "console-message.png").write_bytes(page.screenshot())
+
+        # Approve each pause until the job ends; the box goes once it has.
+        approve_or_done = (
+            "(() => { if (!document.querySelector('#outcome').hidden) return true;"
+            " const b = document.querySelector('#approve'); if (!b.hidden) b.click(); return false; })()"
+        )
+        page.wait_for(approve_or_done, 180, poll=1.0)
+        assert page.evaluate("document.querySelector('#job-state').textContent") == "completed"
+        assert page.evaluate(shown.format("#message-form")) is False  # the job has ended
+        assert page.evaluate(shown.format("#follow-up-form")) is True
+
+        # A follow-up on the ended job: a new job in its thread, the thread listed on its page.
+        first = page.evaluate("state.jobId")
+        page.evaluate(
+            "document.querySelector('#follow-up-goal').value = 'What is (17 * 23) + 10?';"
+            "document.querySelector('#send-follow-up').click(); true"
+        )
+        page.wait_for(f"state.jobId && state.jobId !== '{first}'", 30)
+        page.wait_for(approve_or_done, 180, poll=1.0)
+        thread = page.wait_for(
+            "document.querySelector('#thread').hidden ? null : Array.from("
+            "document.querySelectorAll('#thread-jobs li')).map((n) => n.textContent)",
+            30,
+        )
+        assert len(thread) == 2 and "(17 * 23) + 4" in thread[0] and "(17 * 23) + 10" in thread[1], thread
+        assert page.evaluate("document.querySelector('#thread-jobs li.current').textContent") == thread[1]
+        (ARTIFACTS / "console-thread.png").write_bytes(page.screenshot())
+        page.close()
+    finally:
+        browser.close()

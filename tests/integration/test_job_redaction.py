@@ -95,3 +95,35 @@ def test_the_operators_key_stays_masked_in_every_jobs_records(cluster: Cluster) 
     assert tool_outputs(cluster, c.id) == ["key ***"]
     assert [tool_outputs(cluster, h.id) for h in with_secrets] == [["the token is ***"]] * 4
     assert f"echo: key {OPERATOR_KEY}" not in logs(cluster)
+
+
+def _wait_for_state(handle, state: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while handle.status().state != state:
+        assert time.monotonic() < deadline, f"the job never reached {state}: {handle.status()}"
+        time.sleep(0.1)
+
+
+def test_a_decision_and_a_fork_mask_the_jobs_own_secrets(cluster: Cluster) -> None:
+    """``tandem.decide`` and ``tandem.fork`` write the job's records in its secret scope: a person who
+    pastes the job's token into edited args or a fork's goal sees it masked in the events."""
+    token = "decided-token-5511"
+    plan = [[{"name": "echo", "args": {"text": "draft"}}]]
+    handle = cluster.submit(
+        goal=goal_with_plan("approve an echo", plan), secrets={"tok": token}, approve_tools=["echo"]
+    )
+    _wait_for_state(handle, "awaiting_approval")
+    decisions = handle.decide([{"index": 1, "approve": True, "args": {"text": f"send {token}"}}])
+    assert [d.approve for d in decisions] == [True]
+    assert handle.result(timeout=90).status == "completed"
+    decided = [e for e in cluster.store.read_events(handle.id, count=1000) if e.type == "approval_decided"]
+    assert [d.data["decisions"][0]["args"] for d in decided] == [{"text": "send ***"}]
+    assert tool_outputs(cluster, handle.id) == ["send ***"]
+
+    fork = handle.fork(1, goal=goal_with_plan(f"again with {token}", plan))
+    started = [e for e in cluster.store.read_events(fork.id, count=10) if e.type == "job_started"]
+    assert len(started) == 1 and token not in json.dumps(started[0].data), started
+    events = cluster.redis.xrange(f"{cluster.settings.prefix}:{{{handle.id}}}:events")
+    assert token.encode() not in b"".join(v for _id, fields in events for v in fields.values())

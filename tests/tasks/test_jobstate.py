@@ -184,6 +184,29 @@ def test_a_reported_call_writes_its_tool_result_event_with_its_result_and_only_t
     assert len(machine.redis.xrange(events)) == 2
 
 
+def test_a_commit_appends_its_steps_events_with_what_it_stores_and_only_then(machine: JobMachine) -> None:
+    create(machine)
+    events = machine.store.key(JOB, "events")
+    machine.redis.xadd(events, {"type": "job_started", "data": "{}", "at": "0"})  # the intake's stream
+    step = claim(machine, 0, "thinker")
+    entries = [
+        {"type": "round_started", "data": '{"round": 0}', "at": "1.000"},
+        {"type": "model_reply", "data": '{"round": 0, "role": "thinker"}', "at": "1.001"},
+    ]
+    nxt = (0, "actor", 0, "")
+    assert machine.transition(step, nxt, [], [("0:thinker", "{}")], tx="t1", events=entries, maxlen=100)
+    # Sent again (a reply lost to a dropped connection): stored once, its events once.
+    assert machine.transition(step, nxt, [], [("0:thinker", "{}")], tx="t1", events=entries, maxlen=100)
+    stream = machine.redis.xrange(events)
+    assert [f[b"type"] for _, f in stream] == [b"job_started", b"round_started", b"model_reply"]
+    assert [f[b"at"] for _, f in stream][1:] == [b"1.000", b"1.001"]
+    lost = claim(machine, 0, "actor")
+    expire_lease(machine)
+    claim(machine, 0, "actor")  # taken over: the old holder's commit stores nothing, appends nothing
+    assert not machine.transition(lost, (1, "thinker", 0, ""), [], [], tx="t2", events=entries, maxlen=100)
+    assert len(machine.redis.xrange(events)) == 3
+
+
 def test_a_call_lost_before_its_tool_started_is_not_reported_started(machine: JobMachine) -> None:
     to_tools(machine, 1)
     call(machine, 1)  # claimed, then lost (a Redis outage while the call loaded) before the mark

@@ -34,6 +34,8 @@ def test_defaults() -> None:
         "max_cost_usd": None,
         "priority": 5,
         "timeout_s": None,
+        "webhooks": [],
+        "thread_id": None,
         "trace_context": None,
     }
 
@@ -59,6 +61,8 @@ def test_every_field_is_read() -> None:
         "max_cost_usd": 0.25,
         "priority": 9,
         "timeout_s": 120.0,
+        "webhooks": [{"url": "http://127.0.0.1:9000/h", "events": ["final"]}],
+        "thread_id": "conversation-42",
         "trace_context": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
     }
     assert validate_spec(raw).model_dump() == raw

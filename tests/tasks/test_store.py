@@ -296,6 +296,37 @@ def test_the_recent_jobs_index_is_sharded_and_merged_newest_first(store: JobStor
     assert all(0 < store.redis.ttl(key) <= store.ttl for key in shards)
 
 
+def test_a_tenant_lists_its_jobs_however_many_newer_jobs_other_tenants_have(store: JobStore) -> None:
+    """Each tenant has its own index: its jobs are listed though the newest ``RECENT_LIMIT`` of all
+    tenants are another's, and another tenant's jobs never are."""
+    from tandem.tasks.state.keys import tenant_recent_keys
+    from tandem.tasks.state.store import RECENT_LIMIT
+
+    start = time.time() - 10_000
+    for i in range(3):
+        store.remember(f"mine-{i}", at=start + i, owner="team-a")
+        store.set_status(f"mine-{i}", state="queued", owner="team-a")
+    pipe = store.redis.pipeline(transaction=False)
+    for i in range(RECENT_LIMIT + 50):  # newer jobs of another tenant crowd the shared index
+        store._remember_on(pipe, f"theirs-{i}", start + 100 + i, "team-b")
+        pipe.hset(store.key(f"theirs-{i}", "state"), mapping={"state": "queued", "owner": "team-b"})
+    pipe.execute()
+    assert [s.job_id for s in store.recent(10, owner="team-a")] == ["mine-2", "mine-1", "mine-0"]
+    assert [s.job_id for s in store.recent(2, owner="team-a")] == ["mine-2", "mine-1"]
+    assert {s.owner for s in store.recent(200, owner="team-b")} == {"team-b"}
+    assert len(store.recent(200, owner="team-b")) == 200
+    assert store.recent(5, owner="team-c") == []
+    assert all(0 < store.redis.ttl(key) <= store.ttl for key in tenant_recent_keys("t", "team-b"))
+
+
+def test_a_tenants_jobs_indexed_before_tenants_had_an_index_are_still_listed(store: JobStore) -> None:
+    store.remember("legacy")  # indexed by an earlier version: the shared index only
+    store.set_status("legacy", state="queued", owner="team-a")
+    store.mark_queued("new", owner="team-a")
+    store.mark_queued("other", owner="team-b")
+    assert [s.job_id for s in store.recent(10, owner="team-a")] == ["new", "legacy"]
+
+
 def test_events_arrive_while_the_job_runs(store: JobStore, server: fakeredis.FakeServer) -> None:
     """A reader started before the events sees them as they are published."""
     writer = JobStore(fakeredis.FakeRedis(server=server), prefix="t")

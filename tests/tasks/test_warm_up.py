@@ -40,7 +40,8 @@ def test_only_a_worker_calling_models_in_its_threads_sizes_their_pool(
     [
         ({}, False),  # posted straight to the host: LiteLLM's connection limit does not apply
         ({"TANDEM_DIRECT_HTTP": "0"}, True),
-        ({"TANDEM_ACTOR_STREAM": "1"}, True),  # streamed calls go through LiteLLM
+        ({"TANDEM_ACTOR_STREAM": "1"}, False),  # streamed calls are posted straight too
+        ({"TANDEM_ACTOR_STREAM": "1", "TANDEM_DIRECT_HTTP": "0"}, True),
     ],
 )
 def test_the_connection_limit_warning_is_only_for_calls_through_litellm(

@@ -282,6 +282,9 @@ def test_the_openapi_document_names_every_endpoint(api: Fixture) -> None:
         "/v1/jobs/{job_id}/answers",
         "/v1/jobs/{job_id}/resume",
         "/v1/jobs/{job_id}/fork",
+        "/v1/jobs/{job_id}/messages",
+        "/v1/jobs/{job_id}/follow-up",
+        "/v1/threads/{thread_id}",
         "/v1/me",
         "/healthz",
     }
@@ -299,7 +302,8 @@ def test_the_console_is_served_and_uses_only_the_public_api(api: Fixture) -> Non
     assert '<script src="console.js">' in page.text and 'id="deliverable"' in page.text
     script = api.client.get("/console.js").text
     called = re.findall(r"api\(\s*[`\"]([^`\"]+)", script)
-    assert len(called) >= 6 and all(p.startswith(("/v1/jobs", "/v1/me")) for p in called), called
+    public = ("/v1/jobs", "/v1/me", "/v1/threads")
+    assert len(called) >= 6 and all(p.startswith(public) for p in called), called
     assert script.count("fetch(") == 1  # every request goes through api(), with the token
     assert "innerHTML" not in script  # model text is inserted as text only
     assert api.client.get("/console.css").status_code == 200

@@ -79,6 +79,8 @@ ARGV = {
     "answer": ["answer", "J1", "yes"],
     "resume": ["resume", "J1"],
     "fork": ["fork", "J1", "--round", "1"],
+    "message": ["message", "J1", "use the 2025 figures"],
+    "follow-up": ["follow-up", "J1", "now for 2024"],
 }
 
 

@@ -66,14 +66,16 @@ from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
-from tandem.tasks.state.store import RECENT_LIMIT, JobStore
+from tandem.tasks.state.store import JobStore
 from tandem.workers.api.answers import answer_endpoint
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
 from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
+from tandem.workers.api.conversation import Conversation
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
 from tandem.workers.api.host_header import AllowedHosts, default_hosts
+from tandem.workers.api.job_list import listed
 from tandem.workers.api.openapi import openapi_document
 from tandem.workers.api.origins import OriginGuard
 from tandem.workers.api.streams import EventHub, EventStreamResponse, StreamsFull, StreamSlots
@@ -203,11 +205,11 @@ class Api:
             raise ApiError(400, "invalid_query", f"limit={raw!r} must be a whole number from 1 to 200")
         token = caller(request, "read")
         limit = int(raw)
-        # Another tenant's jobs are left out: a tenant's view is its jobs among the newest
-        # RECENT_LIMIT of all tenants (an admin token sees them all).
-        wanted = limit if token.admin else RECENT_LIMIT
-        jobs = [j for j in await run_in_threadpool(self.store.recent, wanted) if may_see(token, j.owner)]
-        return JSONResponse({"jobs": [j.model_dump(mode="json") for j in jobs[:limit]]})
+        # A tenant's token lists its tenant's jobs, from the tenant's own index; an admin's, all.
+        owner = None if token.admin else token.tenant
+        jobs = await run_in_threadpool(partial(self.store.recent, limit, owner=owner))
+        seen = [j for j in jobs if may_see(token, j.owner)]
+        return JSONResponse({"jobs": await run_in_threadpool(listed, self.store, seen)})
 
     async def get_job(self, request: Request) -> Response:
         token = caller(request, "read")
@@ -515,6 +517,7 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
     ``bound_host``: the address it listens on, allowed as a ``Host`` (with the loopback names)
     when ``TANDEM_API_ALLOWED_HOSTS`` is unset."""
     api = Api(settings, **options)
+    talk = Conversation(api)
     routes = [
         Route("/v1/jobs", api.create_job, methods=["POST"]),
         Route("/v1/jobs", api.list_jobs, methods=["GET"]),
@@ -525,6 +528,9 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
         Route("/v1/jobs/{job_id}/answers", answer_endpoint(api), methods=["POST"]),
         Route("/v1/jobs/{job_id}/resume", api.resume_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/fork", api.fork_job, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/messages", talk.post_message, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/follow-up", talk.follow_up, methods=["POST"]),
+        Route("/v1/threads/{thread_id}", talk.thread, methods=["GET"]),
         Route("/v1/me", api.me, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),

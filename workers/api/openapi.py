@@ -10,12 +10,22 @@ from pydantic.json_schema import models_json_schema
 import tandem
 from tandem.tasks.job_events import EVENT_TYPES
 from tandem.tasks.spec import JobResult, JobSpec, JobStatus
+from tandem.workers.api.conversation import conversation_paths
 
 _REF = "#/components/schemas/{model}"
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(model=name)}
+
+
+_LISTED = {
+    "allOf": [
+        _ref("JobStatus"),
+        {"type": "object", "properties": {"goal": {"type": ["string", "null"], "maxLength": 160}}},
+    ]
+}
+"""A job of ``GET /v1/jobs``: its status and its goal (``tandem.workers.api.job_list``)."""
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -131,9 +141,9 @@ def openapi_document() -> dict[str, Any]:
                     "200": _json(
                         {
                             "type": "object",
-                            "properties": {"jobs": {"type": "array", "items": _ref("JobStatus")}},
+                            "properties": {"jobs": {"type": "array", "items": _LISTED}},
                         },
-                        "The statuses.",
+                        "The statuses, each with its goal (at most 160 characters; null once expired).",
                     ),
                     "401": unauthorized,
                 },
@@ -338,6 +348,7 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    paths.update(conversation_paths(_json, _error, _JOB_ID))
     scoped = _error(
         "missing_scope: the token lacks the scope this action needs (error.scope names it: submit, "
         "read, control, approve); foreign_owner: a spec naming another tenant than the token's."

@@ -29,7 +29,7 @@ from tandem.workers.client.errors import (
     Unavailable,
     WaitTimeout,
 )
-from tandem.workers.client.models import Event, Job, JobOutcome, JobState
+from tandem.workers.client.models import Event, Job, JobOutcome, JobState, ThreadJob
 from tandem.workers.client.sync import Client
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "RateLimited",
     "ServerError",
     "StalePauseError",
+    "ThreadJob",
     "Unauthorized",
     "Unavailable",
     "WaitTimeout",

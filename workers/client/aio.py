@@ -13,7 +13,7 @@ import httpx
 from tandem.workers.client import calls
 from tandem.workers.client.calls import Call
 from tandem.workers.client.errors import ClientError, Unavailable, WaitTimeout
-from tandem.workers.client.models import Event, Job, JobOutcome, JobState
+from tandem.workers.client.models import Event, Job, JobOutcome, JobState, ThreadJob
 from tandem.workers.client.sse import SseParser, stream_headers
 
 
@@ -167,6 +167,26 @@ class AsyncClient:
     ) -> str:
         """Start a new job from the job's rounds ``0..round_no-1`` (a new goal if given); its id."""
         return str((await self._send(calls.fork_call(job_id, round_no, goal, max_rounds)))["id"])
+
+    async def message(self, job_id: str, text: str, *, idempotency_key: str | None = None) -> str:
+        """Send ``text`` into the running job as a message from the person; its ``message_id``.
+        The job's leading model reads it at the start of its next round, once. ``idempotency_key``
+        (a fresh one if not given): the same key sent again gets the first answer and adds
+        nothing. ``Conflict`` (409 ``job_ended``) once the job has ended; ``Unavailable`` (504)
+        when no worker took it in time: it was withdrawn and never reaches the job."""
+        return str((await self._send(calls.message_call(job_id, text, idempotency_key)))["message_id"])
+
+    async def follow_up(self, job_id: str, goal: str, *, idempotency_key: str | None = None) -> str:
+        """Start a new job in the ended job's thread with ``goal``; its id. It reads the thread so
+        far (each earlier job's goal, the person's messages and its answer). ``Conflict`` (409
+        ``job_state``) while the job runs."""
+        return str((await self._send(calls.follow_up_call(job_id, goal, idempotency_key)))["id"])
+
+    async def thread(self, thread_id: str) -> list[ThreadJob]:
+        """The jobs of thread ``thread_id`` (a first job's id, or a ``thread_id`` a spec named), in
+        order; ``NotFound`` when none of them is the token's tenant's."""
+        body = await self._send(Call("GET", calls.thread_path(thread_id)))
+        return [ThreadJob.model_validate(j) for j in body["jobs"]]
 
     async def health(self) -> dict[str, Any]:
         """The API's ``/healthz``."""

@@ -116,6 +116,31 @@ def fork_call(job_id: str, round_no: int, goal: str | None, max_rounds: int | No
     return Call("POST", job_path(job_id, "/fork"), body)
 
 
+def message_call(job_id: str, text: str, idempotency_key: str | None) -> Call:
+    """``POST /v1/jobs/{id}/messages`` with an idempotency key (a fresh one if none is given)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest(f"text must be a non-empty string, got {text!r:.80}", code="invalid_message")
+    body = {"text": text, "idempotency_key": idempotency_key or uuid.uuid4().hex}
+    return Call("POST", job_path(job_id, "/messages"), body)
+
+
+def follow_up_call(job_id: str, goal: str, idempotency_key: str | None) -> Call:
+    """``POST /v1/jobs/{id}/follow-up``: a new job in the ended job's thread."""
+    if not isinstance(goal, str) or not goal.strip():
+        raise InvalidRequest(f"goal must be a non-blank string, got {goal!r:.80}", code="invalid_follow_up")
+    body = {"goal": goal, "idempotency_key": idempotency_key or uuid.uuid4().hex}
+    return Call("POST", job_path(job_id, "/follow-up"), body)
+
+
+def thread_path(thread_id: str) -> str:
+    """The path of a thread (the id quoted, so no id can reach another path)."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidRequest(
+            f"thread_id must be a non-empty string, got {thread_id!r}", code="invalid_thread_id"
+        )
+    return f"/v1/threads/{quote(thread_id, safe='')}"
+
+
 def resume_call(job_id: str, max_rounds: int | None) -> Call:
     """``POST /v1/jobs/{id}/resume``, with a new round budget if given."""
     return Call("POST", job_path(job_id, "/resume"), {} if max_rounds is None else {"max_rounds": max_rounds})

@@ -78,3 +78,15 @@ class Event(BaseModel):
     id: str
     type: str
     at: float = 0.0
+
+
+class ThreadJob(BaseModel):
+    """One job of a thread (``GET /v1/threads/{id}``), in the order they joined it."""
+
+    model_config = _LENIENT
+
+    job_id: str
+    goal: str = ""
+    state: str = ""
+    deliverable: str | None = None
+    """Its answer, once it ended with one."""

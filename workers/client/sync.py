@@ -12,7 +12,7 @@ import httpx
 from tandem.workers.client import calls
 from tandem.workers.client.calls import Call
 from tandem.workers.client.errors import ClientError, Unavailable, WaitTimeout
-from tandem.workers.client.models import Event, Job, JobOutcome, JobState
+from tandem.workers.client.models import Event, Job, JobOutcome, JobState, ThreadJob
 from tandem.workers.client.sse import SseParser, stream_headers
 
 
@@ -162,6 +162,26 @@ class Client:
     def fork(self, job_id: str, round_no: int, goal: str | None = None, max_rounds: int | None = None) -> str:
         """Start a new job from the job's rounds ``0..round_no-1`` (a new goal if given); its id."""
         return str(self._send(calls.fork_call(job_id, round_no, goal, max_rounds))["id"])
+
+    def message(self, job_id: str, text: str, *, idempotency_key: str | None = None) -> str:
+        """Send ``text`` into the running job as a message from the person; its ``message_id``.
+        The job's leading model reads it at the start of its next round, once. ``idempotency_key``
+        (a fresh one if not given): the same key sent again gets the first answer and adds
+        nothing. ``Conflict`` (409 ``job_ended``) once the job has ended; ``Unavailable`` (504)
+        when no worker took it in time: it was withdrawn and never reaches the job."""
+        return str(self._send(calls.message_call(job_id, text, idempotency_key))["message_id"])
+
+    def follow_up(self, job_id: str, goal: str, *, idempotency_key: str | None = None) -> str:
+        """Start a new job in the ended job's thread with ``goal``; its id. It reads the thread so
+        far (each earlier job's goal, the person's messages and its answer). ``Conflict`` (409
+        ``job_state``) while the job runs."""
+        return str((self._send(calls.follow_up_call(job_id, goal, idempotency_key)))["id"])
+
+    def thread(self, thread_id: str) -> list[ThreadJob]:
+        """The jobs of thread ``thread_id`` (a first job's id, or a ``thread_id`` a spec named), in
+        order; ``NotFound`` when none of them is the token's tenant's."""
+        body = self._send(Call("GET", calls.thread_path(thread_id)))
+        return [ThreadJob.model_validate(j) for j in body["jobs"]]
 
     def health(self) -> dict[str, Any]:
         """The API's ``/healthz``."""

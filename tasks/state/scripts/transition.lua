@@ -2,7 +2,9 @@
 -- outbox id, memory writes (JSON [[field, value], ...]), then to park the job ('' for no): the
 -- approval record, the held calls (",2,3,"), the longest wait (s), when it ends (epoch s).
 -- Parking counts the job's pauses (``pause_seq``, kept across resume): the new count is the pause's
--- sequence number, which a decision names.
+-- sequence number, which a decision names. Then the stream's length cap and the step's events as
+-- (type, data, at) triples: appended with the commit, so they are in the stream exactly when the
+-- step is stored (a commit run again with the same tx returns before writing anything).
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx', 'deadline',
   'ttl_after', 'calls')
@@ -18,6 +20,10 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'round', ARGV[6], 'kind', ARGV[7
   'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t), 'tx', ARGV[5],
   'wait_for', '', 'wait_until', 0, 'last_error', '', 'held', '')
 if s[3] == 'collect' or tonumber(s[9] or 0) > 0 then redis.call('DEL', KEYS[5]) end
+for i = 18, #ARGV, 3 do
+  redis.call('XADD', KEYS[6], 'NOMKSTREAM', 'MAXLEN', '~', ARGV[17], '*',
+    'type', ARGV[i], 'data', ARGV[i + 1], 'at', ARGV[i + 2])
+end
 if ARGV[13] ~= '' then
   redis.call('SET', KEYS[9], ARGV[13])
   local deadline = tonumber(s[7]) + tonumber(ARGV[15])

@@ -117,7 +117,8 @@ def test_a_model_left_unpriced_is_entered_at_0_once_litellm_is_imported(
     [
         pytest.param({}, False, id="direct-self-hosted"),
         pytest.param({"TANDEM_ACTOR_MODEL": "openai/gpt-4o"}, True, id="priced-model"),
-        pytest.param({"TANDEM_ACTOR_STREAM": "1"}, True, id="streamed"),
+        pytest.param({"TANDEM_ACTOR_STREAM": "1"}, False, id="streamed-direct"),
+        pytest.param({"TANDEM_ACTOR_STREAM": "1", "TANDEM_DIRECT_HTTP": "0"}, True, id="streamed-litellm"),
         pytest.param({"TANDEM_DIRECT_HTTP": "0"}, True, id="direct-off"),
         pytest.param({"TANDEM_MODEL_LOOP": "0"}, True, id="calls-in-threads"),
     ],

@@ -172,14 +172,6 @@ def test_direct_model_names_only_openai_compatible_hosts(
     assert direct_http.direct_model(model, api_base, api_key) == expected
 
 
-def test_streamed_call_on_an_allowed_loop_goes_through_litellm(litellm_calls: list[str]) -> None:
-    with OpenAIServer("The answer is 4.", chunk_size=3) as server:
-        service, _ = make(server.url, stream=True)
-        assert direct_call(service).content == "The answer is 4."
-        assert server.requests[0]["stream"] is True
-    assert litellm_calls == [MODEL]
-
-
 @pytest.mark.parametrize(
     ("model", "variable"),
     [(MODEL, "OPENAI_API_KEY"), ("hosted_vllm/test-model", "HOSTED_VLLM_API_KEY")],

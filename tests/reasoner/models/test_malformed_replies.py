@@ -58,12 +58,13 @@ PATHS = {
     "litellm-async": (False, lambda s: asyncio.run(s.agenerate("sys", USER))),
     "stream": (True, lambda s: s.generate("sys", USER)),
     "stream-async": (True, lambda s: asyncio.run(s.agenerate("sys", USER))),
+    "stream-direct": (True, lambda s: _allowed(lambda: s.agenerate("sys", USER))),
 }
 CASES = [
     pytest.param(path, model, id=f"{path}-{model.split('/')[0]}")
     for path in PATHS
     for model in ("openai/test-model", "hosted_vllm/test-model")
-    if model.startswith("openai") or path in ("litellm", "stream")
+    if model.startswith("openai") or path in ("litellm", "stream", "stream-direct")
 ]
 KINDS = ["html", "truncated", "empty", "not-completion"]
 
@@ -125,6 +126,8 @@ def test_a_host_that_always_answers_garbage_fails_clearly(path: str, model: str,
         ("direct", OPENAI, "not-completion", '(no choices[0].message with text): \'{"status": "ok"'),
         ("stream", OPENAI, "html", "text/html instead of an event stream. A proxy, gateway"),
         ("stream-async", OPENAI, "broken-stream", "JSON that breaks off or is broken"),
+        ("stream-direct", OPENAI, "broken-stream", "JSON that breaks off or is broken"),
+        ("stream-direct", OPENAI, "html", "text/html instead of an event stream: '<html><head><title>502"),
     ],
 )
 def test_the_error_says_what_came(path: str, model: str, kind: str, words: str) -> None:
@@ -152,7 +155,7 @@ def test_a_long_answer_is_quoted_short() -> None:
     assert len(str(error)) < 600 and "xxxx…'" in str(error)
 
 
-@pytest.mark.parametrize("path", ["direct", "litellm", "stream-async"])
+@pytest.mark.parametrize("path", ["direct", "litellm", "stream-async", "stream-direct"])
 def test_the_waits_fit_the_hold_and_are_never_handed_on(path: str) -> None:
     """A worker's ``retry_hold`` parks a step whose wait is too long; a malformed answer's waits are
     shortened instead: parked, its count would start again, and a host that always answers so would
@@ -172,7 +175,7 @@ def test_the_back_off_is_that_of_other_transient_errors() -> None:
     assert waits == [draw.uniform(0.0, 0.5 * 2**n) for n in range(5)]
 
 
-@pytest.mark.parametrize("path", ["direct", "litellm", "stream"])
+@pytest.mark.parametrize("path", ["direct", "litellm", "stream", "stream-direct"])
 def test_an_error_status_with_an_html_page_is_an_ordinary_server_error(path: str) -> None:
     """Only success answers are malformed: a 502 page from a proxy is a 5xx as before (transient,
     handed to the caller when retries are spent, so a worker reschedules it)."""

@@ -65,15 +65,81 @@ function stripThinking(text) {
   return text.replace(/<(think|deep_thinking|shallow_thinking)>[\s\S]*?<\/\1>/g, "");
 }
 
+// The inner text of the first <name>...</name> (to the end when unclosed); a closing tag inside a
+// function call's payload or string does not count (see "the Actor's action" below).
 function tag(text, name) {
-  const match = stripThinking(text).match(new RegExp(`<${name}>([\\s\\S]*?)(</${name}>|$)`));
-  return match ? match[1].trim() : null;
+  const plain = stripThinking(text);
+  const open = `<${name}>`, close = `</${name}>`;
+  const start = plain.indexOf(open);
+  if (start < 0) return null;
+  const inner = start + open.length;
+  let pos = inner;
+  for (;;) {
+    const end = plain.indexOf(close, pos), call = plain.indexOf(CALL_OPEN, pos);
+    if (end < 0) return plain.slice(inner).trim();
+    if (call < 0 || end < call) return plain.slice(inner, end).trim();
+    const after = callEnd(plain, call + CALL_OPEN.length);
+    pos = after >= 0 ? after : cutEnd(plain, call + CALL_OPEN.length);
+  }
+}
+
+// -- the Actor's action, summarised -----------------------------------------------------------------
+// A call's payload may hold any text, "</function_call>" included: blocks are cut as the parser cuts
+// them (tandem.reasoner.function_calling), payload wrappers and JSON strings skipped whole.
+
+const CALL_OPEN = "<function_call>", CALL_CLOSE = "</function_call>";
+const PAYLOAD_START = "__PAYLOAD_START__", PAYLOAD_END = "__PAYLOAD_END__";
+
+// Where the block whose inner text starts at `from` ends (just past its closing tag), reading its
+// JSON: strings and payloads hide tags. -1 when it is not closed that way.
+function callEnd(text, from) {
+  let i = from, inString = false;
+  while (i < text.length) {
+    if (text.startsWith(PAYLOAD_START, i)) {
+      const end = text.indexOf(PAYLOAD_END, i + PAYLOAD_START.length);
+      if (end < 0) return -1;
+      i = end + PAYLOAD_END.length;
+    } else if (inString) {
+      if (text[i] === "\\") i += 2;
+      else { if (text[i] === '"') inString = false; i += 1; }
+    } else if (text[i] === '"') {
+      inString = true; i += 1;
+    } else if (text.startsWith(CALL_CLOSE, i)) {
+      return i + CALL_CLOSE.length;
+    } else {
+      i += 1;
+    }
+  }
+  return -1;
+}
+
+// A block whose JSON cannot be read ends at the first closing tag outside payloads (or is unclosed).
+function cutEnd(text, from) {
+  let i = from;
+  for (;;) {
+    const close = text.indexOf(CALL_CLOSE, i), payload = text.indexOf(PAYLOAD_START, i);
+    if (close < 0) return text.length;
+    if (payload < 0 || close < payload) return close + CALL_CLOSE.length;
+    const end = text.indexOf(PAYLOAD_END, payload + PAYLOAD_START.length);
+    if (end < 0) return text.length;
+    i = end + PAYLOAD_END.length;
+  }
+}
+
+function withoutCalls(text) {
+  let out = "", pos = 0, open;
+  while ((open = text.indexOf(CALL_OPEN, pos)) >= 0) {
+    const inner = open + CALL_OPEN.length;
+    const end = callEnd(text, inner);
+    out += text.slice(pos, open) + "[tool call]";
+    pos = end >= 0 ? end : cutEnd(text, inner);
+  }
+  return out + text.slice(pos);
 }
 
 function actionText(content) {
   const action = tag(content, "action");
-  let shown = action === null ? stripThinking(content) : action;
-  shown = shown.replace(/<function_call>[\s\S]*?<\/function_call>/g, "[tool call]");
+  let shown = withoutCalls(action === null ? stripThinking(content) : action);
   shown = shown.replace(/<deliverable>[\s\S]*?(<\/deliverable>|$)/g, "[deliverable written]");
   return shown.trim();
 }
@@ -91,8 +157,12 @@ async function refreshJobs() {
     const item = el("li", job.job_id === state.jobId ? "current" : "");
     item.dataset.id = job.job_id;
     const when = job.updated_at ? new Date(job.updated_at * 1000).toLocaleTimeString() : "";
-    item.append(el("code", "", job.job_id.slice(0, 8)), el("span", "muted", `${job.reasoner} · ${when}`),
-      el("span", `state ${job.state}`, job.state));
+    const goal = el("div", "job-goal" + (job.goal ? "" : " muted"), job.goal || "(goal no longer stored)");
+    goal.title = job.goal || "";
+    const line = el("div", "job-line");
+    line.append(el("code", "", job.job_id.slice(0, 8)), el("span", "muted", `${job.reasoner} · ${when}`),
+      el("span", `state ${stateClass(job.state)}`, stateLabel(job.state)));
+    item.append(goal, line);
     item.addEventListener("click", () => openJob(job.job_id));
     list.append(item);
   }
@@ -100,22 +170,38 @@ async function refreshJobs() {
 
 // -- one job -----------------------------------------------------------------------------------------
 
+// -- job states: a parked job (awaiting_approval, or any other awaiting_*) waits for a person ----------
+
+const ENDED = ["completed", "truncated", "failed", "cancelled"];
+
+function stateLabel(name) { return name.startsWith("awaiting_") ? "awaiting a person" : name; }
+
+function stateClass(name) { return name.startsWith("awaiting_") ? "awaiting" : name; }
+
 function setState(name) {
   const badge = $("#job-state");
-  badge.textContent = name;
-  badge.className = `state ${name}`;
-  $("#cancel").disabled = ["completed", "truncated", "failed", "cancelled"].includes(name);
+  badge.textContent = stateLabel(name);
+  badge.className = `state ${stateClass(name)}`;
+  badge.dataset.state = name;
+  $("#cancel").disabled = ENDED.includes(name);
   $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
+  $("#fork").hidden = !ENDED.includes(name);
+  if (!ENDED.includes(name)) $("#fork-form").hidden = true;
+  $("#message-form").hidden = ENDED.includes(name);
+  $("#follow-up-form").hidden = !ENDED.includes(name);
 }
+
+function currentState() { return $("#job-state").dataset.state || ""; }
 
 function roundBox(round, maxRounds) {
   let box = document.getElementById(`round-${round}`);
   if (!box) {
     box = el("section", "round");
     box.id = `round-${round}`;
-    box.append(el("h3", "", `Round ${round + 1}` + (maxRounds ? ` of ${maxRounds}` : "")));
+    box.append(el("h3", "", `Round ${round + 1}`));
     $("#rounds").append(box);
   }
+  if (maxRounds) box.querySelector("h3").textContent = `Round ${round + 1} of ${maxRounds}`;
   return box;
 }
 
@@ -168,7 +254,8 @@ function toolRow(ev) {
     row = el("div", "tool");
     row.dataset.index = ev.index;
     row.append(el("span", "call"), el("span", "result"));
-    turn.tools.append(row);
+    const later = Array.from(turn.tools.children).find((r) => Number(r.dataset.index) > ev.index);
+    turn.tools.insertBefore(row, later || null); // in call order, whichever result comes first
   }
   return row;
 }
@@ -180,12 +267,15 @@ function onToolCall(ev) {
 
 function onToolResult(ev) {
   const row = toolRow(ev);
+  const call = row.querySelector(".call");
+  if (!call.textContent) call.textContent = `→ ${ev.name}`; // a call that never ran (e.g. rejected)
   const result = row.querySelector(".result");
   result.className = "result " + (ev.status === "succeeded" ? "ok" : "bad");
   result.textContent = `  ← ${String(ev.output).slice(0, 400)}`;
 }
 
 function onFinal(ev) {
+  state.rounds = ev.rounds || 0;
   setState(ev.status);
   $("#outcome").hidden = false;
   $("#deliverable").textContent = ev.deliverable || "(no deliverable)";
@@ -196,31 +286,243 @@ function onFinal(ev) {
   refreshJobs();
 }
 
+// -- per-call decisions: approve or reject each waiting call, its args edited and checked ----------------
+// The API stores each decision at once (a pause is complete once every call has one); edited args
+// are checked here against the tool's schema (GET /v1/jobs/{id}: approval.schemas), and the API
+// checks them again: its refusal is shown next to the call.
+
+const approval = { pauseId: null, calls: [], schemas: {} };
+
 function showApproval(pending, pauseId) {
   const waiting = pending && pending.length > 0;
-  state.pauseId = waiting ? pauseId || null : null;
+  approval.pauseId = waiting ? pauseId || null : null;
+  approval.calls = waiting ? pending : [];
+  state.pauseId = approval.pauseId;
   $("#approve").hidden = !waiting;
   $("#reject").hidden = !waiting;
   $("#approval").hidden = !waiting;
-  if (waiting) {
-    const calls = pending.map((p) => `${p.index}. ${p.tool || p.name || "call"}(${JSON.stringify(p.args || {})})`);
-    const pause = state.pauseId ? ` (pause ${state.pauseId})` : "";
-    $("#approval").textContent = `Waiting for your decision${pause} on: ${calls.join("; ")}`;
-  }
+  $("#approval-calls").replaceChildren();
+  if (!waiting) return;
+  const calls = pending.length === 1 ? "1 call waits" : `${pending.length} calls wait`;
+  $("#approval-head").textContent = `${calls} for your decision: approve or reject each; edit a call's ` +
+    "arguments before approving it.";
+  if (approval.pauseId) $("#approval-head").append(el("code", "pause muted", `pause ${approval.pauseId}`));
+  for (const call of pending) $("#approval-calls").append(callCard(call));
+  loadApproval(state.jobId);
 }
 
-async function decideAll(approve) {
-  // The decision names the pause it answers (refused with 409 if that pause has ended) and
-  // carries a key, so a click sent twice is applied once.
-  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
-  const body = { decisions: approve, idempotency_key: key };
-  if (state.pauseId) body.pause_id = state.pauseId;
-  const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/decisions`, {
+// The schemas and the decisions made so far (a person may have decided some calls already).
+async function loadApproval(jobId) {
+  const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+  if (!response.ok || jobId !== state.jobId) return;
+  const record = (await response.json()).approval;
+  if (!record || record.pause_id !== approval.pauseId) return;
+  approval.schemas = record.schemas || {};
+  markDecided(record.decisions || []);
+}
+
+function callCard(call) {
+  const card = el("div", "call-card");
+  card.dataset.index = call.index;
+  const head = el("div", "call-head");
+  head.append(el("strong", "", `${call.index}. ${call.tool || call.name || "call"}`));
+  if (call.objective) head.append(el("span", "muted", ` — ${call.objective}`));
+  const args = el("textarea", "call-args");
+  args.rows = Math.min(8, Math.max(2, JSON.stringify(call.args || {}, null, 2).split("\n").length));
+  args.value = JSON.stringify(call.args || {}, null, 2);
+  args.spellcheck = false;
+  args.setAttribute("aria-label", `arguments of call ${call.index}`);
+  const reason = el("input", "call-reason");
+  reason.placeholder = "reason (optional; the model reads it on a rejection)";
+  const approve = el("button", "call-approve", "Approve");
+  approve.type = "button";
+  const reject = el("button", "call-reject secondary danger", "Reject");
+  reject.type = "button";
+  const buttons = el("div", "call-buttons");
+  buttons.append(approve, reject, el("span", "call-status muted"));
+  card.append(head, args, reason, buttons, el("p", "call-error error"));
+  approve.addEventListener("click", () => decideCall(call, true));
+  reject.addEventListener("click", () => decideCall(call, false));
+  return card;
+}
+
+function cardOf(index) { return document.querySelector(`#approval-calls .call-card[data-index="${index}"]`); }
+
+const JSON_TYPES = {
+  string: (v) => typeof v === "string",
+  integer: (v) => Number.isInteger(v),
+  number: (v) => typeof v === "number",
+  boolean: (v) => typeof v === "boolean",
+  array: (v) => Array.isArray(v),
+  object: (v) => v !== null && typeof v === "object" && !Array.isArray(v),
+  null: (v) => v === null,
+};
+
+// The edited args, or what is wrong with them: JSON, an object, and the schema's required names,
+// known names and top-level types (the API checks the whole schema).
+function checkArgs(text, schema) {
+  let args;
+  try { args = JSON.parse(text); } catch (err) { return { problem: `not JSON: ${err.message}` }; }
+  if (!JSON_TYPES.object(args)) return { problem: "the arguments must be a JSON object ({...})" };
+  if (!schema) return { args };
+  const properties = schema.properties || {};
+  const missing = (schema.required || []).filter((name) => !(name in args));
+  if (missing.length) return { problem: `missing: ${missing.join(", ")}` };
+  for (const [name, value] of Object.entries(args)) {
+    const spec = properties[name];
+    if (!spec) {
+      if (schema.additionalProperties === false) {
+        return { problem: `unknown argument ${JSON.stringify(name)}; known: ${Object.keys(properties).join(", ") || "none"}` };
+      }
+      continue;
+    }
+    const types = [].concat(spec.type || []);
+    if (types.length && !types.some((t) => (JSON_TYPES[t] || (() => true))(value))) {
+      return { problem: `${name} must be ${types.join(" or ")}, not ${JSON.stringify(value)}` };
+    }
+  }
+  return { args };
+}
+
+function newKey() {
+  return window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+}
+
+async function sendDecisions(decisions) {
+  // The decision names the pause it answers (refused if that pause has ended) and carries a key,
+  // so a click sent twice is applied once.
+  const body = { decisions, idempotency_key: newKey() };
+  if (approval.pauseId) body.pause_id = approval.pauseId;
+  return api(`/v1/jobs/${encodeURIComponent(state.jobId)}/decisions`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body),
   });
+}
+
+async function decideCall(call, approve) {
+  const card = cardOf(call.index);
+  const error = card.querySelector(".call-error");
+  error.textContent = "";
+  const decision = { index: call.index, approve };
+  const reason = card.querySelector(".call-reason").value.trim();
+  if (reason) decision.reason = reason;
+  if (approve) {
+    const checked = checkArgs(card.querySelector(".call-args").value, approval.schemas[call.tool]);
+    if (checked.problem) { error.textContent = `Arguments: ${checked.problem}`; return; }
+    if (JSON.stringify(checked.args) !== JSON.stringify(call.args || {})) decision.args = checked.args;
+  }
+  card.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+  const response = await sendDecisions([decision]);
+  if (!response.ok) {
+    error.textContent = (await errorText(response)).replace(/^job '[^']*': /, ""); // the job is this one
+    card.querySelectorAll("button").forEach((b) => { b.disabled = false; });
+    return;
+  }
+  markDecided((await response.json()).decisions || []);
+}
+
+async function decideAll(approve) {
+  const response = await sendDecisions(approve); // true/false: every call still undecided
   notice(response.ok ? (approve ? "approved" : "rejected") : await errorText(response));
+  if (response.ok) markDecided((await response.json()).decisions || []);
+}
+
+// Every call of the pause is decided: the cards stay (what was decided) until the job ends or pauses again.
+function approvalDone(by) {
+  approval.pauseId = null;
+  state.pauseId = null;
+  $("#approve").hidden = true;
+  $("#reject").hidden = true;
+  $("#approval-head").textContent = by === "timeout"
+    ? "No decision came in time: the undecided calls were rejected, and the job goes on."
+    : "Every call is decided: the job goes on.";
+  if (by !== "timeout") return;
+  document.querySelectorAll("#approval-calls .call-card:not(.decided)").forEach((card) => {
+    card.classList.add("decided", "rejected");
+    card.querySelectorAll("button, textarea, input").forEach((node) => { node.disabled = true; });
+    card.querySelector(".call-status").textContent = "rejected (no decision in time)";
+  });
+}
+
+function markDecided(decisions) {
+  for (const d of decisions) {
+    const card = cardOf(d.index);
+    if (!card) continue;
+    card.classList.add("decided", d.approve ? "approved" : "rejected");
+    card.querySelectorAll("button, textarea, input").forEach((node) => { node.disabled = true; });
+    const edited = d.approve && d.args ? " with edited arguments" : "";
+    card.querySelector(".call-status").textContent = d.approve ? `approved${edited}` : `rejected${d.reason ? `: ${d.reason}` : ""}`;
+    card.querySelector(".call-error").textContent = "";
+  }
+}
+
+function onMessage(ev) {
+  // A person's message opens the round whose leading model reads it.
+  const box = el("div", "turn person");
+  box.append(el("div", "who", "Message from you"), el("pre", "content", ev.text || ""));
+  const round = roundBox(ev.round);
+  round.insertBefore(box, round.querySelector(".turn:not(.person)"));
+}
+
+async function sendMessage(event) {
+  // A key per message, so a click sent twice adds it once; refused (409) once the job has ended.
+  event.preventDefault();
+  const text = $("#message-text").value.trim();
+  if (!state.jobId || !text) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-message").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/messages`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text, idempotency_key: key }),
+    });
+    if (response.ok) {
+      const sent = await response.json();
+      $("#message-text").value = "";
+      notice(`message sent: read at the start of round ${sent.round + 1}`);
+    } else {
+      notice(await errorText(response));
+    }
+  } finally {
+    $("#send-message").disabled = false;
+  }
+}
+
+async function loadThread() {
+  // The jobs of this job's thread (its spec's thread_id, else its own id), once it has more than one.
+  const jobId = state.jobId;
+  const response = await api(`/v1/threads/${encodeURIComponent(state.threadId || jobId)}`);
+  if (jobId !== state.jobId) return;
+  const jobs = response.ok ? (await response.json()).jobs : [];
+  $("#thread").hidden = jobs.length < 2;
+  $("#thread-jobs").replaceChildren(...jobs.map((job) => {
+    const item = el("li", job.job_id === jobId ? "current" : "");
+    item.append(el("span", `state ${job.state}`, job.state), el("span", "goal", ` ${job.goal}`));
+    item.addEventListener("click", () => openJob(job.job_id));
+    return item;
+  }));
+}
+
+async function followUp(event) {
+  event.preventDefault();
+  const goal = $("#follow-up-goal").value.trim();
+  if (!state.jobId || !goal) return;
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  $("#send-follow-up").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/follow-up`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ goal, idempotency_key: key }),
+    });
+    if (!response.ok) { notice(await errorText(response)); return; }
+    $("#follow-up-goal").value = "";
+    openJob((await response.json()).id);
+  } finally {
+    $("#send-follow-up").disabled = false;
+  }
 }
 
 // A question a tool (or the model's ask_person) asks: shown with its schema until it is answered.
@@ -258,7 +560,10 @@ function handle(ev) {
       $("#job-goal").textContent = (ev.spec && ev.spec.goal) || "";
       state.maxRounds = (ev.spec && ev.spec.max_rounds) || 0;
       if (ev.resumed) $("#outcome").hidden = true; // the stream goes on after the earlier final
+      if (ev.forked_from) showForkOrigin(ev.forked_from, ev.forked_round || 0);
       setState("running");
+      state.threadId = (ev.spec && ev.spec.thread_id) || null;
+      loadThread();
       break;
     case "round_started": roundBox(ev.round, ev.max_rounds); break;
     case "model_delta": onDelta(ev); break;
@@ -266,11 +571,24 @@ function handle(ev) {
     case "tool_call": onToolCall(ev); break;
     case "tool_result": onToolResult(ev); break;
     case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
-    case "approval_requested": showApproval(ev.pending || [], ev.pause_id); break;
-    case "approval_decided": if (ev.complete !== false) showApproval([]); break;
-    case "question_asked": showQuestion(ev); setState("awaiting_approval"); break;
-    case "question_answered": showQuestion(null); setState("running"); break;
-    case "final": showApproval([]); showQuestion(null); onFinal(ev); break;
+    case "approval_requested":
+      showApproval(ev.pending || [], ev.pause_id);
+      if (!ENDED.includes(currentState())) setState("awaiting_approval");
+      break;
+    case "approval_decided":
+      markDecided(ev.decisions || []);
+      if (ev.complete !== false) { approvalDone(ev.by); if (!ENDED.includes(currentState())) setState("running"); }
+      break;
+    case "question_asked":
+      showQuestion(ev);
+      if (!ENDED.includes(currentState())) setState("awaiting_approval");
+      break;
+    case "question_answered":
+      showQuestion(null);
+      if (!ENDED.includes(currentState())) setState("running");
+      break;
+    case "message_received": onMessage(ev); break;
+    case "final": showApproval([]); showQuestion(null); onFinal(ev); loadThread(); break; // the end: the decided calls' cards go
     default: break; // kinds this console does not know yet
   }
 }
@@ -329,12 +647,17 @@ async function openJob(jobId) {
   if (state.stream) state.stream.abort();
   state.jobId = jobId;
   state.turns = {};
+  state.rounds = 0;
+  $("#fork-form").hidden = true;
+  showApproval([]);
   history.replaceState(null, "", `?job=${encodeURIComponent(jobId)}`);
   $("#empty").hidden = true;
   $("#job").hidden = false;
   $("#job-id").textContent = jobId;
   $("#job-goal").textContent = "";
   $("#rounds").replaceChildren();
+  state.threadId = null;
+  $("#thread").hidden = true;
   $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
   showQuestion(null);
@@ -379,7 +702,7 @@ $("#new-job").addEventListener("submit", startJob);
 async function resumeJob() {
   if (!state.jobId) return;
   const options = { method: "POST" };
-  if ($("#job-state").textContent === "truncated") { // its rounds are spent: it goes on with more
+  if (currentState() === "truncated") { // its rounds are spent: it goes on with more
     const suggested = String((state.maxRounds || 10) * 2);
     const raised = window.prompt("It used its rounds. Raise its round budget to:", suggested);
     if (raised === null) return;
@@ -391,7 +714,70 @@ async function resumeJob() {
   if (response.ok) openJob(state.jobId); // follow the new run (its stream goes on after the old final)
 }
 
+// -- fork: a new job from the first rounds of an ended one (POST /v1/jobs/{id}/fork) ------------------
+
+function roundsUsed() {
+  return Math.max(state.rounds || 0, document.querySelectorAll("#rounds .round").length);
+}
+
+function showFork() {
+  const used = roundsUsed();
+  const select = $("#fork-round");
+  select.replaceChildren();
+  for (let r = used; r >= 1; r -= 1) {
+    const kept = r === 1 ? "round 1" : `rounds 1–${r}`;
+    const option = el("option", "", r === used ? `all ${r} round(s), then go on` : `${kept}, then redo from round ${r + 1}`);
+    option.value = String(r);
+    select.append(option);
+  }
+  $("#fork-error").textContent = used ? "" : "This job stored no round: there is nothing to fork from.";
+  $("#fork-submit").disabled = !used;
+  $("#fork-form").hidden = false;
+  $("#fork-goal").focus();
+}
+
+async function forkJob(event) {
+  event.preventDefault();
+  $("#fork-error").textContent = "";
+  const body = { round: Number($("#fork-round").value) };
+  const goal = $("#fork-goal").value.trim();
+  if (goal) body.goal = goal;
+  $("#fork-submit").disabled = true;
+  try {
+    const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/fork`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) { $("#fork-error").textContent = await errorText(response); return; }
+    const forked = await response.json();
+    $("#fork-form").hidden = true;
+    $("#fork-goal").value = "";
+    notice(`forked from ${state.jobId.slice(0, 8)} at round ${body.round}`);
+    openJob(forked.id);
+  } finally {
+    $("#fork-submit").disabled = false;
+  }
+}
+
+// A fork's stream starts at the round it goes on from: say where its first rounds are.
+function showForkOrigin(source, kept) {
+  const note = el("p", "fork-origin muted");
+  const link = el("a", "", source.slice(0, 8));
+  link.href = `?job=${encodeURIComponent(source)}`;
+  link.addEventListener("click", (event) => { event.preventDefault(); openJob(source); });
+  const rounds = kept === 1 ? "round 1" : `rounds 1–${kept}`;
+  note.append("Forked from job ", link, `: it keeps that job's ${rounds} (shown there) and goes on from round ${kept + 1}.`);
+  $("#rounds").prepend(note);
+}
+
+$("#fork").addEventListener("click", showFork);
+$("#fork-cancel").addEventListener("click", () => { $("#fork-form").hidden = true; });
+$("#fork-form").addEventListener("submit", forkJob);
+
 $("#cancel").addEventListener("click", cancelJob);
+$("#message-form").addEventListener("submit", sendMessage);
+$("#follow-up-form").addEventListener("submit", followUp);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));

@@ -1,0 +1,55 @@
+"""The goal in ``GET /v1/jobs``, read from the first bytes of each spec (``job_list``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tandem.tasks.spec import JobSpec
+from tandem.workers.api.job_list import GOAL_CHARS, goal_of
+from tests.workers.test_api import Fixture
+
+
+@pytest.fixture
+def api() -> Iterator[Fixture]:
+    fixture = Fixture()
+    with fixture.client:
+        yield fixture
+
+
+def test_the_goal_comes_first_in_a_specs_json() -> None:
+    spec = JobSpec(goal="first", context="c", metadata={"goal": "not this"})
+    assert spec.model_dump_json().startswith('{"goal":"first"')
+    assert json.dumps(spec.model_dump(mode="json")).startswith('{"goal": "first"')  # an intake message's
+
+
+@pytest.mark.parametrize(
+    ("head", "goal"),
+    [
+        pytest.param('{"goal":"Count the words","context":""}', "Count the words", id="plain"),
+        pytest.param('{"goal": "say \\"hi\\"\\nthen stop", "x": 1}', 'say "hi" then stop', id="escapes"),
+        pytest.param('{"goal":"caf\\u00e9 ok"}', "café ok", id="unicode-escape"),
+        pytest.param('{"goal":"cut here \\u00', "cut here…", id="cut-in-an-escape"),
+        pytest.param('{"goal":"cut right after\\', "cut right after…", id="cut-after-a-backslash"),
+        pytest.param('{"goal":"emoji \\ud83d', "emoji…", id="cut-in-a-surrogate-pair"),
+        pytest.param('{"context":"x","goal":"g"}', None, id="goal-not-first"),
+        pytest.param("", None, id="nothing"),
+    ],
+)
+def test_goal_of(head: str, goal: str | None) -> None:
+    assert goal_of(head) == goal
+
+
+def test_a_long_goal_is_shortened() -> None:
+    shown = goal_of(json.dumps({"goal": "word " * 100}))
+    assert shown is not None and len(shown) == GOAL_CHARS and shown.endswith("…")
+
+
+def test_the_job_list_shows_each_goal(api: Fixture) -> None:
+    api.store.create("job-1", JobSpec(goal="Count the words", context="x" * 500_000))
+    queued = api.client.post("/v1/jobs", json={"goal": "A queued job's goal"}).json()["id"]
+    jobs = {j["job_id"]: j for j in api.client.get("/v1/jobs").json()["jobs"]}
+    assert jobs["job-1"]["goal"] == "Count the words" and jobs["job-1"]["state"] == "queued"
+    assert jobs[queued]["goal"] == "A queued job's goal"  # from its intake message
