@@ -64,7 +64,7 @@ def test_the_console_shows_a_question_and_sends_the_answer(
         assert page.evaluate("document.querySelector('#question-pause').textContent") == (
             f"pause {handle.id}:0:tools:1"
         )
-        assert page.evaluate("document.querySelector('#job-state').textContent") == "awaiting_approval"
+        assert page.evaluate("document.querySelector('#job-state').textContent") == "awaiting a person"
         page.evaluate("document.querySelector('#answer-input').value = '{\"city\": 7}'; true")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "console-question.png").write_bytes(page.screenshot())

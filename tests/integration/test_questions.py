@@ -7,6 +7,7 @@ round 1 delivers. The workers load ``questions_toolkit``, whose ``book_trip`` as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,12 +19,17 @@ from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_decide import any_host, bare_client, idle, seen_by_model
 from tests.integration.test_durability import runs, wait_for
+from tests.integration.test_webhooks import Receiver
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
 Hosts = tuple[Cluster, OpenAIServer, OpenAIServer]
-FAST = {"TANDEM_STALL_SECONDS": "1", "TANDEM_LEASE_SECONDS": "2"}
+FAST = {
+    "TANDEM_STALL_SECONDS": "1",
+    "TANDEM_LEASE_SECONDS": "2",
+    "TANDEM_WEBHOOK_SECRET": "test-webhook-secret-0123456789abcdef",
+}
 COLOUR = {"type": "string", "enum": ["teal-4471", "amber-9032"]}
 ASK_COLOUR = [[{"name": "ask_person", "args": {"question": "Which colour?", "answer_schema": COLOUR}}]]
 BOOK = [[{"name": "book_trip", "args": {}}]]
@@ -151,3 +157,18 @@ def test_two_questions_in_one_reply_are_asked_one_after_the_other(cluster: Hosts
     handle.answer(f"answer-to-{other}")
     assert handle.result(timeout=60).status == "completed"
     assert seen_by_model(actor, "answer-to-First name?") and seen_by_model(actor, "answer-to-Last name?")
+
+
+def test_a_question_sends_the_waiting_for_person_webhook(cluster: Hosts) -> None:
+    c, _, _ = cluster
+    with Receiver(lambda request: 204) as receiver:
+        hooks = [{"url": receiver.url, "events": ["waiting_for_person"]}]
+        handle = submit(c, BOOK, webhooks=hooks)
+        pause = asked(handle)
+        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 60, "the waiting_for_person delivery")
+        [posted] = receiver.of(handle.id, "waiting_for_person")
+    body = json.loads(posted["body"])
+    assert (body["pause_id"], body["reason"], body["state"]) == (pause, "question_asked", "awaiting_approval")
+    assert body["pause"]["question"] == "Which city should the trip go to?"
+    handle.answer({"city": "Oslo"})
+    assert handle.result(timeout=60).status == "completed"
