@@ -102,6 +102,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
+    routes["tandem.answer"] = {"queue": settings.intake_queue}
     routes["tandem.resume"] = {"queue": settings.intake_queue}
     routes["tandem.fork"] = {"queue": settings.intake_queue}
     routes["tandem.webhook"] = {"queue": settings.intake_queue}  # tandem.tasks.webhooks

@@ -49,6 +49,12 @@ class Task:
     """The conversation's size (JSON bytes) past which the next model step fails the run."""
     approve_tools: list[str] | Literal["all"] = field(default_factory=list)
     approval_timeout_s: float | None = None
+    ask_person: bool = False
+    """Offer the model the built-in ``ask_person`` tool (a question to a person, answered by the
+    reasoner's ``ask`` callback in process; see ``tandem.reasoner.questions``)."""
+    answer_timeout_s: float | None = None
+    """Seconds a question (``ask_person``, ``ToolCallContext.ask``) waits for its answer; none in
+    time fails the question with ``no answer within N s``. ``None``: no limit in process."""
 
     def __post_init__(self) -> None:
         if not self.goal or not self.goal.strip():
@@ -59,13 +65,14 @@ class Task:
             self.approve_tools = validate_approve_tools(self.approve_tools)
         except ValueError as exc:
             raise ConfigurationError(f"Task.{exc}") from None
-        timeout = self.approval_timeout_s
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise ConfigurationError(
-                f"Task.approval_timeout_s must be a positive number of seconds or None, got {timeout!r}"
-            )
+        for name in ("approval_timeout_s", "answer_timeout_s"):
+            timeout = getattr(self, name)
+            if timeout is not None and (
+                isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+            ):
+                raise ConfigurationError(
+                    f"Task.{name} must be a positive number of seconds or None, got {timeout!r}"
+                )
 
     def recommend(self) -> tuple[list[Tool], list[Action]]:
         """The tools and actions offered to the Actor for this task."""
@@ -86,6 +93,10 @@ class Task:
         if self.allowed_tools is not None:
             allowed = set(self.allowed_tools)
             tools = {name: t for name, t in tools.items() if name in allowed}
+        if self.ask_person:
+            from tandem.reasoner.questions import ASK_PERSON, ask_person_tool
+
+            tools.setdefault(ASK_PERSON, ask_person_tool(self.answer_timeout_s))
         return list(tools.values()), actions
 
 

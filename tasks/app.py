@@ -39,6 +39,7 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.steps.tools",
         "tandem.tasks.steps.finalize",
         "tandem.tasks.control.decide",
+        "tandem.tasks.control.answer",
         "tandem.tasks.control.resume",
         "tandem.tasks.webhooks.delivery",
         "tandem.tasks.webhooks.sweeper",

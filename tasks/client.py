@@ -23,6 +23,7 @@ from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner import tracing
 from tandem.tasks.control.handle import HandleApprovals
 from tandem.tasks.control.handle_messages import HandleMessages
+from tandem.tasks.control.handle_questions import HandleQuestions
 from tandem.tasks.errors import (
     JobLostError,
     JobTimeout,
@@ -52,7 +53,7 @@ from tandem.toolkit.redaction import redact
 log = logging.getLogger("tandem.client")
 
 
-class JobHandle(HandleApprovals, HandleMessages):
+class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
     """A submitted job: its ``id`` (the Celery id of ``tandem.infer``), status, events and result.
 
     The ``a``-methods are for asyncio code: they wait on redis's asyncio client (a new client of

@@ -10,9 +10,10 @@ The tree::
     ├── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
     ├── RedisUnavailable      Redis stayed unreachable for a client call's whole reconnect window; the
     │                         job may still be running (also a ``redis.exceptions.ConnectionError``)
-    ├── DecisionRefused       a decision on calls awaiting approval was refused; nothing changed
+    ├── DecisionRefused       a decision (or an answer to a question) was refused; nothing changed
     │   ├── StalePauseError   it named a pause that is not the job's current one (ended or later)
-    │   └── DecisionTimeout   no worker applied it in time: it was withdrawn and will never apply
+    │   ├── DecisionTimeout   no worker applied it in time: it was withdrawn and will never apply
+    │   └── InvalidAnswer     an answer does not fit its question's JSON schema
     ├── ResumeRefused         a resume, fork or follow-up was refused (unknown, not ended, bad budget,
     │                         round or goal)
     └── MessageRefused        a message into a job was refused (unknown or ended job, bad text)
@@ -88,6 +89,11 @@ class DecisionTimeout(DecisionRefused):
     """No worker applied the decision within the caller's timeout, so the caller withdrew it (an
     atomic write under its idempotency key): it will never apply, even if its message is still
     queued. Nothing changed; decide again once workers run."""
+
+
+class InvalidAnswer(DecisionRefused):
+    """An answer to a person's question does not fit the question's JSON schema; the message names
+    the field and the reason. Nothing changed: the job still waits for a fitting answer."""
 
 
 class ResumeRefused(JobError, ValueError):

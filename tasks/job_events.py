@@ -184,6 +184,37 @@ class ApprovalDecided(_Event):
     complete: bool = False
 
 
+class QuestionAsked(_Event):
+    """Call ``call_index`` (tool ``tool``) of round ``round`` asks a person ``question``; the answer
+    must fit ``answer_schema`` (``None``: any JSON value) and comes by ``until`` (Unix time;
+    ``timeout_s`` after it was asked) or the question fails. ``pause_id`` names this pause: an
+    answer names it, and one naming another pause is refused."""
+
+    type: Literal["question_asked"] = "question_asked"
+    round: int
+    pause_id: str = ""
+    seq: int = 0
+    """The pause's number in the job (shared with approvals: it grows with every pause)."""
+    call_index: int = 0
+    tool: str = ""
+    question: str = ""
+    answer_schema: dict[str, Any] | None = None
+    timeout_s: float | None = None
+    until: float | None = None
+
+
+class QuestionAnswered(_Event):
+    """The question of pause ``pause_id`` was answered ``by`` a ``person`` (``answer``) or ended
+    by the ``timeout`` (no answer: the question fails, the job goes on)."""
+
+    type: Literal["question_answered"] = "question_answered"
+    round: int
+    pause_id: str = ""
+    by: str = "person"
+    call_index: int = 0
+    answer: Any = None
+
+
 class MessageReceived(_Event):
     """A person's message (``tandem.message``, redacted) was stored; the job's leading model (the
     Thinker of a dual job, the Actor otherwise) reads it at the start of round ``round``."""
@@ -259,6 +290,8 @@ KnownEvent = Annotated[
     | Waiting
     | ApprovalRequested
     | ApprovalDecided
+    | QuestionAsked
+    | QuestionAnswered
     | WebhookDelivered
     | WebhookFailed
     | MessageReceived
@@ -278,6 +311,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "waiting",
     "approval_requested",
     "approval_decided",
+    "question_asked",
+    "question_answered",
     "webhook_delivered",
     "webhook_failed",
     "message_received",
@@ -390,6 +425,8 @@ __all__ = [
     "ModelDelta",
     "ModelReply",
     "OtherEvent",
+    "QuestionAnswered",
+    "QuestionAsked",
     "RoundStarted",
     "StreamSettings",
     "ToolCall",

@@ -337,6 +337,8 @@ class Runtime:
             max_memory_bytes=self.settings.limits.memory_bytes,
             approve_tools=spec.approve_tools,
             approval_timeout_s=spec.approval_timeout_s,
+            ask_person=spec.ask_person,
+            answer_timeout_s=spec.answer_timeout_s or self.settings.memory_ttl,
         )
 
 

@@ -91,6 +91,19 @@ class JobSpec(BaseModel):
         description="Seconds a call may wait for a decision; none in time counts as a rejection.",
     )
 
+    ask_person: bool = Field(
+        default=False,
+        description="Offer the model the built-in ask_person tool: a question to a person, answered "
+        "through tandem.answer while the job is parked (docs/questions.md).",
+    )
+    answer_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 86400,
+        description="Seconds a question waits for its answer (none: TANDEM_MEMORY_TTL); none in time "
+        "fails the question with 'no answer within N s' and the job goes on.",
+    )
+
     @field_validator("approve_tools", mode="before")
     @classmethod
     def _approve_tools(cls, value: Any) -> Any:
@@ -315,7 +328,13 @@ class JobStatus(BaseModel):
     pause_id: str | None = None
     """While ``awaiting_approval``: the id of the pause, which a decision names (see docs/approvals.md)."""
     approval_until: float | None = None
-    """While ``awaiting_approval``: when the undecided calls are rejected (Unix time)."""
+    """While ``awaiting_approval``: when the undecided calls are rejected (Unix time), or, for a
+    question, when it fails unanswered."""
+    pause_kind: Literal["approval", "question"] | None = None
+    """While ``awaiting_approval``: what the person is asked for, a decision on calls or an answer."""
+    question: dict[str, Any] | None = None
+    """While ``awaiting_approval`` on a question: its ``text``, ``answer_schema``, ``round``,
+    ``call_index`` and ``tool`` (see docs/questions.md)."""
 
 
 class JobResult(BaseModel):

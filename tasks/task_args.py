@@ -14,8 +14,8 @@ What a refusal looks like depends on the task (``refusal_of``):
 - an internal step (``tandem.thinker_turn``, ``actor_turn``, ``react_turn``, ``run_tool``,
   ``collect_tools``, ``finalize``) is left with ``celery.exceptions.Ignore``: no result is stored,
   the message is acknowledged, the job is as it was;
-- a control task (``tandem.resume``, ``tandem.fork``, ``tandem.decide``, ``tandem.message``,
-  ``tandem.follow_up``) answers
+- a control task (``tandem.resume``, ``tandem.fork``, ``tandem.decide``, ``tandem.answer``,
+  ``tandem.message``, ``tandem.follow_up``) answers
   ``{"job_id", "accepted": false, "error", "reason": "invalid"}`` like any other refusal, so the
   client waiting for its answer gets one.
 
@@ -129,7 +129,7 @@ STEP_TASKS = frozenset(
 """The internal steps: a refused message is ignored (no result, no answer)."""
 
 CONTROL_TASKS = frozenset(
-    {"tandem.resume", "tandem.fork", "tandem.decide", "tandem.message", "tandem.follow_up"}
+    {"tandem.resume", "tandem.fork", "tandem.decide", "tandem.answer", "tandem.message", "tandem.follow_up"}
 )
 """Tasks that answer their caller: a refused message answers ``accepted: false``."""
 

@@ -32,6 +32,7 @@ from tandem.reasoner import tracing
 from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
+from tandem.tasks.control.questions import QuestionStore
 from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.intake_message import send_intake
 from tandem.tasks.runtime import get_runtime
@@ -82,7 +83,10 @@ def _deliver(job_id: str, mark: str) -> bool:
 
 def _expire(job_id: str) -> None:
     rt = get_runtime()
-    ApprovalStore(rt.store).expire_if_due(job_id)
+    if rt.machine.record(job_id).get("pause_kind") == "question":
+        QuestionStore(rt.store).expire_if_due(job_id)
+    else:
+        ApprovalStore(rt.store).expire_if_due(job_id)
     send_outbox(rt, job_id)
 
 

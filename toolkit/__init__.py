@@ -8,11 +8,13 @@ if __name__ != "tandem.toolkit":  # this folder imported under its bare name, fr
     )
 
 from tandem.toolkit.action import Action
-from tandem.toolkit.context import InjectionMapping, ToolCallContext, injection_mapping
+from tandem.toolkit.context import InjectionMapping, Question, ToolCallContext, injection_mapping
 from tandem.toolkit.describe import describe_actions, describe_tools
 from tandem.toolkit.errors import (
     McpCallError,
     McpToolError,
+    NoAnswer,
+    QuestionError,
     ToolArgumentsError,
     ToolDefinitionError,
     ToolkitError,
@@ -32,6 +34,9 @@ __all__ = [
     "McpCallError",
     "McpToolError",
     "McpToolGroup",
+    "NoAnswer",
+    "Question",
+    "QuestionError",
     "StaticToolGroup",
     "Tool",
     "ToolArgumentsError",

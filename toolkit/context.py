@@ -3,9 +3,54 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, PrivateAttr, computed_field
+
+from tandem.toolkit.errors import QuestionError
+
+MAX_QUESTION_CHARS = 4000
+"""The longest question a tool or the model may ask a person (characters)."""
+
+
+class Question(BaseModel):
+    """A question for a person, asked by a tool call (``ToolCallContext.ask``): the text, the JSON
+    schema the answer must fit (``None``: any JSON value, text included), and which call asked
+    it (``round``, ``call_index``; ``seq``: the call's questions counted from 1)."""
+
+    text: str
+    answer_schema: dict[str, Any] | None = None
+    round: int = 0
+    call_index: int = 0
+    seq: int = 1
+
+
+Asker = Callable[[Question], Any]
+"""What puts a question to a person and returns the answer: the reasoner's ``ask`` callback in
+process, the job's pause on workers. Raises ``QuestionError`` (``NoAnswer`` on timeout)."""
+
+
+def check_question(text: Any, answer_schema: Any) -> None:
+    """``QuestionError`` unless ``text`` is a question (1 to ``MAX_QUESTION_CHARS`` characters) and
+    ``answer_schema`` is ``None`` or a valid JSON schema (an object)."""
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_QUESTION_CHARS:
+        raise QuestionError(
+            f"the question must be text of 1 to {MAX_QUESTION_CHARS} characters, got {text!r:.80}"
+        )
+    if answer_schema is None:
+        return
+    if not isinstance(answer_schema, dict):
+        raise QuestionError(
+            f"the answer's schema must be a JSON schema object (like {{'type': 'string'}}), "
+            f"got {answer_schema!r:.80}"
+        )
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(answer_schema).check_schema(answer_schema)
+    except jsonschema.SchemaError as exc:
+        raise QuestionError(f"the answer's schema is not a valid JSON schema: {exc.message}") from None
 
 
 class ToolCallContext(BaseModel):
@@ -27,12 +72,44 @@ class ToolCallContext(BaseModel):
     attempt: int = 1
     metadata: dict[str, Any] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+    _asker: Asker | None = PrivateAttr(default=None)
+    _asked: int = PrivateAttr(default=0)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def idempotency_key(self) -> str:
         """``"<job>:<round>:<call index>"``: the same on every attempt of this call."""
         return f"{self.job_id}:{self.round}:{self.call_index}"
+
+    def bind_asker(self, asker: Asker | None) -> ToolCallContext:
+        """This context, answering ``ask`` through ``asker`` (the driver sets it; tools never do)."""
+        self._asker = asker
+        return self
+
+    def ask(self, question: str, schema: dict[str, Any] | None = None) -> Any:
+        """Ask a person ``question`` and return the answer, a JSON value that fits ``schema``
+        (a JSON schema; ``None``: any JSON value, usually text).
+
+        In process, the reasoner's ``ask`` callback answers. On workers the job parks (state
+        ``awaiting_approval``, no worker held) until a person answers; then **the call runs again
+        from the start** and this ``ask`` returns the answer at once, so do the work with side
+        effects after the questions (or key it on ``idempotency_key``).
+
+        Raises ``QuestionError`` when no person can be asked (no ``ask`` callback), the question
+        or schema is malformed, or ``NoAnswer`` when nobody answered within the job's
+        ``answer_timeout_s``; a tool may catch it and go on.
+        """
+        check_question(question, schema)
+        if self._asker is None:
+            raise QuestionError(
+                "no person can be asked here: the reasoner has no ask callback "
+                "(pass ask=... to the reasoner, or run the job on workers)"
+            )
+        self._asked += 1
+        asked = Question(
+            text=question, answer_schema=schema, round=self.round, call_index=self.call_index, seq=self._asked
+        )
+        return self._asker(asked)
 
 
 class InjectionMapping:

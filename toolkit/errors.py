@@ -7,8 +7,11 @@ The tree::
     │   │                         an import path, a missing optional extra
     │   └── UnknownVertexError    no action/tool/group has that id; the message lists the known ids
     ├── ToolArgumentsError        arguments a model sent do not fit a tool's schema
-    └── McpCallError              an MCP tool call failed at run time: server unreachable, protocol error
-        └── McpToolError          the server ran the tool and reported ``isError``; the message is its text
+    ├── McpCallError              an MCP tool call failed at run time: server unreachable, protocol error
+    │   └── McpToolError          the server ran the tool and reported ``isError``; the message is its text
+    └── QuestionError             ``ToolCallContext.ask`` got no answer: no person can be asked here, the
+        │                         question or its schema is malformed, the answer does not fit
+        └── NoAnswer              no person answered within the job's ``answer_timeout_s``
 
 Definition mistakes are the developer's to fix and surface at load or registration time.
 Argument and MCP call failures happen inside a tool call: the tool runner turns them into FAILED
@@ -62,6 +65,22 @@ class McpToolError(McpCallError):
         super().__init__(text or f"the MCP tool {tool!r} reported an error without a message")
         self.tool = tool
         self.text = text
+
+
+class QuestionError(ToolkitError):
+    """A question to a person (``ToolCallContext.ask``) got no usable answer; the message, written
+    for the model, says why. A tool may catch it and go on without the answer."""
+
+
+class NoAnswer(QuestionError):
+    """No person answered the question within its timeout (``timeout_s`` seconds)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            f"no answer within {timeout_s:g} s: nobody answered the question in time; "
+            "go on without the answer, or say what you need in the deliverable"
+        )
+        self.timeout_s = timeout_s
 
 
 def describe_known(kind: str, wanted: str, known: list[str]) -> str:

@@ -133,6 +133,24 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=30.0, help="seconds to wait for a worker to apply it (default 30)"
     )
 
+    an = sub.add_parser(
+        "answer",
+        help="answer the question a job waits on (a tool's ask, or the model's ask_person)",
+        description="Answers the job's current question (or --pause ID, from `tandem status JOB`) with "
+        'ANSWER: read as JSON when it is JSON (\'{"city": "Oslo"}\', 42, true), else as text (--text: '
+        "always text). It must fit the question's answer schema (exit 2 saying why, nothing changes); "
+        "an answer for a pause that has ended is refused (exit 2). No worker answering within --timeout "
+        "withdraws it (exit 3: it never applies).",
+    )
+    an.add_argument("job_id")
+    an.add_argument("answer", help="the answer: JSON, or text")
+    an.add_argument("--text", action="store_true", help="send ANSWER as text even if it reads as JSON")
+    an.add_argument("--pause", default=None, metavar="ID", help="the pause answered (default: the current)")
+    an.add_argument("--key", default=None, metavar="KEY", help="idempotency key (the same key applies once)")
+    _owner_option(an)
+    an.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for a worker to store it (default 30)"
+    )
     conversation_commands.add_parsers(sub, _owner_option, _follow_options)
 
     wa = sub.add_parser("watch", help="follow a job's events live (started anywhere)")
@@ -368,6 +386,7 @@ def _flower(args: argparse.Namespace) -> int:
 REACHES: dict[str, str] = {
     "run": "both",
     "approve": "both",
+    "answer": "both",
     "resume": "both",
     "fork": "both",
     "message": "both",
@@ -439,6 +458,7 @@ def _run(args: argparse.Namespace) -> int:
         return exit_codes.OK
     commands = {
         "approve": job_commands.approve,
+        "answer": job_commands.answer,
         "watch": job_commands.watch,
         "resume": job_commands.resume,
         "fork": job_commands.fork,

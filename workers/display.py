@@ -7,6 +7,7 @@ stored reply that were not already shown.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -23,6 +24,8 @@ from tandem.tasks.job_events import (
     ModelDelta,
     ModelReply,
     OtherEvent,
+    QuestionAnswered,
+    QuestionAsked,
     RoundStarted,
     ToolCall,
     ToolResult,
@@ -88,6 +91,17 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
             f"{d.index} " + ("approved" if d.approve else f"rejected: {d.reason}") for d in typed.decisions
         )
         return f"  ✓ decided ({typed.by}): {done}"
+    if isinstance(typed, QuestionAsked):
+        schema = (
+            f" (answer fits {_short(json.dumps(typed.answer_schema), 200)})" if typed.answer_schema else ""
+        )
+        return (
+            f"  ? waiting for an answer (pause {typed.pause_id}): {_short(typed.question, 300)}{schema}"
+            "  (answer with `tandem answer JOB ANSWER`)"
+        )
+    if isinstance(typed, QuestionAnswered):
+        said = "no answer in time" if typed.by == "timeout" else _short(json.dumps(typed.answer), 200)
+        return f"  ✓ answered ({typed.by}): {said}"
     if isinstance(typed, MessageReceived):
         return f"  ✉ message from the person (read in round {typed.round + 1}): {_short(typed.text, 300)}"
     if isinstance(typed, Final):

@@ -1,6 +1,7 @@
 """The ``tandem`` commands that act on jobs: ``run`` (following the job it submits), ``watch``,
-``resume``, ``fork`` and ``approve``. Each returns its exit status (``tandem.workers.exit_codes``);
-the errors they raise are turned into one line by ``tandem.workers.cli.main``."""
+``resume``, ``fork``, ``approve`` and ``answer``. Each returns its exit status
+(``tandem.workers.exit_codes``); the errors they raise are turned into one line by
+``tandem.workers.cli.main``."""
 
 from __future__ import annotations
 
@@ -138,4 +139,38 @@ def approve(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["approve", "follow", "fork", "resume", "show_to_end", "watch"]
+def answer(args: argparse.Namespace) -> int:
+    """``tandem answer JOB ANSWER``: answer the question the job waits on (see ``tandem answer -h``)."""
+    import json
+
+    from tandem.tasks import job
+    from tandem.tasks.errors import DecisionRefused, DecisionTimeout, StalePauseError
+
+    value: Any = args.answer
+    if not args.text:
+        try:
+            value = json.loads(args.answer)
+        except ValueError:
+            value = args.answer  # not JSON: the answer is this text
+    handle = job(args.job_id)
+    handle.owner = args.owner
+    try:
+        stored = handle.answer(value, pause_id=args.pause, idempotency_key=args.key, timeout=args.timeout)
+    except StalePauseError as exc:
+        print(f"tandem: stale pause: {exc}", file=sys.stderr)
+        return 2
+    except DecisionTimeout as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return exit_codes.UNREACHABLE
+    except DecisionRefused as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    record = handle.pending_question()
+    pause = record.pause_id if record is not None else args.pause
+    print(
+        f"job {handle.id}, pause {pause}: answered {json.dumps(stored, ensure_ascii=False)}; the job goes on"
+    )
+    return 0
+
+
+__all__ = ["answer", "approve", "follow", "fork", "resume", "show_to_end", "watch"]

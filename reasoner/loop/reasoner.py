@@ -21,6 +21,7 @@ from tandem.reasoner.loop.step import StepInputs
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.models.model_service import ModelService
+from tandem.reasoner.questions import AskCallback, asking
 from tandem.reasoner.task import OutcomeStatus, ReasonerOutcome, Task
 from tandem.reasoner.tool_runner import ToolRunner
 
@@ -34,8 +35,11 @@ class Reasoner:
     ``runner`` executes the tool calls; ``hooks`` see every step; ``approve`` decides on calls that
     need approval (``Tool.requires_approval``, ``Task.approve_tools``): it gets the pending calls
     and returns decisions (see ``tandem.reasoner.approval``), sync or ``async``. Without it such
-    calls are rejected. A ``memory`` passed to ``run`` that holds an earlier part of the same run
-    resumes it: stored steps are not run again.
+    calls are rejected. ``ask`` answers the questions tools ask (``ToolCallContext.ask``, the
+    built-in ``ask_person``): given a ``Question``, it returns the person's answer (sync or
+    ``async``; see ``tandem.reasoner.questions``); without it a question fails, saying so.
+    A ``memory`` passed to ``run`` that holds an earlier part of the same run resumes it: stored
+    steps are not run again.
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class Reasoner:
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
+        ask: AskCallback | None = None,
     ) -> None:
         needed = {plan.model(plan.opening(0).role)[0], plan.model("actor")[0]}
         missing = sorted(needed - set(models))
@@ -59,12 +64,14 @@ class Reasoner:
         self.runner = runner or ToolRunner()
         self.hooks = hooks or NO_HOOKS
         self.approve = approve
+        self.ask = ask
 
     def run(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
         """Reason about ``task`` until the plan's end (an answer, the budget) or a failure."""
         inputs = self._inputs(task, memory)
         try:
-            status = drive(self.plan, self.models, inputs, self.runner, self.approve)
+            with asking(self.ask, task.answer_timeout_s):
+                status = drive(self.plan, self.models, inputs, self.runner, self.approve)
         except ReasonerError as exc:
             return self._finish(inputs, "failed", f"{type(exc).__name__}: {exc}")
         return self._finish(inputs, status)
@@ -74,7 +81,8 @@ class Reasoner:
         concurrently; the same steps, decisions, hooks and outcome."""
         inputs = self._inputs(task, memory)
         try:
-            status = await adrive(self.plan, self.models, inputs, self.runner, self.approve)
+            with asking(self.ask, task.answer_timeout_s):
+                status = await adrive(self.plan, self.models, inputs, self.runner, self.approve)
         except ReasonerError as exc:
             return self._finish(inputs, "failed", f"{type(exc).__name__}: {exc}")
         return self._finish(inputs, status)
@@ -128,9 +136,10 @@ class DualModelReasoner(Reasoner):
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
+        ask: AskCallback | None = None,
     ) -> None:
         models = {"thinker": thinker, "actor": actor}
-        super().__init__(DualPlan(), models, runner=runner, hooks=hooks, approve=approve)
+        super().__init__(DualPlan(), models, runner=runner, hooks=hooks, approve=approve, ask=ask)
 
 
 class MonoModelReasoner(Reasoner):
@@ -143,8 +152,9 @@ class MonoModelReasoner(Reasoner):
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
+        ask: AskCallback | None = None,
     ) -> None:
-        super().__init__(MonoPlan(), {"actor": model}, runner=runner, hooks=hooks, approve=approve)
+        super().__init__(MonoPlan(), {"actor": model}, runner=runner, hooks=hooks, approve=approve, ask=ask)
 
 
 class ReActReasoner(Reasoner):
@@ -167,6 +177,7 @@ class ReActReasoner(Reasoner):
         runner: ToolRunner | None = None,
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
+        ask: AskCallback | None = None,
     ) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"max_steps must be a whole number of at least 1, got {max_steps!r}")
@@ -176,4 +187,4 @@ class ReActReasoner(Reasoner):
             )
         plan = ReActPlan(function_calling, budget=max_steps)
         runner = dropping(runner or ToolRunner())
-        super().__init__(plan, {"actor": model}, runner=runner, hooks=hooks, approve=approve)
+        super().__init__(plan, {"actor": model}, runner=runner, hooks=hooks, approve=approve, ask=ask)

@@ -17,7 +17,14 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from tandem.tasks.spec import JobResult, JobStatus
-from tandem.tasks.state.store import FINAL_LOOKAHEAD, JobStore, entry_types, final_ends, status_from_record
+from tandem.tasks.state.store import (
+    FINAL_LOOKAHEAD,
+    JobStore,
+    entry_types,
+    final_ends,
+    question_json,
+    status_from_record,
+)
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
 """Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""
@@ -76,7 +83,10 @@ class AsyncJobStore:
         state = raw.get(b"state") or raw.get("state")
         parked = state in (b"awaiting_approval", "awaiting_approval")
         approval = await self.redis.get(self.keys.key(job_id, "approval")) if parked else None
-        return status_from_record(job_id, raw, approval)
+        question = (
+            await self.redis.hmget(self.keys.key(job_id, "question"), ["record", "seq"]) if parked else None
+        )
+        return status_from_record(job_id, raw, approval, question_json(question))
 
     async def result(self, job_id: str) -> JobResult | None:
         """The final result, once the job has ended."""

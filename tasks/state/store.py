@@ -73,15 +73,22 @@ def _undecided(approval: Any) -> list[PendingCall]:
     return [PendingCall.model_validate(p) for p in data.get("pending", []) if p["index"] not in decided]
 
 
-def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None) -> JobStatus | None:
+def status_from_record(
+    job_id: str, raw: Mapping[Any, Any], approval: Any = None, question: Any = None
+) -> JobStatus | None:
     """A ``JobStatus`` from the raw fields of a job's record (``None`` for no record) and, for a
-    job awaiting approval, its raw approval record."""
+    job awaiting approval, its raw approval record, or its raw question record (JSON) when the
+    pause is a question (``pause_kind``)."""
     rec = JobRecord.parse(raw)
     if rec is None:
         return None
     parked = rec.state == "awaiting_approval"
+    kind = _text(raw.get(b"pause_kind", raw.get("pause_kind", b""))) or "approval"
+    if parked and kind == "question":
+        approval = None  # an earlier pause's record: this pause is a question
+    asked = json.loads(question) if parked and kind == "question" and question is not None else None
     waiting = rec.state == "waiting"
-    return JobStatus(
+    status = JobStatus(
         job_id=job_id,
         state=rec.state,
         reasoner=rec.reasoner,
@@ -100,7 +107,36 @@ def status_from_record(job_id: str, raw: Mapping[Any, Any], approval: Any = None
         pending_approval=_undecided(approval) if parked and approval is not None else None,
         pause_id=_pause_of(job_id, raw, approval) if parked and approval is not None else None,
         approval_until=rec.approval_until or None if parked else None,
+        pause_kind=("question" if kind == "question" else "approval") if parked else None,
+        question=_asked(job_id, asked) if asked is not None else None,
     )
+    if asked is not None:
+        status.pause_id = pause_id(job_id, int(asked.get("round", 0)), int(asked.get("seq", 0)))
+    return status
+
+
+def question_json(fields: Any) -> str | None:
+    """A job's question record (JSON, with its pause number) from its hash's ``record`` and
+    ``seq`` fields (``tandem.tasks.control.questions``), ``None`` when it has none."""
+    raw, seq = fields if fields else (None, None)
+    if raw is None:
+        return None
+    return json.dumps({**json.loads(raw), "seq": int(_text(seq or 0))})
+
+
+def _asked(job_id: str, asked: dict[str, Any]) -> dict[str, Any]:
+    """What a status shows of a question record (its ``QuestionRecord.public`` fields)."""
+    timeout = float(asked.get("timeout_s") or 0)
+    return {
+        "pause_id": pause_id(job_id, int(asked.get("round", 0)), int(asked.get("seq", 0))),
+        "round": asked.get("round", 0),
+        "call_index": asked.get("call_index", 0),
+        "tool": asked.get("tool", ""),
+        "text": asked.get("text", ""),
+        "answer_schema": asked.get("answer_schema"),
+        "timeout_s": timeout,
+        "until": float(asked.get("asked_at") or 0) + timeout,
+    }
 
 
 FINAL_LOOKAHEAD = 100
@@ -359,8 +395,9 @@ class JobStore:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.key(job_id, "state"))
         pipe.get(self.key(job_id, "approval"))
-        raw, approval = pipe.execute()
-        return status_from_record(job_id, raw, approval)
+        pipe.hmget(self.key(job_id, "question"), ["record", "seq"])
+        raw, approval, question = pipe.execute()
+        return status_from_record(job_id, raw, approval, question_json(question))
 
     def set_status(self, job_id: str, **fields: Any) -> JobStatus:
         """Update some status fields (``state``, ``reasoner``, ``round``, ``step``, ``error``); a

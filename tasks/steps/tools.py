@@ -19,6 +19,7 @@ from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.tasks.app import app
 from tandem.tasks.control.parking import approved_call
+from tandem.tasks.control.questions import QuestionPending, QuestionStore, WorkerAsker
 from tandem.tasks.events import tool_result_event
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Claim
@@ -27,6 +28,7 @@ from tandem.tasks.steps.context import StepContext
 from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
+from tandem.tasks.webhooks import delivery as webhooks
 
 log = logging.getLogger("tandem.tasks")
 
@@ -65,6 +67,15 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
         try:
             ctx = StepContext.load(rt, claim, messages=[f"{round_no}:actor"])
             result = call_tool(ctx)
+        except QuestionPending as asked:  # the tool asked a person: park the job, hold no worker
+            assert ctx is not None
+            timeout = ctx.spec.answer_timeout_s or rt.settings.memory_ttl
+            question = asked
+            verdict = retrying(rt, lambda: QuestionStore(rt.store).park(claim, question, timeout))
+            log.info("job %s: call %d of round %d asks a person (%s)", job_id, index, round_no, verdict)
+            if verdict == "parked" and ctx.spec.webhooks:
+                webhooks.notify(rt, job_id, ctx.spec)  # its ``waiting_for_person`` deliveries
+            raise Ignore() from None
         except Ignore:
             raise
         except (RedisError, OperationalError):
@@ -134,7 +145,9 @@ def call_tool(ctx: StepContext) -> FunctionCallResult:
     ):
         raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
     ctx.events.tool_called(round_no, index, call, attempt=claim.attempt)
-    tool_ctx = call_context(ctx.task, round_no, index, claim.attempt)
+    tool_ctx = call_context(ctx.task, round_no, index, claim.attempt).bind_asker(
+        WorkerAsker(ctx.rt.store, claim.job_id, round_no, index, call.name)
+    )
     runner = ctx.rt.runner
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name}
     with tracing.span(f"execute_tool {call.name}", attrs) as span:

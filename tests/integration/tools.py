@@ -16,7 +16,7 @@ import time
 
 from redis import Redis
 
-from tandem.toolkit import Action, Tool, ToolCallContext, ToolkitService
+from tandem.toolkit import Action, NoAnswer, Tool, ToolCallContext, ToolkitService
 
 _redis: Redis | None = None
 
@@ -118,6 +118,36 @@ def big_output(megabytes: int, ctx: ToolCallContext) -> str:
     text = text[: size - 14] + "auth token: x\n"
     _record(ctx, "big_output", started, chars=len(text))
     return text
+
+
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def book_trip(ctx: ToolCallContext) -> str:
+    """Ask a person which city to book, then book it."""
+    _record(ctx, "book_trip_run", time.time())  # every run: the one that asks, the one that books
+    try:
+        answer = ctx.ask("Which city should the trip go to?", CITY)
+    except NoAnswer as exc:
+        _record(ctx, "book_trip", time.time(), city=None)
+        return f"booked nothing: {exc}"
+    _record(ctx, "book_trip", time.time(), city=answer["city"])
+    return f"booked a trip to {answer['city']}"
+
+
+def _with_questions() -> ToolkitService:
+    service = _build()
+    service.add_tool(Tool.from_function(book_trip), [(service.get_action("work"), 1.0)])
+    return service
+
+
+questions_toolkit = _with_questions().get_toolkit()
+"""The same tools plus ``book_trip`` (it asks a person through ``ToolCallContext.ask``)."""
 
 
 def _with_big_output() -> ToolkitService:

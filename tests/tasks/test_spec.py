@@ -28,6 +28,8 @@ def test_defaults() -> None:
         "secrets": {},
         "approve_tools": [],
         "approval_timeout_s": None,
+        "ask_person": False,
+        "answer_timeout_s": None,
         "max_tokens_total": None,
         "max_cost_usd": None,
         "priority": 5,
@@ -53,6 +55,8 @@ def test_every_field_is_read() -> None:
         "secrets": {"gh_token": "t0ken-value"},
         "approve_tools": ["send_email"],
         "approval_timeout_s": 600.0,
+        "ask_person": True,
+        "answer_timeout_s": 300.0,
         "max_tokens_total": 5000,
         "max_cost_usd": 0.25,
         "priority": 9,
@@ -89,6 +93,9 @@ def test_a_spec_round_trips_as_json() -> None:
         pytest.param({"goal": "g", "max_rounds": "many"}, "max_rounds", "valid integer", id="rounds-type"),
         pytest.param({"goal": "g", "threshold": 1.5}, "threshold", "less than or equal to 1", id="threshold"),
         pytest.param({"goal": "g", "hops": -1}, "hops", "greater than or equal to 0", id="hops"),
+        pytest.param(
+            {"goal": "g", "answer_timeout_s": 0}, "answer_timeout_s", "greater than 0", id="answer-timeout"
+        ),
         pytest.param({"goal": "g", "actions": "compute"}, "actions", "valid list", id="actions-type"),
         pytest.param({"goal": "g", "tools": [1]}, "tools.0", "valid string", id="tools-item"),
         pytest.param({"goal": "g", "metadata": []}, "metadata", "valid dictionary", id="metadata-type"),

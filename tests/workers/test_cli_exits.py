@@ -76,6 +76,7 @@ ARGV = {
     "cancel": ["cancel", "J1"],
     "hosts": ["hosts"],
     "approve": ["approve", "J1"],
+    "answer": ["answer", "J1", "yes"],
     "resume": ["resume", "J1"],
     "fork": ["fork", "J1", "--round", "1"],
     "message": ["message", "J1", "use the 2025 figures"],

@@ -260,3 +260,19 @@ def test_a_waiting_step_says_what_for_and_when_it_runs_again() -> None:
     assert (
         render_event(event("waiting", reason="in_flight", host="gpu-1")) == "  … waiting: in_flight on gpu-1"
     )
+
+
+def test_questions_are_shown_with_their_pause_and_answer() -> None:
+    from tandem.tasks.job_events import QuestionAnswered, QuestionAsked
+
+    asked = QuestionAsked(
+        round=0, pause_id="J:0:tools:1", question="Which city?", answer_schema={"type": "string"}
+    )
+    assert render_event(asked) == (
+        '  ? waiting for an answer (pause J:0:tools:1): Which city? (answer fits {"type": "string"})'
+        "  (answer with `tandem answer JOB ANSWER`)"
+    )
+    assert render_event(QuestionAnswered(round=0, answer="Oslo")) == '  ✓ answered (person): "Oslo"'
+    assert (
+        render_event(QuestionAnswered(round=0, by="timeout")) == "  ✓ answered (timeout): no answer in time"
+    )

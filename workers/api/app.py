@@ -67,6 +67,7 @@ from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, Resum
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
 from tandem.tasks.state.store import JobStore
+from tandem.workers.api.answers import answer_endpoint
 from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
 from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
 from tandem.workers.api.conversation import Conversation
@@ -477,6 +478,7 @@ def _links(job_id: str) -> dict[str, str]:
         "events": f"{base}/events",
         "cancel": f"{base}/cancel",
         "decisions": f"{base}/decisions",
+        "answers": f"{base}/answers",
         "resume": f"{base}/resume",
         "fork": f"{base}/fork",
     }
@@ -523,6 +525,7 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
         Route("/v1/jobs/{job_id}/events", api.job_events, methods=["GET"]),
         Route("/v1/jobs/{job_id}/cancel", api.cancel_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/answers", answer_endpoint(api), methods=["POST"]),
         Route("/v1/jobs/{job_id}/resume", api.resume_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/fork", api.fork_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/messages", talk.post_message, methods=["POST"]),

@@ -226,6 +226,36 @@ def openapi_document() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/jobs/{job_id}/answers": {
+            "post": {
+                "summary": "Answer the question a job waits on",
+                "description": 'Body: {"pause_id": "...", "idempotency_key": "...", "answer": <JSON>}: '
+                "the answer must fit the question's answer_schema (text for a question without one). "
+                "GET /v1/jobs/{id} shows the question (status.question, status.pause_id). The key may "
+                "come as an Idempotency-Key header instead; the same key gets the same reply, applied once.",
+                "operationId": "answer",
+                "parameters": [_JOB_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "responses": {
+                    "200": _json(
+                        {"type": "object"}, "The pause's id, the round, the call and the answer stored."
+                    ),
+                    "401": unauthorized,
+                    "404": unknown,
+                    "409": _error(
+                        "Refused, nothing changed: stale_pause (the pause named is not current; the body "
+                        "names pause_id and current_pause) or answer_refused (no question waits, ended, ...)."
+                    ),
+                    "422": _error(
+                        "invalid_answer: no answer, or one that does not fit the question's schema."
+                    ),
+                    "504": _error("No worker stored the answer in time: it was withdrawn, never applies."),
+                },
+            }
+        },
         "/v1/jobs/{job_id}/resume": {
             "post": {
                 "summary": "Continue a failed, cancelled or truncated job from its last stored step",

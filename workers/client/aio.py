@@ -122,6 +122,21 @@ class AsyncClient:
         body = await self._send(calls.decide_call(job_id, decisions, pause_id, idempotency_key))
         return list(body["decisions"])
 
+    async def answer(
+        self, job_id: str, answer: Any, *, pause_id: str | None = None, idempotency_key: str | None = None
+    ) -> Any:
+        """Answer the question job ``job_id`` waits on (pause ``pause_id``; ``None``: the current
+        one, read first and named) with ``answer``, a JSON value that fits the question's
+        ``answer_schema`` (text for a question without one); the answer as stored.
+        ``idempotency_key`` (a fresh one if not given): the same key sent again gets the first
+        reply. ``StalePauseError`` when the pause is not current, ``InvalidRequest`` (422
+        ``invalid_answer``) when the answer does not fit (the message names the field),
+        ``Conflict`` when refused otherwise (nothing changed); ``Unavailable`` (504) when no worker
+        answered: the answer was withdrawn and never applies."""
+        if pause_id is None:
+            pause_id = calls.current_question(await self._send(Call("GET", calls.job_path(job_id))))
+        return (await self._send(calls.answer_call(job_id, answer, pause_id, idempotency_key)))["answer"]
+
     async def approve(
         self, job_id: str, *indices: int, pause_id: str | None = None, idempotency_key: str | None = None
     ) -> list[dict[str, Any]]:

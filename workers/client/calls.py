@@ -86,6 +86,26 @@ def current_pause(job: Mapping[str, Any]) -> str | None:
     return pause if isinstance(pause, str) else None
 
 
+def answer_call(job_id: str, answer: Any, pause_id: str | None, idempotency_key: str | None) -> Call:
+    """``POST /v1/jobs/{id}/answers`` for pause ``pause_id``, with an idempotency key (a fresh one
+    if none is given: the request may then be sent again safely)."""
+    body: dict[str, Any] = {"answer": answer, "idempotency_key": idempotency_key or uuid.uuid4().hex}
+    if pause_id is not None:
+        body["pause_id"] = pause_id
+    return Call("POST", job_path(job_id, "/answers"), body)
+
+
+def current_question(job: Mapping[str, Any]) -> str | None:
+    """The id of the question's pause a job (``GET /v1/jobs/{id}``'s body) waits on, if any."""
+    status = job.get("status")
+    if not isinstance(status, dict) or status.get("state") != "awaiting_approval":
+        return None
+    if status.get("pause_kind") != "question":
+        return None
+    pause = status.get("pause_id")
+    return pause if isinstance(pause, str) else None
+
+
 def fork_call(job_id: str, round_no: int, goal: str | None, max_rounds: int | None) -> Call:
     """``POST /v1/jobs/{id}/fork``: a new job from rounds ``0..round_no-1``."""
     body: dict[str, Any] = {"round": round_no}

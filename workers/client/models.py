@@ -29,6 +29,12 @@ class JobState(BaseModel):
     deadline: float | None = None
     pending_approval: list[dict[str, Any]] | None = None
     """While ``awaiting_approval``: the calls waiting for a decision (index, tool, args, ...)."""
+    pause_id: str | None = None
+    """While ``awaiting_approval``: the id of the pause, which a decision or an answer names."""
+    pause_kind: str | None = None
+    """While ``awaiting_approval``: ``approval`` (calls wait for a decision) or ``question``."""
+    question: dict[str, Any] | None = None
+    """While waiting on a question: its ``text``, ``answer_schema``, ``call_index``, ``tool``, ``until``."""
 
     @property
     def ended(self) -> bool:

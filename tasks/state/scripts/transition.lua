@@ -27,7 +27,7 @@ end
 if ARGV[13] ~= '' then
   redis.call('SET', KEYS[9], ARGV[13])
   local deadline = tonumber(s[7]) + tonumber(ARGV[15])
-  redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'held', ARGV[14], 'parked_at', fmt(t),
+  redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'pause_kind', 'approval', 'held', ARGV[14], 'parked_at', fmt(t),
     'park_bound', ARGV[15], 'approval_until', ARGV[16], 'deadline', fmt(deadline))
   redis.call('HINCRBY', KEYS[1], 'pause_seq', 1)
   -- Parking moves the deadline back: every key of the job must live as long (rare, so all of them).

@@ -525,6 +525,35 @@ async function followUp(event) {
   }
 }
 
+// A question a tool (or the model's ask_person) asks: shown with its schema until it is answered.
+function showQuestion(ev) {
+  const asking = Boolean(ev && ev.question);
+  state.questionPause = asking ? ev.pause_id || null : null;
+  $("#question").hidden = !asking;
+  if (!asking) return;
+  $("#question-pause").textContent = ev.pause_id ? `pause ${ev.pause_id}` : "";
+  $("#question-text").textContent = ev.question;
+  $("#question-schema-line").hidden = !ev.answer_schema;
+  $("#question-schema").textContent = ev.answer_schema ? JSON.stringify(ev.answer_schema) : "";
+  $("#answer-input").value = "";
+}
+
+async function answerQuestion(event) {
+  event.preventDefault();
+  const raw = $("#answer-input").value;
+  let answer = raw; // JSON when it reads as JSON, else the text itself (as `tandem answer` does)
+  try { answer = JSON.parse(raw); } catch (err) { answer = raw; }
+  const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+  const body = { answer, idempotency_key: key };
+  if (state.questionPause) body.pause_id = state.questionPause;
+  const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/answers`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  notice(response.ok ? "answered" : await errorText(response));
+}
+
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
@@ -550,8 +579,16 @@ function handle(ev) {
       markDecided(ev.decisions || []);
       if (ev.complete !== false) { approvalDone(ev.by); if (!ENDED.includes(currentState())) setState("running"); }
       break;
+    case "question_asked":
+      showQuestion(ev);
+      if (!ENDED.includes(currentState())) setState("awaiting_approval");
+      break;
+    case "question_answered":
+      showQuestion(null);
+      if (!ENDED.includes(currentState())) setState("running");
+      break;
     case "message_received": onMessage(ev); break;
-    case "final": showApproval([]); onFinal(ev); loadThread(); break; // the end: the decided calls' cards go
+    case "final": showApproval([]); showQuestion(null); onFinal(ev); loadThread(); break; // the end: the decided calls' cards go
     default: break; // kinds this console does not know yet
   }
 }
@@ -623,6 +660,7 @@ async function openJob(jobId) {
   $("#thread").hidden = true;
   $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
+  showQuestion(null);
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   if (!response.ok) { notice(await errorText(response)); return; }
   const job = await response.json();
@@ -743,6 +781,7 @@ $("#follow-up-form").addEventListener("submit", followUp);
 $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
+$("#question").addEventListener("submit", answerQuestion);
 $("#token-form").addEventListener("submit", (event) => {
   event.preventDefault();
   state.token = $("#token").value.trim();

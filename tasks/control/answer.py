@@ -1,0 +1,83 @@
+"""``tandem.answer``: a person's answer to the question a job's tool call asked, by task name.
+
+Any Celery client can send it, without importing tandem::
+
+    app.send_task("tandem.answer", kwargs={
+        "job_id": job_id,
+        "pause_id": pause_id,              # from question_asked / the job's status
+        "answer": {"city": "Lyon"},        # a JSON value that fits the question's schema
+        "idempotency_key": "4f1c...",      # any string up to 200 characters, one per answer
+        "owner": "team-a",                 # the tenant asking: "default" if left out
+    }).get()
+
+It is consumed from the intake queue (like ``tandem.decide``), checks the answer against the
+question's schema and the pause it names, and stores it atomically
+(``QuestionStore.answer``); the job goes on, and this task sends the asking call to the tools
+queue again (a failed send is left to the reconciler).
+
+Its result is ``{"job_id", "accepted": true, "pause_id", "round", "call_index", "answer"}`` or
+``{"job_id", "accepted": false, "error", "reason", "pause_id", "current_pause"}`` (``reason``:
+``stale_pause``, ``invalid_answer``, ``refused``, ``invalid`` or ``withdrawn``): a refused answer
+changes nothing. Running it twice is safe: the second run finds its key answered, or the pause
+ended, and is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tandem.tasks.app import app
+from tandem.tasks.control.owners import foreign
+from tandem.tasks.control.questions import QuestionStore
+from tandem.tasks.runtime import get_runtime
+from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.tracing import control_span
+
+
+def answer_job(
+    store: QuestionStore,
+    job_id: Any,
+    answer: Any,
+    pause_id: Any = None,
+    idempotency_key: Any = None,
+    owner: Any = None,
+) -> dict[str, Any]:
+    """What ``tandem.answer`` does, as a function: the task's JSON result. ``owner``: the tenant
+    the request speaks for (``default`` if none); another tenant's job answers as an unknown one."""
+    if not isinstance(job_id, str) or not job_id:
+        return {
+            "job_id": job_id,
+            "accepted": False,
+            "error": f"job_id must be a job id string, got {job_id!r}",
+            "reason": "refused",
+        }
+    if foreign(store.store.machine, job_id, owner):
+        return {
+            "job_id": job_id,
+            "accepted": False,
+            "error": f"job {job_id!r} awaits no answer: no such job is known",
+            "reason": "refused",
+            "pause_id": pause_id if isinstance(pause_id, str) else None,
+            "current_pause": None,
+        }
+    return store.answer(job_id, answer, pause=pause_id, key=idempotency_key)
+
+
+@app.task(name="tandem.answer", acks_late=True)
+def answer(
+    job_id: str,
+    answer: Any = None,
+    pause_id: str | None = None,
+    idempotency_key: str | None = None,
+    owner: str | None = None,
+) -> dict[str, Any]:
+    """Answer the question ``job_id`` waits on (see the module docstring); ``owner``: the tenant
+    asking (``tandem.tasks.control.owners``)."""
+    rt = get_runtime()
+    with control_span(job_id, "question", lambda: rt.store.spec(job_id)) as span:
+        reply = answer_job(QuestionStore(rt.store), job_id, answer, pause_id, idempotency_key, owner)
+        if span is not None:
+            span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
+        if isinstance(job_id, str) and job_id:  # a late answer sends the call again too (timeout)
+            send_outbox(rt, job_id)
+        return reply
