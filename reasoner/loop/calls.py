@@ -78,4 +78,3 @@ def call_context(task: Task, round_no: int, index: int, attempt: int = 1) -> Too
 def tool_results_text(results: Sequence[FunctionCallResult]) -> str:
     """The ``<function_call_result>`` blocks of a round, in call order."""
     return "\n\n".join(r.to_prompt() for r in results)
-

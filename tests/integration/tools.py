@@ -76,6 +76,8 @@ def notify(to: str, ctx: ToolCallContext) -> str:
     """Send a notification (needs a person's approval)."""
     _record(ctx, "notify", time.time())
     return f"notified {to}"
+
+
 def charge_card(amount: int, seconds: float, ctx: ToolCallContext) -> str:
     """Charge a card (a side effect that must never happen twice), then take ``seconds``.
 
