@@ -284,7 +284,7 @@ class ApprovalStore:
                 seq=record.seq,
                 key=key,
                 answer=json.dumps(answer) if key else "",
-                **_moves(job_id, updated),
+                **_moves(job_id, updated, _calls_of(self.store, job_id) if updated.decided else 0),
             )
             if reply[0] != "changed":
                 break
@@ -483,18 +483,31 @@ def rejected_results(record: ApprovalRecord) -> list[FunctionCallResult]:
     ]
 
 
-def _moves(job_id: str, record: ApprovalRecord) -> dict[str, Any]:
+def _moves(job_id: str, record: ApprovalRecord, calls: int = 0) -> dict[str, Any]:
     """What settling a complete ``record`` writes: the rejected calls' results, the approved
-    calls' messages, and the collect step's messages (used when no call is left to run)."""
+    calls' messages, the collect step's messages (used when no call is left to run), and the
+    messages of the round's ``calls`` (for those that asked a question meanwhile)."""
     if not record.decided:
         return {"rejected": [], "approved": [], "collect": []}
     approved = [d.index for d in record.decisions if d.approve]
-    run: list[Message] = step_messages(job_id, Step(record.round, "tools"), approved) if approved else []
+    tools = Step(record.round, "tools")
+    run: list[Message] = step_messages(job_id, tools, approved) if approved else []
+    every = step_messages(job_id, tools, range(1, calls + 1)) if calls else []
     return {
         "rejected": [(r.index, r.model_dump_json()) for r in rejected_results(record)],
         "approved": run,
         "collect": step_messages(job_id, Step(record.round, "collect")),
+        "round_calls": {str(m["args"][2]): m for m in every},
     }
+
+
+def _calls_of(store: JobStore, job_id: str) -> int:
+    """How many calls the job's current round has (its record's ``calls``)."""
+    raw = store.redis.hget(store.key(job_id, "state"), "calls")
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
 
 
 def _not_waiting(job_id: str, reply: tuple[str, ...]) -> str:

@@ -319,6 +319,7 @@ class JobMachine:
         seq: int = 0,
         key: str = "",
         answer: str = "",
+        round_calls: Mapping[str, Message] | None = None,
     ) -> tuple[str, ...]:
         """Store the decisions of a parked job (``record_json``) if it still waits on pause ``seq``
         (its ``pause_seq``), its approval record is still ``read`` and it awaits approval in
@@ -326,6 +327,8 @@ class JobMachine:
         move on: ``approved`` calls' messages in the outbox (or ``collect``'s when no call is
         pending). The deadline moves back by the time waited. With an idempotency ``key``, a key
         answered already changes nothing, and a stored decision keeps ``answer`` under it.
+        ``round_calls``: the messages of the round's calls by index, to send again those that
+        asked a question while the approval was open (the record's ``asking``).
 
         Returns ``("stored",)``, ``("running",)``, ``("collect",)``, ``("changed",)`` (another
         decision came first: read again), ``("repeat", answer)`` (the key's first answer),
@@ -345,6 +348,7 @@ class JobMachine:
                 str(seq),
                 key,
                 answer,
+                json.dumps(round_calls) if round_calls else "",
             ],
         )
         return tuple(_text(x) for x in reply)

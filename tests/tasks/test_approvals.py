@@ -153,6 +153,29 @@ def test_one_batch_decides_every_call_and_the_job_goes_on(approvals: ApprovalSto
         assert store.redis.ttl(key) > 0, key
 
 
+def test_a_call_that_asked_while_the_approval_was_open_goes_again_with_the_approved_ones(
+    approvals: ApprovalStore, store: JobStore
+) -> None:
+    """Call 2 (free) asks a question while calls 1 and 3 wait for approval: it is released with
+    no result (``asking``); the decision that ends the pause sends it again at once, not after
+    the reconciler's stall."""
+    from tandem.tasks.control.questions import QuestionPending, QuestionStore
+    from tandem.toolkit.context import Question
+
+    claim = store.machine.claim_call(JOB, 2, 2, LEASE, 5)
+    assert isinstance(claim, Claim), claim
+    question = Question(text="Which path?", round=2, call_index=2)
+    assert QuestionStore(store).park(claim, QuestionPending(question, "delete_file"), 60) == "busy"
+    assert store.machine.record(JOB)["asking"] == "2|,2,"
+    approvals.decide(JOB, True, now=1001.0)
+    assert store.machine.outbox(JOB)[1] == [
+        {"task": "tandem.run_tool", "args": [JOB, 2, 1]},
+        {"task": "tandem.run_tool", "args": [JOB, 2, 3]},
+        {"task": "tandem.run_tool", "args": [JOB, 2, 2]},
+    ]
+    assert store.machine.record(JOB)["asking"] == ""
+
+
 def test_every_call_rejected_after_the_free_one_ran_goes_to_collect(
     approvals: ApprovalStore, store: JobStore
 ) -> None:

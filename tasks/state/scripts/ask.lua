@@ -7,7 +7,7 @@
 -- counted (``pause_seq``: the record gets its number), and the deadline moves back by the wait.
 -- A job already waiting on another pause gets 'busy': the call is released without a result, noted
 -- in ``asking``, and asks again when it is sent again: by the answer to a question (``answer.lua``),
--- or by the reconciler once the pause has ended.
+-- or by the decision that ends an approval (``settle.lua``).
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'held')
 if not s[1] then return {'gone'} end

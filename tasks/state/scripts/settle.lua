@@ -1,7 +1,9 @@
 -- ARGV: round, the approval record as read, the record to store, '1' when every call is decided,
 -- the rejected calls' results (JSON [[index, result], ...]), the approved calls' messages, the
 -- collect step's messages, outbox id, the pause's sequence number the decision names, its
--- idempotency key ('' for none), and the answer to keep under that key.
+-- idempotency key ('' for none), the answer to keep under that key, and the round's calls'
+-- messages by index (JSON; '' for none): a call of the round that asked a question while the
+-- approval was open (``asking``, see ask.lua) is sent again with the approved ones.
 -- KEYS: the job's keys in JOB_PARTS order, then its decisions key (a hash: key -> answer).
 -- The pause check, the key check and the write are one atomic step: a decision for a pause that
 -- ended, or one whose key was answered (or withdrawn) already, changes nothing.
@@ -32,8 +34,21 @@ for _, r in ipairs(cjson.decode(ARGV[5])) do
 end
 local t = now()
 local unused = math.max(tonumber(s[4]) - (t - tonumber(s[3])), 0)
+local outbox = ARGV[6]
+local asking = redis.call('HGET', KEYS[1], 'asking') or ''
+local prefix = ARGV[1] .. '|'
+if (ARGV[12] or '') ~= '' and string.sub(asking, 1, #prefix) == prefix then
+  local messages, by_index, added = cjson.decode(ARGV[6]), cjson.decode(ARGV[12]), false
+  for i in string.gmatch(string.sub(asking, #prefix + 1), '%d+') do
+    if by_index[i] then
+      table.insert(messages, by_index[i])
+      added = true
+    end
+  end
+  if added then outbox = cjson.encode(messages) end  -- (an empty table would encode as {})
+end
 redis.call('HSET', KEYS[1], 'state', 'running', 'held', '', 'approval_until', 0,
-  'deadline', fmt(tonumber(s[5]) - unused), 'outbox', ARGV[6], 'outbox_id', ARGV[8],
+  'deadline', fmt(tonumber(s[5]) - unused), 'outbox', outbox, 'outbox_id', ARGV[8], 'asking', '',
   'progress_at', fmt(t), 'updated_at', fmt(t))
 local verdict = 'running'
 if tonumber(redis.call('HGET', KEYS[1], 'pending')) <= 0 then
