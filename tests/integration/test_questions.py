@@ -172,3 +172,34 @@ def test_a_question_sends_the_waiting_for_person_webhook(cluster: Hosts) -> None
     assert body["pause"]["question"] == "Which city should the trip go to?"
     handle.answer({"city": "Oslo"})
     assert handle.result(timeout=60).status == "completed"
+
+
+def test_a_question_asked_during_an_approval_comes_as_soon_as_the_decision(redis_base: str) -> None:
+    """``book_trip`` (free) asks while ``notify`` waits for approval: it is released, and the
+    decision sends it again at once. The stall is 60 s here, so the reconciler could not have."""
+    clusters = _make_cluster(
+        redis_base,
+        TANDEM_TOOLKIT="tests.integration.tools:questions_toolkit",
+        TANDEM_STALL_SECONDS="60",
+        TANDEM_LEASE_SECONDS="2",
+    )
+    c, _, actor = next(clusters)
+    try:
+        actor.set_script(any_host)
+        c.start("actor", "tools")
+        plan = [[{"name": "book_trip", "args": {}}, {"name": "notify", "args": {"to": "ops"}}]]
+        handle = submit(c, plan)
+        state = c.store.key(handle.id, "state")
+        wait_for(
+            lambda: c.redis.hget(state, "asking") == b"0|,1,", 60, "book_trip asking during the approval"
+        )
+        assert handle.status().pause_kind == "approval"
+        handle.approve()
+        pause = asked(handle, timeout=20)  # well within the 60 s stall
+        handle.answer({"city": "Oslo"}, pause_id=pause)
+        assert handle.result(timeout=60).status == "completed"
+        assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
+        assert len(runs(c, handle.id, "notify")) == 1
+        assert c.exited() == []
+    finally:
+        next(clusters, None)
