@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.tasks.app import app
-from tandem.tasks.control.owners import foreign
+from tandem.tasks.control.owners import enter_scope_of, refused_request
 from tandem.tasks.control.questions import QuestionStore
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
@@ -44,22 +44,9 @@ def answer_job(
 ) -> dict[str, Any]:
     """What ``tandem.answer`` does, as a function: the task's JSON result. ``owner``: the tenant
     the request speaks for (``default`` if none); another tenant's job answers as an unknown one."""
-    if not isinstance(job_id, str) or not job_id:
-        return {
-            "job_id": job_id,
-            "accepted": False,
-            "error": f"job_id must be a job id string, got {job_id!r}",
-            "reason": "refused",
-        }
-    if foreign(store.store.machine, job_id, owner):
-        return {
-            "job_id": job_id,
-            "accepted": False,
-            "error": f"job {job_id!r} awaits no answer: no such job is known",
-            "reason": "refused",
-            "pause_id": pause_id if isinstance(pause_id, str) else None,
-            "current_pause": None,
-        }
+    refused = refused_request(store.store.machine, job_id, owner, pause_id, "answer")
+    if refused is not None:
+        return refused
     return store.answer(job_id, answer, pause=pause_id, key=idempotency_key)
 
 
@@ -75,6 +62,7 @@ def answer(
     asking (``tandem.tasks.control.owners``)."""
     rt = get_runtime()
     with control_span(job_id, "question", lambda: rt.store.spec(job_id)) as span:
+        enter_scope_of(rt, job_id, owner)  # what the answer writes masks the job's own secrets
         reply = answer_job(QuestionStore(rt.store), job_id, answer, pause_id, idempotency_key, owner)
         if span is not None:
             span.set_attribute("tandem.accepted", bool(reply.get("accepted")))

@@ -38,9 +38,8 @@ from typing import Any
 
 from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
-from tandem.tasks.control.owners import foreign
-from tandem.tasks.runtime import Runtime, get_runtime
-from tandem.tasks.steps.context import enter_job_scope
+from tandem.tasks.control.owners import enter_scope_of, refused_request
+from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.tracing import control_span
 
@@ -55,31 +54,10 @@ def decide_job(
 ) -> dict[str, Any]:
     """What ``tandem.decide`` does, as a function: the task's JSON result. ``owner``: the tenant
     the request speaks for (``default`` if none); another tenant's job answers as an unknown one."""
-    if not isinstance(job_id, str) or not job_id:
-        return {
-            "job_id": job_id,
-            "accepted": False,
-            "error": f"job_id must be a job id string, got {job_id!r}",
-            "reason": "refused",
-        }
-    if foreign(store.store.machine, job_id, owner):
-        return {
-            "job_id": job_id,
-            "accepted": False,
-            "error": f"job {job_id!r} awaits no decision: no such job is known",
-            "reason": "refused",
-            "pause_id": pause_id if isinstance(pause_id, str) else None,
-            "current_pause": None,
-        }
+    refused = refused_request(store.store.machine, job_id, owner, pause_id, "decision")
+    if refused is not None:
+        return refused
     return store.answer(job_id, decisions, pause=pause_id, key=idempotency_key)
-
-
-def _enter_scope_of(rt: Runtime, job_id: Any, owner: Any) -> None:
-    """Enter the secret scope of ``job_id`` when the request may act on it (its own tenant's)."""
-    if isinstance(job_id, str) and job_id and not foreign(rt.machine, job_id, owner):
-        spec = rt.store.spec(job_id)
-        if spec is not None:
-            enter_job_scope(rt, job_id, spec)
 
 
 @app.task(name="tandem.decide", acks_late=True)
@@ -94,7 +72,7 @@ def decide(
     the tenant asking (``tandem.tasks.control.owners``)."""
     rt = get_runtime()
     with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
-        _enter_scope_of(rt, job_id, owner)  # what the decision writes masks the job's own secrets
+        enter_scope_of(rt, job_id, owner)  # what the decision writes masks the job's own secrets
         reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key, owner)
         if span is not None:
             span.set_attribute("tandem.accepted", bool(reply.get("accepted")))

@@ -14,11 +14,14 @@ message signed by a tenant's certificate names that tenant or is refused before 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.record import JobRecord
+
+if TYPE_CHECKING:
+    from tandem.tasks.runtime import Runtime
 
 
 def requester(owner: Any) -> str:
@@ -38,4 +41,40 @@ def foreign(machine: JobMachine, job_id: str, owner: Any) -> bool:
     return found is not None and found != requester(owner)
 
 
-__all__ = ["foreign", "owner_of", "requester"]
+def refused_request(
+    machine: JobMachine, job_id: Any, owner: Any, pause_id: Any, awaits: str
+) -> dict[str, Any] | None:
+    """The answer refusing a request on a job's pause (``awaits``: "decision", "answer") whose
+    ``job_id`` is no job id or names another tenant's job (refused as an unknown one); ``None``
+    when the request may go on."""
+    if not isinstance(job_id, str) or not job_id:
+        return {
+            "job_id": job_id,
+            "accepted": False,
+            "error": f"job_id must be a job id string, got {job_id!r}",
+            "reason": "refused",
+        }
+    if foreign(machine, job_id, owner):
+        return {
+            "job_id": job_id,
+            "accepted": False,
+            "error": f"job {job_id!r} awaits no {awaits}: no such job is known",
+            "reason": "refused",
+            "pause_id": pause_id if isinstance(pause_id, str) else None,
+            "current_pause": None,
+        }
+    return None
+
+
+def enter_scope_of(rt: Runtime, job_id: Any, owner: Any) -> None:
+    """Enter the secret scope of ``job_id`` when the request may act on it (its own tenant's):
+    what a control task writes of it then masks the job's own secrets."""
+    from tandem.tasks.steps.context import enter_job_scope  # the steps import the control tasks
+
+    if isinstance(job_id, str) and job_id and not foreign(rt.machine, job_id, owner):
+        spec = rt.store.spec(job_id)
+        if spec is not None:
+            enter_job_scope(rt, job_id, spec)
+
+
+__all__ = ["enter_scope_of", "foreign", "owner_of", "refused_request", "requester"]

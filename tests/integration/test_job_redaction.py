@@ -127,3 +127,27 @@ def test_a_decision_and_a_fork_mask_the_jobs_own_secrets(cluster: Cluster) -> No
     assert len(started) == 1 and token not in json.dumps(started[0].data), started
     events = cluster.redis.xrange(f"{cluster.settings.prefix}:{{{handle.id}}}:events")
     assert token.encode() not in b"".join(v for _id, fields in events for v in fields.values())
+
+
+def test_an_answer_masks_the_jobs_own_secrets(cluster: Cluster) -> None:
+    """``tandem.answer`` writes in the job's secret scope: a person who pastes the job's token into
+    an answer sees it masked in the ``question_answered`` event."""
+    import time
+
+    token = "answered-token-8812"
+    plan = [[{"name": "ask_person", "args": {"question": "Which token?"}}]]
+    handle = cluster.submit(
+        goal=goal_with_plan("ask for a token", plan), secrets={"tok": token}, ask_person=True, reasoner="mono"
+    )
+    deadline = time.monotonic() + 60
+    while handle.status().pause_kind != "question":
+        assert time.monotonic() < deadline, handle.status()
+        time.sleep(0.1)
+    handle.answer(f"it is {token}")
+    assert handle.result(timeout=90).status == "completed"
+    answered = [
+        e.data for e in cluster.store.read_events(handle.id, count=1000) if e.type == "question_answered"
+    ]
+    assert [a["answer"] for a in answered] == ["it is ***"]
+    events = cluster.redis.xrange(f"{cluster.settings.prefix}:{{{handle.id}}}:events")
+    assert token.encode() not in b"".join(v for _id, fields in events for v in fields.values())
