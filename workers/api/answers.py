@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tandem.tasks.errors import DecisionRefused
-from tandem.workers.api.bodies import read_json
+from tandem.workers.api.bodies import pause_fields, read_json
 from tandem.workers.api.callers import caller
 from tandem.workers.api.errors import ApiError
 
@@ -52,17 +52,7 @@ def answer_endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
                 "answer_schema>} (text for a question without one)",
                 fields=[{"field": "answer", "message": "missing"}],
             )
-        pause_id = body.get("pause_id")
-        key = body.get("idempotency_key", request.headers.get("idempotency-key"))
-        for field, value in (("pause_id", pause_id), ("idempotency_key", key)):
-            if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200):
-                raise ApiError(
-                    422,
-                    f"invalid_{field}",
-                    f"{field} must be a string of 1 to 200 characters (a pause's id from GET "
-                    "/v1/jobs/{id}, or a key of your choice for idempotency_key)",
-                    fields=[{"field": field, "message": "a string of 1 to 200 characters"}],
-                )
+        pause_id, key = pause_fields(body, request)
         try:
             reply = await run_in_threadpool(
                 partial(

@@ -68,7 +68,14 @@ from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
 from tandem.tasks.state.store import JobStore
 from tandem.workers.api.answers import answer_endpoint
-from tandem.workers.api.bodies import json_object, optional_json, read_json, validate_spec, without_secrets
+from tandem.workers.api.bodies import (
+    json_object,
+    optional_json,
+    pause_fields,
+    read_json,
+    validate_spec,
+    without_secrets,
+)
 from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
 from tandem.workers.api.conversation import Conversation
 from tandem.workers.api.errors import ApiError, error_response
@@ -243,17 +250,7 @@ class Api:
                 "true|false} for every undecided call",
                 fields=[{"field": "decisions", "message": "a list of decisions, or true/false"}],
             )
-        pause_id = body.get("pause_id")
-        key = body.get("idempotency_key", request.headers.get("idempotency-key"))
-        for field, value in (("pause_id", pause_id), ("idempotency_key", key)):
-            if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200):
-                raise ApiError(
-                    422,
-                    f"invalid_{field}",
-                    f"{field} must be a string of 1 to 200 characters (a pause's id from GET "
-                    "/v1/jobs/{id}, or a key of your choice for idempotency_key)",
-                    fields=[{"field": field, "message": "a string of 1 to 200 characters"}],
-                )
+        pause_id, key = pause_fields(body, request)
         try:
             answer = await run_in_threadpool(
                 partial(

@@ -156,6 +156,24 @@ def json_object(raw: Any, code: str, what: str) -> dict[str, Any]:
 # -- job specs: refusals without secrets ---------------------------------------------------------------
 
 
+def pause_fields(body: dict[str, Any], request: Request) -> tuple[str | None, str | None]:
+    """The ``pause_id`` and idempotency key (the body's ``idempotency_key``, else the
+    ``Idempotency-Key`` header) of a decision or an answer; 422 naming the field when one is not
+    a string of 1 to 200 characters."""
+    pause_id = body.get("pause_id")
+    key = body.get("idempotency_key", request.headers.get("idempotency-key"))
+    for field, value in (("pause_id", pause_id), ("idempotency_key", key)):
+        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200):
+            raise ApiError(
+                422,
+                f"invalid_{field}",
+                f"{field} must be a string of 1 to 200 characters (a pause's id from GET "
+                "/v1/jobs/{id}, or a key of your choice for idempotency_key)",
+                fields=[{"field": field, "message": "a string of 1 to 200 characters"}],
+            )
+    return pause_id, key
+
+
 def secret_values(raw: dict[str, Any]) -> list[str]:
     """Every string inside the secret fields of a raw spec (longest first), to mask in answers."""
     found: list[str] = []
