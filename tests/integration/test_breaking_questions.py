@@ -30,6 +30,7 @@ from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
 from tests.integration.test_decide import any_host, idle
 from tests.integration.test_durability import runs, wait_for
+from tests.integration.test_webhooks import Receiver
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -45,6 +46,7 @@ ENV = {
     "TANDEM_TOOL_TIMEOUT": "15",
     "TANDEM_API_TOKENS": json.dumps(TOKENS),
     "TANDEM_SECRETS_KEY": Fernet.generate_key().decode(),
+    "TANDEM_WEBHOOK_SECRET": "breaking-questions-secret-0123456789",
 }
 BOOK = [[{"name": "book_trip", "args": {}}]]
 SLOW = [[{"name": "slow_booking", "args": {}}]]
@@ -333,6 +335,23 @@ def test_the_jobs_secret_is_masked_in_the_question_and_the_answer(setup: Setup) 
     assert token not in json.dumps(answered), answered
     everything = json.dumps([e.data for e in c.store.read_events(handle.id, count=10_000)])
     assert token not in everything
+
+
+def test_the_jobs_secret_is_masked_in_the_waiting_for_person_webhook_of_its_question(setup: Setup) -> None:
+    c, _, _ = setup
+    token = "tok-5e4d3c2b1a0f9e8d7c6b"
+    plan = [[{"name": "secret_question", "args": {}}]]
+    with Receiver(lambda _: 204) as receiver:
+        hooks = [{"url": receiver.url, "events": ["waiting_for_person"]}]
+        handle = submit(c, plan, secrets={"api_token": token}, webhooks=hooks)
+        pause = asked(handle)
+        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 45, "the waiting_for_person delivery")
+        [posted] = receiver.of(handle.id, "waiting_for_person")
+    body = json.loads(posted["body"])
+    assert (body["pause_id"], body["reason"]) == (pause, "question_asked")
+    assert token.encode() not in posted["body"] and "***" in body["pause"]["question"], body
+    handle.answer("yes", pause_id=pause)
+    assert handle.result(timeout=45).status == "completed"
 
 
 def test_every_key_of_a_parked_and_an_answered_job_has_a_ttl(setup: Setup) -> None:

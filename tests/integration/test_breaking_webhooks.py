@@ -433,3 +433,41 @@ def test_a_worker_killed_while_posting_a_pause_loses_nothing(redis_base: str) ->
         ] == 200
     finally:
         next(clusters, None)
+
+
+def test_workers_refuse_webhooks_they_cannot_sign_or_may_not_send_and_the_job_fails_saying_so(
+    redis_base: str,
+) -> None:
+    unsigned = {k: v for k, v in ENV.items() if k != "TANDEM_WEBHOOK_SECRET"}
+    clusters = _make_cluster(redis_base, **unsigned)
+    c, _, actor = next(clusters)
+    try:
+        actor.set_script(any_host)
+        first = c.start("thinker", "actor", "tools", name="unsigned")
+        with Receiver() as receiver:
+            handle = submit(c, [{"url": receiver.url}])  # this process allows loopback, as the default
+            result = handle.result(timeout=45)
+            assert result.status == "failed", result
+            assert "TANDEM_WEBHOOK_SECRET" in (result.error or ""), result.error
+            c.stop_group(first)
+            c.start(
+                "thinker",
+                "actor",
+                "tools",
+                name="localhost-only",
+                **{
+                    "TANDEM_WEBHOOK_SECRET": SECRET,
+                    "TANDEM_WEBHOOK_ALLOWED_HOSTS": "localhost",
+                },
+            )
+            other = submit(c, [{"url": receiver.url}])  # 127.0.0.1: not the name "localhost"
+            refused = other.result(timeout=45)
+            assert refused.status == "failed", refused
+            assert "'127.0.0.1' is not allowed" in (refused.error or ""), refused.error
+            time.sleep(2)
+            assert receiver.requests == []
+        assert [
+            e.type for e in c.store.read_events(other.id, count=10_000) if e.type.startswith("webhook_")
+        ] == []
+    finally:
+        next(clusters, None)
