@@ -14,6 +14,9 @@ round 1 delivers. The workers load ``tests.integration.breaking_question_tools``
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +27,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from tandem.tasks.client import JobHandle
-from tandem.tasks.errors import StalePauseError
+from tandem.tasks.errors import DecisionTimeout, StalePauseError
 from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
@@ -367,6 +370,91 @@ def test_every_key_of_a_parked_and_an_answered_job_has_a_ttl(setup: Setup) -> No
     assert handle.result(timeout=45).status == "completed"
     done = job_keys(c, handle.id)
     assert all(ttl > 0 for ttl in done.values()), done
+
+
+def test_the_same_key_with_another_answer_gets_the_first_reply_and_changes_nothing(setup: Setup) -> None:
+    c, _, server = setup
+    handle = submit(c, BOOK)
+    pause = asked(handle)
+    with api(server) as client:
+        path, key = f"/v1/jobs/{handle.id}/answers", {"Idempotency-Key": "header-key-7"}
+        first = client.post(path, json={"pause_id": pause, "answer": {"city": "Oslo"}}, headers=key)
+        assert first.status_code == 200, first.text
+        assert handle.result(timeout=45).status == "completed"
+        again = client.post(path, json={"pause_id": pause, "answer": {"city": "Rome"}}, headers=key)
+    assert (again.status_code, again.json()) == (200, first.json())
+    assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
+    assert [a["answer"] for a in events_of(c, handle.id, "question_answered")] == [{"city": "Oslo"}]
+
+
+def test_an_answer_naming_an_approval_pause_is_refused_and_decides_nothing(setup: Setup) -> None:
+    c, _, server = setup
+    handle = submit(c, [[{"name": "notify", "args": {"to": "ops"}}]])
+    wait_for(lambda: handle.status().pause_kind == "approval", 45, "the approval pause")
+    pause = handle.status().pause_id
+    reply = post_answer(server, handle.id, {"pause_id": pause, "answer": "yes"})
+    assert reply.status_code == 409, reply.text
+    assert reply.json()["error"]["code"] in ("stale_pause", "answer_refused"), reply.text
+    still = handle.status()
+    assert (still.state, still.pause_id, still.pause_kind) == ("awaiting_approval", pause, "approval")
+    assert [p.tool for p in still.pending_approval or []] == ["notify"]
+    assert runs(c, handle.id, "notify") == []
+    assert events_of(c, handle.id, "question_answered") == []
+    handle.approve(pause_id=pause)
+    assert handle.result(timeout=45).status == "completed"
+    assert len(runs(c, handle.id, "notify")) == 1
+
+
+def test_the_cli_answers_text_as_text_and_a_stale_answer_exits_2(setup: Setup) -> None:
+    c, _, _ = setup
+    handle = submit(
+        c, [[{"name": "ask_person", "args": {"question": "Any value?"}}]], owner="default", ask_person=True
+    )
+    pause = asked(handle)
+    cli = [sys.executable, "-m", "tandem.workers.cli", "answer", handle.id]
+    env = {k: v for k, v in c.env.items() if k != "TANDEM_API_TOKENS"}
+
+    ok = subprocess.run(
+        [*cli, "42", "--text", "--pause", pause],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, (ok.stdout, ok.stderr)
+    assert handle.result(timeout=45).status == "completed"
+    assert [a["answer"] for a in events_of(c, handle.id, "question_answered")] == ["42"]
+    stale = subprocess.run(
+        [*cli, "43", "--pause", pause], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert stale.returncode == 2, (stale.stdout, stale.stderr)
+    assert stale.stderr.count("\n") == 1 and "tandem:" in stale.stderr, stale.stderr
+    assert [a["answer"] for a in events_of(c, handle.id, "question_answered")] == ["42"]
+
+
+def test_an_answer_no_worker_took_in_time_is_withdrawn_and_never_applies(redis_base: str) -> None:
+    clusters = _make_cluster(redis_base, **ENV)
+    c, _, actor = next(clusters)
+    try:
+        actor.set_script(any_host)
+        first = c.start("thinker", "actor", "tools", name="first")
+        handle = submit(c, BOOK)
+        pause = asked(handle)
+        c.stop_group(first)  # a parked job needs no worker; the answer finds none
+        with pytest.raises(DecisionTimeout):
+            handle.answer({"city": "Rome"}, pause_id=pause, timeout=3)
+        c.start("thinker", "actor", "tools", name="second")
+        wait_for(lambda: idle(c)[0] == 0, 30, "the withdrawn answer's message to be consumed")
+        time.sleep(3)  # the reconciler's sweeps (stall 1 s) would send the call again now
+        still = handle.status()
+        assert (still.state, still.pause_id) == ("awaiting_approval", pause)
+        assert events_of(c, handle.id, "question_answered") == []
+        assert runs(c, handle.id, "book_trip") == []
+        handle.answer({"city": "Oslo"}, pause_id=pause)
+        assert handle.result(timeout=45).status == "completed"
+        assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
+    finally:
+        next(clusters, None)
 
 
 def test_killed_tools_workers_while_parked_and_after_the_answer_lose_nothing_and_ask_once(
