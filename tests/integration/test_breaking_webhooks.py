@@ -21,12 +21,14 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 
 from tandem.tasks.client import JobHandle
 from tandem.tasks.errors import JobSpecError
 from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
+from tests.integration.test_api import ApiProcess
 from tests.integration.test_decide import any_host
 from tests.integration.test_durability import wait_for
 from tests.openai_server import OpenAIServer
@@ -470,4 +472,45 @@ def test_workers_refuse_webhooks_they_cannot_sign_or_may_not_send_and_the_job_fa
             e.type for e in c.store.read_events(other.id, count=10_000) if e.type.startswith("webhook_")
         ] == []
     finally:
+        next(clusters, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://hooks.example.test/h", True),
+        ("http://HOOKS.Example.TEST/h", True),
+        ("http://example.test/h", True),
+        ("http://notexample.test/h", False),
+        ("http://example.test.evil.com/h", False),
+        ("http://127.0.0.1@notexample.test/h", False),
+        ("https://hooks.example.com/tandem", False),
+    ],
+)
+def test_the_api_applies_the_operators_allow_list_with_the_documented_refusal(
+    redis_base: str, url: str, allowed: bool
+) -> None:
+    token = "breaking-webhooks-token-0123456"
+    clusters = _make_cluster(redis_base, **ENV, TANDEM_API_TOKENS=token)
+    c, _, _ = next(clusters)
+    server = ApiProcess(c.env)
+    try:
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as client:
+            reply = client.post("/v1/jobs", json={"goal": "x", "max_rounds": 1, "webhooks": [{"url": url}]})
+        if allowed:
+            assert reply.status_code == 202, reply.text
+            return
+        assert reply.status_code == 422, reply.text
+        error = reply.json()["error"]
+        host = httpx.URL(url).host
+        assert error["code"] == "invalid_spec", error
+        assert (
+            f"field 'webhooks.0.url': host '{host}' is not allowed "
+            "(TANDEM_WEBHOOK_ALLOWED_HOSTS=loopback,.example.test)" in error["message"]
+        ), error
+        assert [k for k in c.redis.scan_iter(match="tandem:*")] == []  # nothing stored, nothing queued
+    finally:
+        server.stop()
         next(clusters, None)
