@@ -343,7 +343,6 @@ def test_a_resumed_jobs_next_end_is_sent_again_as_a_new_delivery(cluster: Hosts)
         "http://[::1]@evil.test/h",
         "http://evil.test#@127.0.0.1/h",
         "http://evil.test?@127.0.0.1/h",
-        "http://evil.test\\@127.0.0.1/h",
         "http://127.0.0.1.evil.test/h",
         "http://localhost.evil.test/h",
         "http://LOCALHOST.EVIL.TEST/h",
@@ -364,6 +363,20 @@ def test_a_host_outside_the_allow_list_is_refused_however_it_is_written(cluster:
     with pytest.raises(JobSpecError, match=r"webhooks\.0\.url"):
         submit(c, [{"url": url}])
     assert {k for k in c.redis.scan_iter(match="tandem:*")} - before == set()  # nothing stored
+
+
+def test_the_host_checked_is_the_host_posted_to_even_behind_a_backslash(cluster: Hosts) -> None:
+    """``http://evil.test\\@127.0.0.1/``: a browser reads host ``evil.test``; the check and the
+    HTTP client both read ``127.0.0.1`` (``evil.test\\`` is userinfo), so it goes to this machine."""
+    c, _, _ = cluster
+    with Receiver() as receiver:
+        url = f"http://evil.test\\@127.0.0.1:{receiver.port}/hooks/tandem"
+        handle = submit(c, [{"url": url, "events": ["final"]}], plan=[])
+        assert handle.result(timeout=45).status == "completed"
+        wait_for(lambda: outcomes(c, handle.id, "final"), 45, "the final delivery")
+        assert len(receiver.of(handle.id, "final")) == 1
+    [event] = webhook_events(c, handle.id)
+    assert (event["url"], event["status_code"]) == (f"http://127.0.0.1:{receiver.port}/hooks/tandem", 204)
 
 
 def test_six_webhooks_are_refused_at_submit(cluster: Hosts) -> None:
