@@ -39,11 +39,29 @@ def secret_question(ctx: ToolCallContext) -> str:
     return f"the person said {answer}"
 
 
+def two_questions(ctx: ToolCallContext) -> str:
+    """Ask for a city, then for a number of nights; book once both are known."""
+    _record(ctx, "two_questions_run", time.time())
+    city = ctx.ask("Which city?", {"type": "string"})
+    nights = ctx.ask(f"How many nights in {city}?", {"type": "integer", "minimum": 1})
+    _record(ctx, "two_questions", time.time(), city=city, nights=nights)
+    return f"booked {nights} nights in {city}"
+
+
+def once_asking(ctx: ToolCallContext) -> str:
+    """An ``at_most_once`` tool that asks before its side effect."""
+    _record(ctx, "once_asking_run", time.time())
+    amount = ctx.ask("How much to charge?", {"type": "integer"})
+    _record(ctx, "once_asking", time.time(), amount=amount)
+    return f"charged {amount}"
+
+
 def _with_questions() -> Toolkit:
     service = _build()
     work = service.get_action("work")
-    for fn in (book_trip, slow_booking, secret_question):
+    for fn in (book_trip, slow_booking, secret_question, two_questions):
         service.add_tool(Tool.from_function(fn), [(work, 1.0)])
+    service.add_tool(Tool.from_function(once_asking, at_most_once=True), [(work, 1.0)])
     return service.get_toolkit()
 
 

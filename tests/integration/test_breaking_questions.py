@@ -457,6 +457,54 @@ def test_an_answer_no_worker_took_in_time_is_withdrawn_and_never_applies(redis_b
         next(clusters, None)
 
 
+def test_a_call_asking_two_questions_gets_each_answer_in_turn_and_books_once(setup: Setup) -> None:
+    c, _, _ = setup
+    handle = submit(c, [[{"name": "two_questions", "args": {}}]])
+    first = asked(handle)
+    assert handle.status().question["text"] == "Which city?"  # type: ignore[index]
+    handle.answer("Oslo", pause_id=first)
+    second = wait_for(
+        lambda: handle.status().pause_kind == "question" and handle.status().pause_id not in (None, first),
+        45,
+        "the second question",
+    )
+    assert second
+    second_pause = handle.status().pause_id
+    assert handle.status().question["text"] == "How many nights in Oslo?"  # type: ignore[index]
+    with pytest.raises(StalePauseError):  # the first pause is over: its answer cannot be changed
+        handle.answer("Rome", pause_id=first)
+    handle.answer(3, pause_id=second_pause)
+    assert handle.result(timeout=45).status == "completed"
+    assert [(r["city"], r["nights"]) for r in runs(c, handle.id, "two_questions")] == [("Oslo", 3)]
+    answered = events_of(c, handle.id, "question_answered")
+    assert [(a["pause_id"], a["answer"]) for a in answered] == [(first, "Oslo"), (second_pause, 3)]
+    assert len(events_of(c, handle.id, "question_asked")) == 2
+
+
+def test_an_at_most_once_tool_may_ask_and_its_side_effect_runs_once(setup: Setup) -> None:
+    c, _, _ = setup
+    handle = submit(c, [[{"name": "once_asking", "args": {}}]])
+    pause = asked(handle)
+    handle.answer(125, pause_id=pause)
+    result = handle.result(timeout=45)
+    assert result.status == "completed", result
+    assert [r["amount"] for r in runs(c, handle.id, "once_asking")] == [125]
+    memory = [m for m in c.store.memory(handle.id).get_messages() if m.function_results]
+    assert memory[0].function_results[0].output == "charged 125"
+
+
+def test_time_parked_on_a_question_does_not_count_towards_the_jobs_timeout(setup: Setup) -> None:
+    c, _, _ = setup
+    handle = submit(c, BOOK, timeout_s=5)
+    pause = asked(handle)
+    time.sleep(8)  # longer than the job's whole timeout, parked
+    still = handle.status()
+    assert (still.state, still.pause_id) == ("awaiting_approval", pause), still
+    handle.answer({"city": "Oslo"}, pause_id=pause)
+    result = handle.result(timeout=45)
+    assert result.status == "completed", result
+
+
 def test_killed_tools_workers_while_parked_and_after_the_answer_lose_nothing_and_ask_once(
     redis_base: str,
 ) -> None:
