@@ -363,10 +363,12 @@ def test_every_key_of_a_parked_and_an_answered_job_has_a_ttl(setup: Setup) -> No
     pause = asked(handle)
     parked = job_keys(c, handle.id)
     assert parked and all(ttl > 0 for ttl in parked.values()), parked
-    reply = post_answer(
-        server, handle.id, {"pause_id": pause, "answer": {"city": "Oslo"}, "idempotency_key": "t"}
-    )
-    assert reply.status_code == 200, reply.text
+    question = c.redis.hgetall(c.store.key(handle.id, "question"))  # the question's record
+    assert b"Which city should the trip go to?" in b"".join(question.values()), question
+    assert c.store.key(handle.id, "question") in parked
+    reply = post_answer(server, handle.id, {"answer": {"city": "Oslo"}, "idempotency_key": "t"})  # no pause
+    assert reply.status_code == 200 and reply.json()["pause_id"] == pause, reply.text
+    assert c.redis.hget(c.store.key(handle.id, "decisions"), "t") is not None  # the reply, kept
     assert handle.result(timeout=45).status == "completed"
     done = job_keys(c, handle.id)
     assert all(ttl > 0 for ttl in done.values()), done

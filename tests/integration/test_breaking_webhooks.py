@@ -270,6 +270,53 @@ def test_the_signature_verifies_by_the_documented_recipe_and_nothing_else_does(c
         assert (parsed["job_id"], parsed["owner"]) == (handle.id, "default")
 
 
+def test_the_bodies_carry_every_documented_field(cluster: Hosts) -> None:
+    c, _, _ = cluster
+    with Receiver() as receiver:
+        handle = submit(c, [{"url": receiver.url}])
+        pause = parked(handle)
+        the_end(c, handle)
+        wait_for(lambda: receiver.of(handle.id, "final"), 45, "the final delivery")
+        waiting, final = (json.loads(p["body"]) for p in receiver.of(handle.id))
+    common = {"id", "event", "job_id", "owner", "at", "links"}
+    assert common | {"pause_id", "round", "seq", "state", "reason", "pause"} <= set(waiting), waiting
+    assert common | {"result"} <= set(final), final
+    assert (waiting["pause_id"], waiting["state"], waiting["reason"]) == (
+        pause,
+        "awaiting_approval",
+        "approval_requested",
+    )
+    assert [(p["tool"], p["args"]) for p in waiting["pause"]["pending"]] == [("notify", {"to": "ops"})]
+    assert {"status", "deliverable", "rounds", "error", "usage"} <= set(final["result"]), final["result"]
+    assert final["result"]["status"] == "completed" and final["result"]["deliverable"] == "mono plan done"
+    assert abs(final["at"] - time.time()) < 600 and final["links"], final
+    assert waiting["id"] != final["id"]
+
+
+def test_independent_deliveries_a_failing_pause_delivery_does_not_hold_back_the_final(cluster: Hosts) -> None:
+    c, _, _ = cluster
+
+    def answer(request: dict[str, Any]) -> int:
+        if json.loads(request["body"])["event"] == "waiting_for_person":
+            time.sleep(1)
+            return 503
+        return 200
+
+    with Receiver(answer) as receiver:
+        handle = submit(c, [{"url": receiver.url}])
+        parked(handle)
+        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 45, "a pause delivery")
+        the_end(c, handle)
+        wait_for(lambda: ("webhook_delivered", 1, 200, False) in outcomes(c, handle.id, "final"), 45)
+        wait_for(lambda: len(outcomes(c, handle.id, "waiting_for_person")) == 3, 45, "the pause's 3 attempts")
+    assert outcomes(c, handle.id, "final") == [("webhook_delivered", 1, 200, False)]
+    assert outcomes(c, handle.id, "waiting_for_person") == [
+        ("webhook_failed", 1, 503, True),
+        ("webhook_failed", 2, 503, True),
+        ("webhook_failed", 3, 503, False),
+    ]
+
+
 def test_each_occasion_has_its_own_delivery_and_none_is_sent_twice_after_success(cluster: Hosts) -> None:
     c, _, _ = cluster
     two = [[{"name": "notify", "args": {"to": "ops"}}], [{"name": "notify", "args": {"to": "dev"}}]]
