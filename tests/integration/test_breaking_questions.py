@@ -297,6 +297,25 @@ def test_a_job_cancelled_while_it_waits_on_a_question_ends_cancelled_and_holds_n
     assert all(ttl > 0 for ttl in job_keys(c, handle.id).values()), job_keys(c, handle.id)
 
 
+def test_an_answer_racing_a_cancel_runs_the_call_at_most_once_and_ends_once(setup: Setup) -> None:
+    c, _, server = setup
+    handle = submit(c, BOOK)
+    pause = asked(handle)
+    body = {"pause_id": pause, "answer": {"city": "Oslo"}, "idempotency_key": "vs-cancel"}
+    replies = together(2, lambda i: post_answer(server, handle.id, body) if i == 0 else handle.cancel())
+    result = handle.result(timeout=45)
+    assert result.status in ("cancelled", "completed"), result
+    answered = events_of(c, handle.id, "question_answered")
+    if replies[0].status_code == 200:
+        assert [(a["pause_id"], a["answer"]) for a in answered] == [(pause, {"city": "Oslo"})]
+    else:
+        assert replies[0].status_code == 409 and answered == [], (replies[0].text, answered)
+    assert [r["city"] for r in runs(c, handle.id, "book_trip")] in ([], ["Oslo"])
+    finals = [e for e in c.store.read_events(handle.id, count=10_000) if e.type == "final"]
+    assert len(finals) == 1, finals
+    wait_for(lambda: idle(c)[0] == 0, 30, "nothing queued")
+
+
 def test_a_job_resumed_after_a_cancel_on_a_question_asks_again_and_takes_one_answer(setup: Setup) -> None:
     c, _, _ = setup
     handle = submit(c, BOOK)
