@@ -516,7 +516,9 @@ def submit(
             exc,
             rt.settings.stall_seconds,
         )
-    return JobHandle(job_id, store, app, submitted=True)
+    handle = JobHandle(job_id, store, app, submitted=True)
+    handle.owner = job_spec.owner  # its decisions, answers, resume and fork ask as the job's tenant
+    return handle
 
 
 async def submit_async(
