@@ -24,6 +24,7 @@ from tandem.reasoner import tracing
 from tandem.tasks.control.handle import HandleApprovals
 from tandem.tasks.control.handle_messages import HandleMessages
 from tandem.tasks.control.handle_questions import HandleQuestions
+from tandem.tasks.control.sending import ask
 from tandem.tasks.errors import (
     JobLostError,
     JobTimeout,
@@ -343,8 +344,9 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
         return handle
 
     def _ask(self, task: str, kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
-        reply = self._app.send_task(task, kwargs=kwargs).get(timeout=timeout)
-        if not isinstance(reply, dict) or not reply.get("accepted"):
+        doing = "the fork" if task == "tandem.fork" else "the resume"
+        reply = ask(self._app, task, kwargs, timeout, doing)  # never a bare Celery time-out
+        if not reply.get("accepted"):
             error = reply.get("error") if isinstance(reply, dict) else repr(reply)
             reason = reply.get("reason", "invalid") if isinstance(reply, dict) else "invalid"
             raise ResumeRefused(str(error), str(reason))

@@ -98,8 +98,9 @@ class InvalidAnswer(DecisionRefused):
 
 class ResumeRefused(JobError, ValueError):
     """A resume, fork or follow-up was refused; nothing changed. ``reason`` is ``unknown`` (no such job, or
-    its memory expired), ``state`` (it has not ended, or cannot resume from its state) or
-    ``invalid`` (a ``max_rounds`` or ``round`` that does not fit the stored run)."""
+    its memory expired), ``state`` (it has not ended, or cannot resume from its state),
+    ``invalid`` (a ``max_rounds`` or ``round`` that does not fit the stored run) or ``timeout``
+    (no worker answered in time: the request may still apply once one takes its message)."""
 
     def __init__(self, message: str, reason: str = "invalid") -> None:
         super().__init__(message)

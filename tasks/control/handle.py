@@ -16,11 +16,10 @@ from functools import partial
 from typing import Any
 
 from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeoutError
-from kombu.exceptions import OperationalError
 
 from tandem.reasoner.approval import Decision
 from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore, decisions_of
+from tandem.tasks.control.sending import ask_or_withdraw, with_owner
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.state.store import JobStore
 
@@ -94,26 +93,26 @@ class HandleApprovals:
             pause_id = self._current_pause()
         kwargs = {"job_id": self.id, "decisions": wire, "pause_id": pause_id, "idempotency_key": key}
         owner = owner if owner is not None else getattr(self, "owner", None)
-        if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
-            kwargs["owner"] = owner
-        try:
-            answer = self._app.send_task("tandem.decide", kwargs=kwargs).get(timeout=timeout)
-        except (CeleryTimeoutError, OperationalError):
-            withdrawn = {
-                "job_id": self.id,
-                "accepted": False,
-                "reason": "withdrawn",
-                "error": (
-                    f"no worker applied the decision within {timeout:g} s (are workers running?), so "
-                    f"it was withdrawn: it will never apply, even if its message is still queued. "
-                    "Nothing was decided; decide again once workers run"
-                ),
-                "pause_id": pause_id,
-                "current_pause": None,
-            }
-            # The first answer under the key wins: a worker's (read back here) or this withdrawal.
-            answer = json.loads(machine.remember(self.id, key, json.dumps(withdrawn)))
-        return dict(answer) if isinstance(answer, dict) else {"accepted": False, "error": repr(answer)}
+        withdrawn = {
+            "job_id": self.id,
+            "accepted": False,
+            "reason": "withdrawn",
+            "error": (
+                f"no worker applied the decision within {timeout:g} s (are workers running?), so "
+                f"it was withdrawn: it will never apply, even if its message is still queued. "
+                "Nothing was decided; decide again once workers run"
+            ),
+            "pause_id": pause_id,
+            "current_pause": None,
+        }
+        return ask_or_withdraw(
+            self._app,
+            "tandem.decide",
+            with_owner(kwargs, owner),
+            timeout,
+            partial(machine.remember, self.id, key),  # the first answer under the key wins
+            withdrawn,
+        )
 
     def _current_pause(self) -> str:
         """The id of the pause the job waits on now; ``DecisionRefused`` if it waits on none."""

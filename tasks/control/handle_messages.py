@@ -10,15 +10,13 @@ its outcome is always definite: the message's id, or ``MessageRefused`` with the
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from functools import partial
 from typing import Any
 
 from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeoutError
-from kombu.exceptions import OperationalError
 
+from tandem.tasks.control.sending import ask, ask_or_withdraw, with_owner
 from tandem.tasks.errors import MessageRefused, ResumeRefused
 from tandem.tasks.state.keys import messages_key
 from tandem.tasks.state.scripts import lua
@@ -67,23 +65,24 @@ class HandleMessages:
         key = idempotency_key or uuid.uuid4().hex
         kwargs: dict[str, Any] = {"job_id": self.id, "text": text, "idempotency_key": key}
         owner = owner if owner is not None else getattr(self, "owner", None)
-        if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
-            kwargs["owner"] = owner
-        try:
-            answer = self._app.send_task("tandem.message", kwargs=kwargs).get(timeout=timeout)
-        except (CeleryTimeoutError, OperationalError):
-            withdrawn = {
-                "job_id": self.id,
-                "accepted": False,
-                "reason": "withdrawn",
-                "error": (
-                    f"no worker took the message within {timeout:g} s (are workers running?), so it "
-                    "was withdrawn: it will never reach the job, even if its task is still queued. "
-                    "Send it again once workers run"
-                ),
-            }
-            answer = json.loads(self._withdraw(key, json.dumps(withdrawn)))
-        return dict(answer) if isinstance(answer, dict) else {"accepted": False, "error": repr(answer)}
+        withdrawn = {
+            "job_id": self.id,
+            "accepted": False,
+            "reason": "withdrawn",
+            "error": (
+                f"no worker took the message within {timeout:g} s (are workers running?), so it "
+                "was withdrawn: it will never reach the job, even if its task is still queued. "
+                "Send it again once workers run"
+            ),
+        }
+        return ask_or_withdraw(
+            self._app,
+            "tandem.message",
+            with_owner(kwargs, owner),
+            timeout,
+            partial(self._withdraw, key),
+            withdrawn,
+        )
 
     def _withdraw(self, key: str, answer: str) -> str:
         """Keep ``answer`` under ``key`` unless a worker's answer is there first; the one kept."""
@@ -117,10 +116,8 @@ class HandleMessages:
         if idempotency_key is not None:
             kwargs["idempotency_key"] = idempotency_key
         owner = owner if owner is not None else self.owner
-        if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
-            kwargs["owner"] = owner
-        reply = self._app.send_task("tandem.follow_up", kwargs=kwargs).get(timeout=timeout)
-        if not isinstance(reply, dict) or not reply.get("accepted"):
+        reply = ask(self._app, "tandem.follow_up", with_owner(kwargs, owner), timeout, "the follow-up")
+        if not reply.get("accepted"):
             error = reply.get("error") if isinstance(reply, dict) else repr(reply)
             reason = reply.get("reason", "invalid") if isinstance(reply, dict) else "invalid"
             raise ResumeRefused(str(error), str(reason))

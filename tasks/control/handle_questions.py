@@ -16,10 +16,9 @@ from functools import partial
 from typing import Any
 
 from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeoutError
-from kombu.exceptions import OperationalError
 
 from tandem.tasks.control.questions import QuestionRecord, QuestionStore, answer_of
+from tandem.tasks.control.sending import ask_or_withdraw, with_owner
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.state.store import JobStore
 
@@ -93,26 +92,26 @@ class HandleQuestions:
             "idempotency_key": key,
         }
         owner = owner if owner is not None else getattr(self, "owner", None)
-        if owner is not None:  # the tenant asking (tandem.tasks.control.owners)
-            kwargs["owner"] = owner
-        try:
-            reply = self._app.send_task("tandem.answer", kwargs=kwargs).get(timeout=timeout)
-        except (CeleryTimeoutError, OperationalError):
-            withdrawn = {
-                "job_id": self.id,
-                "accepted": False,
-                "reason": "withdrawn",
-                "error": (
-                    f"no worker stored the answer within {timeout:g} s (are workers running?), so it "
-                    "was withdrawn: it will never apply, even if its message is still queued. Nothing "
-                    "was answered; answer again once workers run"
-                ),
-                "pause_id": pause_id,
-                "current_pause": None,
-            }
-            # The first reply under the key wins: a worker's (read back here) or this withdrawal.
-            reply = json.loads(machine.remember(self.id, key, json.dumps(withdrawn)))
-        return dict(reply) if isinstance(reply, dict) else {"accepted": False, "error": repr(reply)}
+        withdrawn = {
+            "job_id": self.id,
+            "accepted": False,
+            "reason": "withdrawn",
+            "error": (
+                f"no worker stored the answer within {timeout:g} s (are workers running?), so it "
+                "was withdrawn: it will never apply, even if its message is still queued. Nothing "
+                "was answered; answer again once workers run"
+            ),
+            "pause_id": pause_id,
+            "current_pause": None,
+        }
+        return ask_or_withdraw(
+            self._app,
+            "tandem.answer",
+            with_owner(kwargs, owner),
+            timeout,
+            partial(machine.remember, self.id, key),  # the first reply under the key wins
+            withdrawn,
+        )
 
     async def apending_question(self) -> QuestionRecord | None:
         """``pending_question`` for asyncio."""

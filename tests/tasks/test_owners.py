@@ -106,3 +106,31 @@ def test_a_handle_asks_for_its_owner_and_its_fork_keeps_it(rt: Runtime) -> None:
     assert handle.fork(1, owner="team-b") and app.sent[-1][1]["owner"] == "team-b"  # an explicit one wins
     for argv in (["resume", JOB], ["fork", JOB, "--round", "1"], ["approve", JOB]):
         assert _parser().parse_args([*argv, "--owner", "team-a"]).owner == "team-a"
+
+
+class _Silent:
+    """A broker with no worker behind it: every reply times out, as Celery's ``get`` does."""
+
+    def send_task(self, name: str, kwargs: dict[str, object]) -> _Silent:
+        return self
+
+    def get(self, timeout: float) -> None:
+        from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+        raise CeleryTimeoutError("The operation timed out.")
+
+
+@pytest.mark.parametrize("call", ["resume", "fork", "follow_up"])
+def test_no_worker_answering_is_a_typed_refusal_never_a_bare_celery_time_out(rt: Runtime, call: str) -> None:
+    from tandem.tasks.client import JobHandle
+
+    handle = JobHandle(JOB, rt.store, _Silent())  # type: ignore[arg-type]
+    ask = {
+        "resume": lambda: handle.resume(timeout=0.1),
+        "fork": lambda: handle.fork(1, timeout=0.1),
+        "follow_up": lambda: handle.follow_up("again", timeout=0.1),
+    }[call]
+    with pytest.raises(ResumeRefused, match=r"no worker answered within 0\.1 s") as refused:
+        ask()
+    assert refused.value.reason == "timeout"
+    assert "may still happen when a worker takes its message" in str(refused.value)
