@@ -132,3 +132,16 @@ def test_the_async_client_sends_messages(api: Fixture) -> None:
 
     asyncio.run(run())
     assert people(api) == [b"3:person:J1:message:0001"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"), [("resume", {}), ("fork", {"round": 1}), ("follow-up", {"goal": "g"})]
+)
+def test_a_resume_fork_or_follow_up_no_worker_answers_is_504(
+    api: Fixture, monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, Any]
+) -> None:
+    monkeypatch.setattr(api.celery, "send_task", lambda name, kwargs, **_: _Sent(None))
+    gone = api.client.post(f"/v1/jobs/J1/{path}", json=body)
+    assert gone.status_code == 504, gone.text
+    error = gone.json()["error"]
+    assert error["code"] == "no_worker_answered" and "may still happen" in error["message"]

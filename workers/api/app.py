@@ -323,9 +323,11 @@ class Api:
         try:
             return await run_in_threadpool(ask)
         except ResumeRefused as exc:
-            code, name = {"unknown": (404, "unknown_job"), "state": (409, "job_state")}.get(
-                exc.reason, (422, "invalid_request")
-            )
+            code, name = {
+                "unknown": (404, "unknown_job"),
+                "state": (409, "job_state"),
+                "timeout": (504, "no_worker_answered"),
+            }.get(exc.reason, (422, "invalid_request"))
             raise ApiError(code, name, str(exc)) from None
         except CeleryTimeout:
             raise ApiError(
