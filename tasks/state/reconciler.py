@@ -34,7 +34,6 @@ Sending a step twice is harmless: only one claim of a step can succeed.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from tandem.tasks import metrics
 from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.keys import LIVE_SHARDS
 from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.sweeping import Sweeping
 
 log = logging.getLogger("tandem.reconciler")
 
@@ -50,7 +50,7 @@ DELIVERY_RETRY = 15.0
 """Seconds between two attempts to store an ended job's Celery result."""
 
 
-class Reconciler:
+class Reconciler(Sweeping):
     """Sweeps the due jobs of the live-job index every ``interval`` seconds.
 
     ``resend(job_id, verdict)`` sends a job's step (or its intake message) again; ``end(job_id,
@@ -58,6 +58,8 @@ class Reconciler:
     undecided calls of a job whose approval timed out; ``deliver(job_id, mark)`` stores an ended
     job's Celery result (``False`` when the backend refused it).
     """
+
+    thread_name = "tandem-reconciler"
 
     def __init__(
         self,
@@ -84,8 +86,7 @@ class Reconciler:
         self._backend_down = False
         self.interval = max(min(lease_seconds, stall_seconds) / 8, 0.1)
         self.token = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def sweep(self) -> int:
         """Look at every due job of the shards this worker gets; return how many were acted on."""
@@ -170,22 +171,3 @@ class Reconciler:
             self._backend_down = True
             redis.zadd(key, {job_id: now + DELIVERY_RETRY})
         return 1
-
-    def start(self) -> None:
-        """Sweep in a daemon thread until ``stop``."""
-        if self._thread is not None:
-            return
-
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                try:
-                    self.sweep()
-                except Exception:  # Redis down: the next sweep tries again
-                    log.warning("reconciler sweep failed; retrying", exc_info=True)
-
-        self._thread = threading.Thread(target=loop, name="tandem-reconciler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop sweeping."""
-        self._stop.set()

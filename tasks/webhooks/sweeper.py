@@ -19,7 +19,6 @@ Sending a delivery twice is harmless: only one claim of an attempt can succeed.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from typing import Any
 
@@ -28,14 +27,17 @@ from celery.signals import worker_ready, worker_shutdown
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES
 from tandem.tasks.state.keys import LIVE_SHARDS, webhook_shard_key
+from tandem.tasks.state.sweeping import Sweeping
 from tandem.tasks.webhooks import delivery
 
 log = logging.getLogger("tandem.webhooks")
 
 
-class WebhookSweeper:
+class WebhookSweeper(Sweeping):
     """Sweeps the due jobs of the webhook index every ``interval`` seconds (see the module
     docstring); ``grace``: how late a delivery may be before it is sent again."""
+
+    thread_name = "tandem-webhook-sweeper"
 
     def __init__(
         self, rt: Runtime, *, interval: float, grace: float, armed_look: float, batch: int = 100
@@ -46,8 +48,7 @@ class WebhookSweeper:
         self.armed_look = armed_look
         self.batch = batch
         self.token = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     @classmethod
     def for_runtime(cls, rt: Runtime) -> WebhookSweeper:
@@ -119,25 +120,6 @@ class WebhookSweeper:
         else:
             outbox.unwatch(job_id)
         return sent
-
-    def start(self) -> None:
-        """Sweep in a daemon thread until ``stop``."""
-        if self._thread is not None:
-            return
-
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                try:
-                    self.sweep()
-                except Exception:  # Redis down: the next sweep tries again
-                    log.warning("webhook sweep failed; retrying", exc_info=True)
-
-        self._thread = threading.Thread(target=loop, name="tandem-webhook-sweeper", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop sweeping."""
-        self._stop.set()
 
 
 _sweeper: WebhookSweeper | None = None

@@ -224,6 +224,7 @@ def run_chaos(
             if marks is not None:
                 watching.append((time.monotonic(), dict(marks)))
             killed_at, since = time.monotonic(), last_kill
+            assert proc.poll() is None, f"the {role} worker (pid {proc.pid}) exited by itself"
             cluster.killed.add(proc.pid)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)

@@ -133,6 +133,8 @@ class Cluster:
     def kill(self, group: WorkerGroup, role: str) -> None:
         """SIGKILL a worker process (on purpose: it does not count as a worker that exited)."""
         proc = group.processes[role]
+        # A worker that died by itself before the kill must not pass for one the test killed.
+        assert proc.poll() is None, f"the {role} worker (pid {proc.pid}) exited by itself before the kill"
         self.killed.add(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)

@@ -33,7 +33,7 @@ from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
 from tests.integration.test_decide import any_host, idle
 from tests.integration.test_durability import runs, wait_for
-from tests.integration.test_webhooks import Receiver
+from tests.integration.webhook_receiver import Receiver
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -31,6 +30,7 @@ from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
 from tests.integration.test_decide import any_host
 from tests.integration.test_durability import wait_for
+from tests.integration.webhook_receiver import CLOSE, Receiver
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -47,61 +47,6 @@ ENV = {
     "TANDEM_WEBHOOK_ALLOWED_HOSTS": "loopback,.example.test",
 }
 NOTIFY = [[{"name": "notify", "args": {"to": "ops"}}]]
-CLOSE = -1
-"""What an ``answer`` returns to drop the connection without a reply."""
-Answer = Callable[[dict[str, Any]], "int | tuple[int, dict[str, str]]"]
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 that records every POST (path, headers, raw body) and answers
-    with what ``answer(request)`` says: a status, a status and headers, or ``CLOSE``."""
-
-    def __init__(self, answer: Answer = lambda _: 204) -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                got = {"path": self.path, "headers": dict(self.headers.items()), "body": body}
-                with receiver._lock:
-                    receiver.requests.append(got)
-                said = receiver.answer(got)
-                status, headers = said if isinstance(said, tuple) else (said, {})
-                if status == CLOSE:
-                    self.close_connection = True
-                    return
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/hooks/tandem"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def of(self, job_id: str, event: str | None = None) -> list[dict[str, Any]]:
-        """The requests of one job's deliveries (of ``event``, if given), in order."""
-        with self._lock:
-            seen = list(self.requests)
-        bodies = [(r, json.loads(r["body"])) for r in seen]
-        return [r for r, b in bodies if b["job_id"] == job_id and event in (None, b["event"])]
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_decide import any_host
 from tests.integration.test_durability import wait_for
+from tests.integration.webhook_receiver import Receiver
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -39,54 +39,6 @@ ENV = {
     "TANDEM_WEBHOOK_TIMEOUT": "3",
 }
 NOTIFY = [[{"name": "notify", "args": {"to": "ops"}}]]
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 that records every POST (headers and raw body) and answers with
-    what ``answer(request)`` says (a status; it may block first)."""
-
-    def __init__(self, answer: Callable[[dict[str, Any]], int]) -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                got = {"path": self.path, "headers": dict(self.headers.items()), "body": body}
-                with receiver._lock:
-                    receiver.requests.append(got)
-                status = receiver.answer(got)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/tandem"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def of(self, job_id: str, event: str) -> list[dict[str, Any]]:
-        """The requests of one job's deliveries of ``event``, in order."""
-        with self._lock:
-            seen = list(self.requests)
-        return [
-            r
-            for r in seen
-            if json.loads(r["body"])["job_id"] == job_id and json.loads(r["body"])["event"] == event
-        ]
 
 
 @pytest.fixture(scope="module")
