@@ -12,12 +12,19 @@ tandem import:
 3. starts ``tandem worker thinker|actor|tools --concurrency N``, one process each, with
    ``TANDEM_<ROLE>_MODEL=openai/...``, ``_API_BASE`` and ``_API_KEY`` pointing at the hosts;
 4. once every worker answers a Celery ping, sends ``--jobs`` ``tandem.infer`` messages in one burst
-   from a bare ``celery.Celery(broker=...)`` and waits for each job's Celery result, read as a bare
-   client can: ``MGET`` of Celery's result keys (``celery-task-meta-<id>``) of the jobs still open,
-   every ``--poll`` seconds, on one connection whose commands are counted. A job's end is the
+   from a bare ``celery.Celery(broker=...)`` (``send_task("tandem.infer", kwargs={"spec": ...})``,
+   no priority unless ``--priority``, as docs/distributed.md shows) and waits for each job's Celery
+   result, read as a bare client can: ``MGET`` of Celery's result keys (``celery-task-meta-<id>``)
+   of the jobs still open, every ``--poll`` seconds, on one connection whose commands are counted.
+   The client has no result backend: with one, Celery's Redis backend SUBSCRIBEs to each task's
+   result channel at ``send_task``, a client-side cost this harness leaves out. A job's end is the
    ``date_done`` of its result (when the worker wrote it), not when the poll saw it;
 5. prints ``outside_<name>: <value>`` lines (see ``report``), the costs divided by the rounds run,
-   ``jobs × 2``.
+   ``jobs × 2``. ``--warmup N`` runs N jobs first, outside the measured window.
+
+The bound: a step thread waits on its model call, so a role's worker has at most ``--concurrency``
+calls in flight, each ``--latency`` seconds; a job makes 2 calls per role, so no schedule finishes
+more than ``concurrency / (latency × 2)`` jobs a second. ``ratio_to_bound`` is jobs/s over that.
 
 Worker CPU is utime+stime from ``/proc/<pid>/stat`` of each worker, its live descendants, and its
 reaped children (cutime+cstime), read before the burst and after the last end. Redis CPU is
