@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from tandem.reasoner.loop.step import StepKind
+from tandem.tasks.state.views import StepView
 
 _HOST = socket.gethostname()
 
@@ -45,6 +46,8 @@ class Claim:
     attempt: int = 1
     started: bool = False
     """For a tool call: an earlier attempt was marked started (its tool may have run)."""
+    view: StepView | None = field(default=None, compare=False, repr=False)
+    """What the claim read for its step, when it was asked to (``JobMachine.claim``'s ``view``)."""
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from tandem.tasks.state.claims import (
 from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, live_shard_key, live_shard_of
 from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.scripts import lua
+from tandem.tasks.state.views import ViewAsk
 
 if TYPE_CHECKING:
     from tandem.tasks.state.store import JobStore
@@ -160,26 +161,45 @@ class JobMachine:
         )
 
     def claim(
-        self, job_id: str, round_no: int, kind: StepKind, lease: float, max_expiries: int
+        self,
+        job_id: str,
+        round_no: int,
+        kind: StepKind,
+        lease: float,
+        max_expiries: int,
+        view: ViewAsk | None = None,
     ) -> Claim | ClaimRefused:
-        """Take step ``(round_no, kind)`` for this worker, or say why not."""
+        """Take step ``(round_no, kind)`` for this worker, or say why not; with ``view``, the claim
+        also reads what the step works with (``Claim.view``), in the same script call."""
         token = claim_token()
-        reply = self._run("claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries)
+        extra = view.args() if view is not None else []
+        reply = self._run("claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries, *extra)
         if _text(reply[0]) != "ok":
             return ClaimRefused(_text(reply[0]))
-        return Claim(job_id, round_no, kind, token, epoch=int(_text(reply[1])))
+        seen = view.view(reply[2]) if view is not None and len(reply) > 2 else None
+        return Claim(job_id, round_no, kind, token, epoch=int(_text(reply[1])), view=seen)
 
     def claim_call(
-        self, job_id: str, round_no: int, index: int, lease: float, max_expiries: int
+        self,
+        job_id: str,
+        round_no: int,
+        index: int,
+        lease: float,
+        max_expiries: int,
+        view: ViewAsk | None = None,
     ) -> Claim | ClaimRefused:
-        """Take tool call ``index`` of ``round_no``; the attempt is recorded before it runs."""
+        """Take tool call ``index`` of ``round_no``; the attempt is recorded before it runs. With
+        ``view``, the claim also reads what the call works with (``Claim.view``)."""
         token = claim_token()
-        reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries)
+        extra = view.args() if view is not None else []
+        reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries, *extra)
         if _text(reply[0]) != "ok":
             return ClaimRefused(_text(reply[0]))
         started = len(reply) > 2 and _text(reply[2]) != ""
+        seen = view.view(reply[3]) if view is not None and len(reply) > 3 else None
+        attempt = int(_text(reply[1]))
         return Claim(
-            job_id, round_no, "tools", token, index=index, attempt=int(_text(reply[1])), started=started
+            job_id, round_no, "tools", token, index=index, attempt=attempt, started=started, view=seen
         )
 
     def call_started(self, claim: Claim) -> bool:

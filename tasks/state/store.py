@@ -17,7 +17,6 @@ import random
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -27,7 +26,7 @@ from redis.client import Pipeline
 from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
-from tandem.reasoner.messages import FunctionCallResult, ModelMessage
+from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.job_events import (
     JobEvent,
     ModelDelta,
@@ -53,6 +52,7 @@ from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.tasks.state.scripts import lua
+from tandem.tasks.state.views import StepView, ViewAsk
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
 
@@ -167,27 +167,6 @@ TENANT_RECENT_PER_SHARD = 2 * RECENT_LIMIT // TENANT_RECENT_SHARDS
 RECENT_TRIM_EVERY = 16
 """``remember`` trims the index of recent jobs on one call in this many (on average): between
 trims it may hold a few more than ``RECENT_LIMIT`` jobs."""
-
-
-@dataclass(frozen=True)
-class StepView:
-    """What a step reads before it works, in one round trip (``JobStore.step_view``).
-
-    ``messages`` is ``None`` when they were not asked for; with ``complete`` false it holds only
-    the messages asked for by key (those stored).
-    """
-
-    spec_json: str | None
-    """The spec as stored (JSON), ``None`` for an unknown or expired job."""
-    cancelled: bool
-    record: dict[str, str]
-    messages: list[ModelMessage] | None
-    complete: bool = True
-
-    @cached_property
-    def spec(self) -> JobSpec | None:
-        """The job's spec, parsed on first use (a step whose job is cached never parses it)."""
-        return None if self.spec_json is None else JobSpec.model_validate_json(self.spec_json)
 
 
 class JobStore:
@@ -364,30 +343,23 @@ class JobStore:
         record: Sequence[str] = (),
     ) -> StepView:
         """The spec, the cancel flag, the ``record`` fields asked for and the stored messages (all
-        of them, or only those keyed ``messages``, e.g. ``["2:actor"]``) of a job, in one pipeline."""
+        of them, or only those keyed ``messages``, e.g. ``["2:actor"]``) of a job, in one pipeline
+        (a step's claim reads the same in its own script call: ``JobMachine.claim``'s ``view``)."""
+        ask = ViewAsk(messages=messages, record=record)
+        memory_key = self.key(job_id, "memory")
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(self.key(job_id, "spec"))
         pipe.exists(self.key(job_id, "cancel"))
         if record:
             pipe.hmget(self.key(job_id, "state"), list(record))
-        memory_key = self.key(job_id, "memory")
         if messages is True:
             pipe.hvals(memory_key)
         elif messages:
             pipe.hmget(memory_key, list(messages))
-        replies = pipe.execute()
-        raw_spec, cancelled = replies[0], replies[1]
-        fields = dict(zip(record, replies[2], strict=True)) if record else {}
-        found: list[ModelMessage] | None = None
-        if messages is True or messages:
-            found = [ModelMessage.model_validate_json(r) for r in replies[-1] if r is not None]
-        return StepView(
-            spec_json=None if raw_spec is None else _text(raw_spec),
-            cancelled=bool(cancelled),
-            record={k: _text(v) for k, v in fields.items() if v is not None},
-            messages=found,
-            complete=messages is True,
-        )
+        replies = iter(pipe.execute())
+        raw_spec, cancelled = next(replies), next(replies)
+        fields = next(replies) if record else []
+        return ask.view([raw_spec, cancelled, fields, next(replies, []), []])
 
     def status(self, job_id: str) -> JobStatus | None:
         """The job's status (from its record, and its pending calls while it awaits approval),

@@ -1,12 +1,12 @@
 """``StepContext``: what one step message works with, loaded once; ``JobFixtures``: the part of it
 that is fixed for the life of a job's spec, kept between steps in the worker (``Runtime.jobs``).
 
-A step reads its job in one round trip (``JobStore.step_view``: spec, cancel flag, the messages
-it needs); the spec's JSON then finds the job's fixtures in the worker's ``JobCache``, or builds
-them once: the loop plan, the reasoner ``Task`` (tool policy checked, secrets unsealed), the
-job's ``SecretScope`` (entered for the step: what it writes masks the job's secrets) and the tools
-recommended for it. The memory a step writes is held until its commit (``PendingMemory``),
-its events too (``DeferredHooks``).
+A step reads its job with its claim, in one round trip (``Claim.view``: spec, cancel flag, the
+messages it needs; ``JobStore.step_view`` for a claim made without); the spec's JSON then finds the
+job's fixtures in the worker's ``JobCache``, or builds them once: the loop plan, the reasoner
+``Task`` (tool policy checked, secrets unsealed), the job's ``SecretScope`` (entered for the step:
+what it writes masks the job's secrets) and the tools recommended for it. The memory a step writes
+is held until its commit (``PendingMemory``), its events too (``DeferredHooks``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
-from tandem.tasks.state.store import StepView
+from tandem.tasks.state.views import StepView
 from tandem.toolkit.redaction import SecretScope, current_scope, enter_scope
 from tandem.toolkit.tool import Tool
 
@@ -103,10 +103,12 @@ class StepContext:
         record: Sequence[str] = (),
     ) -> StepContext:
         """Read the claimed step's job (its whole memory, or only the ``messages`` keyed so, and
-        the ``record`` fields asked for) and find its fixtures; ``Ignore`` for an unknown or
-        expired job."""
+        the ``record`` fields asked for; what the claim read, when it was asked to) and find its
+        fixtures; ``Ignore`` for an unknown or expired job."""
         job_id = claim.job_id
-        view = rt.store.step_view(job_id, messages=True if messages is None else messages, record=record)
+        view = claim.view
+        if view is None:
+            view = rt.store.step_view(job_id, messages=True if messages is None else messages, record=record)
         stored = rt.store.memory(job_id)
         events = EventHooks(rt.store, job_id)
         hooks = DeferredHooks(events)

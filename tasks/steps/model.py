@@ -17,6 +17,7 @@ from tandem.tasks.hosts.host_model import CapacityWait
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Park
 from tandem.tasks.state.leases import Heartbeat
+from tandem.tasks.state.views import ViewAsk
 from tandem.tasks.steps.context import StepContext
 from tandem.tasks.steps.guard import claim_step, commit, finish, step_failed
 from tandem.tasks.tracing import step_span
@@ -30,9 +31,9 @@ def model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | 
 
 def _model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | None:
     rt = get_runtime()
-    claim = claim_step(rt, job_id, round_no, kind)
+    claim = claim_step(rt, job_id, round_no, kind, ViewAsk())  # with the spec, cancel flag and memory
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        ctx = StepContext.load(rt, claim)  # spec, cancel flag and memory in one round trip
+        ctx = StepContext.load(rt, claim)
         if ctx.view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
         replied = ctx.memory.get_message(round_no, kind) is not None

@@ -24,6 +24,7 @@ from tandem.tasks.events import tool_result_event
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.leases import Heartbeat
+from tandem.tasks.state.views import ViewAsk
 from tandem.tasks.steps.context import StepContext
 from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
 from tandem.tasks.steps.messages import step_messages
@@ -61,7 +62,7 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
 
 def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
     rt = get_runtime()
-    claim = claim_call(rt, job_id, round_no, index)
+    claim = claim_call(rt, job_id, round_no, index, ViewAsk(messages=[f"{round_no}:actor"]))
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
         ctx: StepContext | None = None
         try:
@@ -172,14 +173,17 @@ def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
 
 def _collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
     rt = get_runtime()
-    claim = claim_step(rt, job_id, round_no, "collect")
+    keys = [f"{round_no}:actor", f"{round_no}:tool"]  # the round's messages, not the whole memory
+    view = ViewAsk(messages=keys, record=["calls"], results=True)  # and the round's tool results
+    claim = claim_step(rt, job_id, round_no, "collect", view)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        keys = [f"{round_no}:actor", f"{round_no}:tool"]  # the round's messages, not the whole memory
         ctx = StepContext.load(rt, claim, messages=keys, record=["calls"])
         if ctx.view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
         count = int(ctx.view.record.get("calls") or 0)
-        results = rt.store.tool_results(job_id, round_no, count)
+        results = ctx.view.results
+        if results is None:  # a claim made without its view
+            results = rt.store.tool_results(job_id, round_no, count)
         missing = [i for i, r in enumerate(results, start=1) if r is None]
         if missing:
             return finish(

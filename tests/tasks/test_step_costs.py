@@ -1,5 +1,5 @@
-"""What a step costs Redis: scripts touch only the keys they write, a step reads what it needs in
-one round trip, events are one ``XADD``, and one thread renews every lease of a process."""
+"""What a step costs Redis: scripts touch only the keys they write, a step claims and reads what it
+needs in one round trip, events are one ``XADD``, and one thread renews every lease of a process."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tandem.reasoner.messages import ModelMessage
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.job_events import RoundStarted
 from tandem.tasks.spec import JobSpec
-from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.claims import Claim, ClaimRefused
 from tandem.tasks.state.leases import Heartbeat, LeaseKeeper
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.pending import PendingMemory
 from tandem.tasks.state.store import JobStore
+from tandem.tasks.state.views import ViewAsk
 
 JOB = "job-c"
 
@@ -79,6 +80,83 @@ def test_a_step_reads_spec_cancel_flag_record_and_memory_in_one_round_trip(store
     some = store.step_view(JOB, messages=["0:actor", "3:tool"])
     assert [m.content for m in some.messages or []] == ["b"] and not some.complete
     assert store.step_view("unknown").spec is None
+
+
+def count_commands(store: JobStore) -> list[str]:
+    """Patch the store's client so that every command it sends is recorded by name."""
+    sent: list[str] = []
+    real = store.redis.execute_command
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sent.append(str(args[0]))
+        return real(*args, **kwargs)
+
+    store.redis.execute_command = counting  # type: ignore[method-assign]
+    return sent
+
+
+def test_a_claim_reads_its_steps_view_in_its_own_script_call(machine: JobMachine) -> None:
+    store = machine.store
+    spec = JobSpec(goal="g").model_dump_json()
+    assert machine.create(JOB, spec, "dual", (0, "actor"), [], timeout=3600, ttl_after=600)
+    memory = store.memory(JOB)
+    memory.add_message(message(0, "thinker", "a"))
+    store.request_cancel(JOB)
+    assert machine.claim(JOB, 9, "actor", 30.0, 5) == ClaimRefused("other")  # the script is loaded
+    sent = count_commands(store)
+    got = machine.claim(JOB, 0, "actor", 30.0, 5, ViewAsk(record=["round", "kind"]))
+    assert sent == ["EVALSHA"]  # the claim and the read: one call
+    assert isinstance(got, Claim) and got.view is not None
+    assert got.view == store.step_view(JOB, record=["round", "kind"])
+    assert got.view.spec is not None and got.view.spec.goal == "g" and got.view.cancelled
+    assert got.view.record == {"round": "0", "kind": "actor"}
+    assert [m.content for m in got.view.messages or []] == ["a"] and got.view.results is None
+
+
+def test_a_claim_without_a_view_or_a_refused_one_reads_nothing(store: JobStore) -> None:
+    claim = started(store)
+    assert claim.view is None
+    assert store.machine.claim(JOB, 0, "thinker", 30.0, 5, ViewAsk()) == ClaimRefused("busy")
+
+
+def test_a_tool_call_claims_with_its_actor_reply_and_a_collect_with_the_rounds_results(
+    machine: JobMachine,
+) -> None:
+    store = machine.store
+    claim = started(store, kind="actor")
+    writes = [("0:actor", message(0, "actor", "calls").model_dump_json())]
+    outbox = [{"task": "tandem.run_tool", "args": [JOB, 0, i]} for i in (1, 2)]
+    assert machine.transition(claim, (0, "tools", 2, ""), outbox, writes, tx="t1")
+    assert machine.claim_call(JOB, 9, 1, 30.0, 5) == ClaimRefused("other")  # the script is loaded
+    sent = count_commands(store)
+    first = machine.claim_call(JOB, 0, 1, 30.0, 5, ViewAsk(messages=["0:actor"]))
+    assert sent == ["EVALSHA"]
+    assert isinstance(first, Claim) and first.view is not None and first.attempt == 1
+    assert [m.content for m in first.view.messages or []] == ["calls"] and not first.view.cancelled
+    second = machine.claim_call(JOB, 0, 2, 30.0, 5)
+    assert isinstance(second, Claim) and second.view is None
+    result = FunctionCallResult(index=1, name="t", status="succeeded", output="ok")
+    assert machine.call_done(first, result.model_dump_json(), []) == 1
+    assert machine.call_done(second, result.model_copy(update={"index": 2}).model_dump_json(), []) == 2
+    collect = machine.claim(JOB, 0, "collect", 30.0, 5, ViewAsk(messages=[], record=["calls"], results=True))
+    assert isinstance(collect, Claim) and collect.view is not None
+    assert collect.view.record == {"calls": "2"} and collect.view.messages is None
+    assert [r.index if r else None for r in collect.view.results or []] == [1, 2]
+    assert collect.view.results == store.tool_results(JOB, 0, 2)
+
+
+def test_a_collect_view_shows_a_missing_result_as_none(machine: JobMachine) -> None:
+    store = machine.store
+    claim = started(store, kind="actor")
+    assert machine.transition(claim, (0, "tools", 2, ""), [], [], tx="t1")
+    calls = [machine.claim_call(JOB, 0, i, 30.0, 5) for i in (1, 2)]
+    assert all(isinstance(c, Claim) for c in calls)
+    result = FunctionCallResult(index=2, name="t", status="succeeded", output="ok")
+    store.redis.hset(store.key(JOB, "state"), mapping={"kind": "collect", "holder": "", "pending": 0})
+    store.redis.hset(store.key(JOB, "tools"), "0:2", result.model_dump_json())
+    got = machine.claim(JOB, 0, "collect", 30.0, 5, ViewAsk(messages=False, results=True))
+    assert isinstance(got, Claim) and got.view is not None
+    assert [r.index if r else None for r in got.view.results or []] == [None, 2]
 
 
 def test_pending_memory_reads_the_stored_messages_once(store: JobStore) -> None:

@@ -1,4 +1,5 @@
--- ARGV: round, kind, token, lease seconds, max expiries.
+-- ARGV: round, kind, token, lease seconds, max expiries, then the step's view to read (optional:
+-- see ``view_of``), returned after the epoch.
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'holder', 'lease_until', 'deadline',
   'wait_until', 'expiries', 'epoch')
@@ -17,4 +18,6 @@ if expiries > tonumber(ARGV[5]) then return {'give-up', tostring(expiries)} end
 local epoch = (tonumber(s[9]) or 0) + 1
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'holder', ARGV[3], 'lease_until', fmt(t + tonumber(ARGV[4])),
   'state', 'running', 'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
+local view = view_of(6, ARGV[1])
+if view then return {'ok', tostring(epoch), view} end
 return {'ok', tostring(epoch)}

@@ -1,4 +1,5 @@
--- ARGV: round, index, token, lease seconds, max expiries.
+-- ARGV: round, index, token, lease seconds, max expiries, then the call's view to read (optional:
+-- see ``view_of``), returned after the attempt and the started mark.
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls', 'ttl_after')
 if not s[1] then return {'gone'} end
@@ -24,4 +25,7 @@ local attempt = redis.call('HINCRBY', KEYS[5], i .. ':attempts', 1)
 redis.call('HSET', KEYS[5], i .. ':holder', ARGV[3], i .. ':until', fmt(t + tonumber(ARGV[4])))
 redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
 if attempt == 1 then expire_key(KEYS[5], t, s[4], s[6]) end
-return {'ok', tostring(attempt), redis.call('HGET', KEYS[5], i .. ':started') or ''}
+local started = redis.call('HGET', KEYS[5], i .. ':started') or ''
+local view = view_of(6, ARGV[1])
+if view then return {'ok', tostring(attempt), started, view} end
+return {'ok', tostring(attempt), started}

@@ -28,3 +28,24 @@ local function expire_key(key, t, deadline, ttl_after)
   local ttl = math.max((tonumber(deadline) or t) - t, 0) + (tonumber(ttl_after) or 86400)
   redis.call('EXPIRE', key, math.max(math.floor(ttl), 1))
 end
+-- The step's view, when its claim asks for one (``tandem.tasks.state.views.ViewAsk``: ARGV from
+-- ``first`` on: the messages' mode, the number n of record fields, the fields, the results flag,
+-- the message keys): {spec, cancel flag, record values, messages, the round's tool results}.
+local function view_of(first, round)
+  local mode = ARGV[first]
+  if mode == nil then return nil end
+  local n = tonumber(ARGV[first + 1])
+  local record, messages, results = {}, {}, {}
+  if n > 0 then record = redis.call('HMGET', KEYS[1], unpack(ARGV, first + 2, first + 1 + n)) end
+  if mode == '*' then
+    messages = redis.call('HVALS', KEYS[3])
+  elseif mode == 'k' then
+    messages = redis.call('HMGET', KEYS[3], unpack(ARGV, first + 3 + n))
+  end
+  if ARGV[first + 2 + n] == '1' then
+    local fields = {}
+    for i = 1, tonumber(redis.call('HGET', KEYS[1], 'calls') or 0) do fields[i] = round .. ':' .. i end
+    if #fields > 0 then results = redis.call('HMGET', KEYS[4], unpack(fields)) end
+  end
+  return {redis.call('GET', KEYS[2]), redis.call('EXISTS', KEYS[8]), record, messages, results}
+end
