@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner.errors import ReasonerError, TransientModelError
 from tandem.reasoner.loop.step import Step, StepKind
+from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.models.retry_policy import RetryPolicy
 from tandem.reasoner.task import OutcomeStatus
 from tandem.tasks import tracing
@@ -38,6 +39,7 @@ from tandem.tasks.state.claims import Claim, ClaimRefused, Message, Park
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
 from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
+from tandem.tasks.state.views import ViewAsk
 from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
@@ -83,26 +85,33 @@ def finish(
     *,
     claim: Claim | None = None,
     spec: JobSpec | None = None,
+    memory: ReasonerMemory | None = None,
 ) -> dict[str, Any]:
     """End the job with ``status`` (the first result stored wins) and return the stored result.
 
     With ``claim`` only the claimed step may end the job (a lost claim ends nothing); without, the
     job ends whatever step it is at (cancel, deadline, give-up). ``spec``: the job's, when the
-    caller has it (else it is read).
+    caller has it (else it is read); ``memory``: the job's messages, when the caller holds them
+    all (the step that just committed the job's last messages; else they are read).
     """
     # In a context of its own: the job's secret scope entered here ends with it (the reconciler's
     # thread ends many jobs, and must not mask one job's secrets in the next one's records).
-    return contextvars.copy_context().run(_finish, job_id, status, error, claim, spec)
+    return contextvars.copy_context().run(_finish, job_id, status, error, claim, spec, memory)
 
 
 def _finish(
-    job_id: str, status: EndStatus, error: str | None, claim: Claim | None, spec: JobSpec | None
+    job_id: str,
+    status: EndStatus,
+    error: str | None,
+    claim: Claim | None,
+    spec: JobSpec | None,
+    memory: ReasonerMemory | None,
 ) -> dict[str, Any]:
     rt = get_runtime()
     spec = spec or rt.store.spec(job_id)
     if spec is not None:
         enter_job_scope(rt, job_id, spec)  # the result masks the job's own secrets
-    memory = rt.store.memory(job_id)
+    memory = memory if memory is not None else rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
     outcome_status: OutcomeStatus = status if status in ("completed", "truncated") else "failed"
     if plan is not None:
@@ -238,9 +247,11 @@ def step_failed(rt: Runtime, claim: Claim, exc: BaseException) -> dict[str, Any]
 # -- claiming and committing -----------------------------------------------------------------
 
 
-def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind) -> Claim:
-    """Claim step ``kind`` of ``round_no`` for this worker (``Ignore`` when it is not to be run)."""
-    got = rt.machine.claim(job_id, round_no, kind, rt.settings.lease_seconds, rt.settings.max_lease_expiries)
+def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind, view: ViewAsk | None = None) -> Claim:
+    """Claim step ``kind`` of ``round_no`` for this worker (``Ignore`` when it is not to be run);
+    with ``view``, read what the step works with in the same call (``Claim.view``)."""
+    settings = rt.settings
+    got = rt.machine.claim(job_id, round_no, kind, settings.lease_seconds, settings.max_lease_expiries, view)
     if isinstance(got, ClaimRefused):
         refused(job_id, got)
     assert isinstance(got, Claim)
@@ -248,10 +259,11 @@ def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind) -> Claim
     return got
 
 
-def claim_call(rt: Runtime, job_id: str, round_no: int, index: int) -> Claim:
-    """Claim tool call ``index`` of ``round_no`` (its attempt recorded; ``Ignore`` when refused)."""
+def claim_call(rt: Runtime, job_id: str, round_no: int, index: int, view: ViewAsk | None = None) -> Claim:
+    """Claim tool call ``index`` of ``round_no`` (its attempt recorded; ``Ignore`` when refused);
+    with ``view``, read what the call works with in the same call (``Claim.view``)."""
     got = rt.machine.claim_call(
-        job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries
+        job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries, view
     )
     if isinstance(got, ClaimRefused):
         if got.reason == "no-call":  # no message tandem sends names a call its round lacks
@@ -320,7 +332,8 @@ def commit(
     if nxt.kind == "finalize":
         # Ending the job needs no other worker: it ends here, at once (one hop less per job). The
         # finalize message stays in the outbox until the job has ended, for the reconciler.
-        finalize_step(claim.job_id, nxt.round, status=end_status(nxt.status), spec=spec)
+        # The committed step holds the job's whole memory: the outcome is read from it.
+        finalize_step(claim.job_id, nxt.round, status=end_status(nxt.status), spec=spec, memory=memory)
         return
     send_outbox(rt, claim.job_id, (tx, messages), spec)
     # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
@@ -328,20 +341,30 @@ def commit(
 
 
 def finalize_step(
-    job_id: str, round_no: int, *, status: EndStatus | None = None, spec: JobSpec | None = None
+    job_id: str,
+    round_no: int,
+    *,
+    status: EndStatus | None = None,
+    spec: JobSpec | None = None,
+    memory: ReasonerMemory | None = None,
 ) -> dict[str, Any]:
     """The ``finalize`` step: woken by ``tandem.finalize``, or run at once by the step that moved
-    the job there (which passes the ``status`` it wrote in the record, and the job's ``spec``)."""
+    the job there (which passes the ``status`` it wrote in the record, the job's ``spec`` and
+    the ``memory`` it committed)."""
     with step_span(job_id, round_no, "finalize"):
-        return _finalize_step(job_id, round_no, status, spec)
+        return _finalize_step(job_id, round_no, status, spec, memory)
 
 
 def _finalize_step(
-    job_id: str, round_no: int, status: EndStatus | None, spec: JobSpec | None
+    job_id: str,
+    round_no: int,
+    status: EndStatus | None,
+    spec: JobSpec | None,
+    memory: ReasonerMemory | None,
 ) -> dict[str, Any]:
     rt = get_runtime()
     claim = claim_step(rt, job_id, round_no, "finalize")
     if status is None:
         record = rt.machine.job(job_id)
         status = end_status(record.status if record is not None else "")
-    return finish(job_id, status, claim=claim, spec=spec)
+    return finish(job_id, status, claim=claim, spec=spec, memory=memory)
