@@ -236,6 +236,9 @@ def translate(
     raw_status = getattr(exc, "status_code", None)
     status = raw_status if kind == "http" and isinstance(raw_status, int) else None
     transient = kind != "http" or (status is not None and (status in TRANSIENT_STATUSES or status >= 500))
+    no_key = not api_key and _NO_KEY.search(provider_message(exc)) is not None
+    if no_key:  # LiteLLM found no key for the provider: no retry (or wait) brings one
+        transient = False
     if kind == "http" and status is None:
         # no status at all: a LiteLLM-internal failure class; connection-like ones may pass
         transient = type(exc).__name__ in (
@@ -254,6 +257,12 @@ def translate(
     if transient and attempts > 1:
         message += f" (after {attempts} attempts)"
     todo = advice(kind, status, exc, role=role, timeout=timeout)
+    if no_key:
+        setting = f"TANDEM_{role.upper()}" if role else "TANDEM_<ROLE>"
+        todo = (
+            f"no API key was given: set {setting}_API_KEY (api_key=); for a host that checks "
+            "none, any value will do"
+        )
     message = f"{message}. {todo[0].upper()}{todo[1:]}."
     if api_key and len(api_key) >= 4:
         message = message.replace(api_key, "***")
@@ -268,6 +277,10 @@ def translate(
         )
     return ModelCallError(message, model=model, api_base=api_base, status_code=status)
 
+
+_NO_KEY = re.compile(r"Missing credentials|api_key client option must be set", re.IGNORECASE)
+"""How LiteLLM (and the OpenAI SDK under it) say that no API key was found for the provider: it
+comes as HTTP 500, which would otherwise be retried until the job's deadline."""
 
 # -- success answers that hold no chat completion -------------------------------------------
 

@@ -257,6 +257,24 @@ def test_context_window_exceeded_fails_at_once() -> None:
     assert "context window" in str(caught.value) and "4096" in str(caught.value)
 
 
+def test_an_openai_model_with_no_key_anywhere_fails_at_once_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # LiteLLM says "Missing credentials" as an HTTP 500: retried, a worker's job waited for its
+    # deadline (an hour by default) to fail.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with OpenAIServer(Reply(content="never asked")) as server:
+        sleeps: list[float] = []
+        service = LiteLlmModelService(
+            "openai/m", api_base=server.url, max_retries=3, sleep=sleeps.append, role="actor"
+        )
+        with pytest.raises(ModelCallError) as caught:
+            service.generate("", USER)
+        assert server.request_count == 0
+    assert not isinstance(caught.value, TransientModelError) and sleeps == []
+    assert "TANDEM_ACTOR_API_KEY" in str(caught.value) and "any value" in str(caught.value)
+
+
 def test_connection_refused_is_transient_and_retried() -> None:
     service, sleeps = make(closed_port_url(), max_retries=2)
     with pytest.raises(TransientModelError) as caught:
