@@ -24,3 +24,17 @@ def count_pipelines(redis: Any) -> list[int]:
 
     redis.pipeline = pipeline
     return sent
+
+
+def count_commands(redis: Any) -> list[str]:
+    """Patch ``redis.execute_command`` so that every command sent on its own (not pipelined) is
+    recorded by name; the returned list fills as commands go out."""
+    sent: list[str] = []
+    real = redis.execute_command
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sent.append(str(args[0]))
+        return real(*args, **kwargs)
+
+    redis.execute_command = counting
+    return sent

@@ -5,7 +5,6 @@ job's outcome from that step's memory (no second read of the whole memory); run 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import fakeredis
 import pytest
@@ -17,6 +16,7 @@ from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.pending import PendingMemory
 from tandem.tasks.steps.guard import finalize_step
+from tests.tasks.round_trips import count_commands
 
 JOB = "job-f"
 
@@ -43,22 +43,10 @@ def delivered(text: str) -> list[ModelMessage]:
     ]
 
 
-def hvals_sent(rt: Runtime) -> list[str]:
-    sent: list[str] = []
-    real = rt.redis.execute_command
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        sent.append(str(args[0]))
-        return real(*args, **kwargs)
-
-    rt.redis.execute_command = counting  # type: ignore[method-assign]
-    return sent
-
-
 def test_the_committing_steps_memory_gives_the_outcome_without_reading_the_memory(rt: Runtime) -> None:
     spec = at_finalize(rt)
     held = PendingMemory(rt.store.memory(JOB), delivered("from the step"))
-    sent = hvals_sent(rt)
+    sent = count_commands(rt.redis)
     result = finalize_step(JOB, 1, status="completed", spec=spec, memory=held)
     assert result["status"] == "completed" and result["deliverable"] == "from the step"
     assert "HVALS" not in sent and "HGETALL" not in sent
@@ -69,7 +57,7 @@ def test_finalize_on_its_own_reads_the_stored_memory(rt: Runtime) -> None:
     stored = rt.store.memory(JOB)
     for message in delivered("from redis"):
         stored.add_message(message)
-    sent = hvals_sent(rt)
+    sent = count_commands(rt.redis)
     result = finalize_step(JOB, 1, status="completed", spec=spec)
     assert result["deliverable"] == "from redis"
     assert "HVALS" in sent

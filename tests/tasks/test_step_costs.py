@@ -18,6 +18,7 @@ from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.pending import PendingMemory
 from tandem.tasks.state.store import JobStore
 from tandem.tasks.state.views import ViewAsk
+from tests.tasks.round_trips import count_commands
 
 JOB = "job-c"
 
@@ -82,19 +83,6 @@ def test_a_step_reads_spec_cancel_flag_record_and_memory_in_one_round_trip(store
     assert store.step_view("unknown").spec is None
 
 
-def count_commands(store: JobStore) -> list[str]:
-    """Patch the store's client so that every command it sends is recorded by name."""
-    sent: list[str] = []
-    real = store.redis.execute_command
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        sent.append(str(args[0]))
-        return real(*args, **kwargs)
-
-    store.redis.execute_command = counting  # type: ignore[method-assign]
-    return sent
-
-
 def test_a_claim_reads_its_steps_view_in_its_own_script_call(machine: JobMachine) -> None:
     store = machine.store
     spec = JobSpec(goal="g").model_dump_json()
@@ -103,7 +91,7 @@ def test_a_claim_reads_its_steps_view_in_its_own_script_call(machine: JobMachine
     memory.add_message(message(0, "thinker", "a"))
     store.request_cancel(JOB)
     assert machine.claim(JOB, 9, "actor", 30.0, 5) == ClaimRefused("other")  # the script is loaded
-    sent = count_commands(store)
+    sent = count_commands(store.redis)
     got = machine.claim(JOB, 0, "actor", 30.0, 5, ViewAsk(record=["round", "kind"]))
     assert sent == ["EVALSHA"]  # the claim and the read: one call
     assert isinstance(got, Claim) and got.view is not None
@@ -128,7 +116,7 @@ def test_a_tool_call_claims_with_its_actor_reply_and_a_collect_with_the_rounds_r
     outbox = [{"task": "tandem.run_tool", "args": [JOB, 0, i]} for i in (1, 2)]
     assert machine.transition(claim, (0, "tools", 2, ""), outbox, writes, tx="t1")
     assert machine.claim_call(JOB, 9, 1, 30.0, 5) == ClaimRefused("other")  # the script is loaded
-    sent = count_commands(store)
+    sent = count_commands(store.redis)
     first = machine.claim_call(JOB, 0, 1, 30.0, 5, ViewAsk(messages=["0:actor"]))
     assert sent == ["EVALSHA"]
     assert isinstance(first, Claim) and first.view is not None and first.attempt == 1
