@@ -265,6 +265,12 @@ def _worker(args: argparse.Namespace) -> int:
     queues = ["thinker", "actor", "tools"] if args.role == "all" else [args.role]
     if not args.no_intake:
         queues.append(settings.intake_queue)
+    from tandem.workers.queue_check import refusal
+
+    refused = refusal(app, settings, queues)  # a queue RabbitMQ made otherwise: one line, not a loop
+    if refused is not None:
+        print(f"tandem: {refused}", file=sys.stderr)
+        return 2
     argv = [
         "worker",
         "--queues",

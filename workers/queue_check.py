@@ -1,0 +1,67 @@
+"""Does RabbitMQ take a worker's queues as the worker declares them? Asked once, at start.
+
+On RabbitMQ a queue's type and arguments are fixed when it is made. A worker that declares one
+otherwise (its ``TANDEM_RABBITMQ_QUEUE_TYPE`` is ``classic`` but the queue was made ``quorum``, or
+the other way round) is refused with ``PRECONDITION_FAILED`` on every connection: Celery reconnects
+in a loop and, after a burst of refusals, the worker stops with ``RestartFreqExceeded``, the cause
+far up its log. ``refusal`` declares the worker's queues once before Celery starts and turns the
+first refusal into one line that says what to do. A broker that does not answer is not this
+check's business: the worker rides out an outage as it always does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any
+
+from tandem.broker_config.settings import Settings
+
+CHECK_TIMEOUT = 3.0
+"""Seconds the check may wait for the broker before it leaves the question to the worker."""
+
+_VHOST = re.compile(r"in vhost '([^']*)'")
+
+
+def refusal(
+    app: Any, settings: Settings, names: Collection[str], timeout: float = CHECK_TIMEOUT
+) -> str | None:
+    """The line for the first of the queues ``names`` that RabbitMQ refuses as ``app`` declares it
+    (the queue, RabbitMQ's words, what to do); ``None`` when all are taken, on Redis, or when the
+    broker does not answer within ``timeout`` seconds."""
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return None
+    from amqp.exceptions import PreconditionFailed
+    from kombu.exceptions import OperationalError
+
+    declared = [queue for queue in app.amqp.queues.values() if queue.name in names]
+    try:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, timeout=timeout)
+            for queue in declared:
+                try:
+                    queue(connection.default_channel).declare()
+                except PreconditionFailed as exc:
+                    return _line(queue.name, str(exc), settings, connection.virtual_host)
+    except (OSError, OperationalError, ConnectionError):
+        return None  # the broker is down or away: the worker waits for it, as after any outage
+    return None
+
+
+def _line(name: str, said: str, settings: Settings, vhost: str) -> str:
+    """What to say about queue ``name`` refused with RabbitMQ's words ``said``."""
+    found = _VHOST.search(said)
+    where = found.group(1) if found else vhost
+    words = " ".join(said.split())
+    ours = settings.rabbitmq_queue_type
+    other = "classic" if ours == "quorum" else "quorum"
+    return (
+        f"RabbitMQ refuses the {name!r} queue as this worker declares it "
+        f"(TANDEM_RABBITMQ_QUEUE_TYPE={ours}): {words}. The queue was made with other arguments: "
+        f"set TANDEM_RABBITMQ_QUEUE_TYPE to the queue's type (likely {other}) on every worker and "
+        f"client, or delete the queue to make it anew (rabbitmqctl delete_queue {name} -p {where}; "
+        "the messages in it are lost)"
+    )
+
+
+__all__ = ["CHECK_TIMEOUT", "refusal"]
