@@ -20,6 +20,9 @@ from tandem.broker_config.settings import Settings
 CHECK_TIMEOUT = 3.0
 """Seconds the check may wait for the broker before it leaves the question to the worker."""
 
+PRECONDITION_FAILED = 406
+"""The AMQP reply code of a declaration whose arguments differ from the existing queue's."""
+
 _VHOST = re.compile(r"in vhost '([^']*)'")
 
 
@@ -31,7 +34,6 @@ def refusal(
     broker does not answer within ``timeout`` seconds."""
     if not settings.broker_url.startswith(("amqp", "pyamqp")):
         return None
-    from amqp.exceptions import PreconditionFailed
     from kombu.exceptions import OperationalError
 
     declared = [queue for queue in app.amqp.queues.values() if queue.name in names]
@@ -41,7 +43,9 @@ def refusal(
             for queue in declared:
                 try:
                     queue(connection.default_channel).declare()
-                except PreconditionFailed as exc:
+                except connection.channel_errors as exc:  # AMQP 406 PRECONDITION_FAILED: refused
+                    if getattr(exc, "reply_code", None) != PRECONDITION_FAILED:
+                        return None  # another refusal (access, say): Celery reports it as before
                     return _line(queue.name, str(exc), settings, connection.virtual_host)
     except (OSError, OperationalError, ConnectionError):
         return None  # the broker is down or away: the worker waits for it, as after any outage
@@ -64,4 +68,4 @@ def _line(name: str, said: str, settings: Settings, vhost: str) -> str:
     )
 
 
-__all__ = ["CHECK_TIMEOUT", "refusal"]
+__all__ = ["CHECK_TIMEOUT", "PRECONDITION_FAILED", "refusal"]
