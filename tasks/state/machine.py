@@ -271,13 +271,7 @@ class JobMachine:
 
     def mark_sent(self, job_id: str, outbox_id: str) -> None:
         """Clear the outbox if it is still the one that was sent."""
-        self._run("sent", job_id, outbox_id, "")
-
-    def mark_unsent(self, job_id: str, outbox_id: str) -> None:
-        """Mark the outbox, if it is still the one whose send failed: the reconciler sends it again
-        after the outbox grace (one lease), not the stall time it gives a message that may be
-        waiting in a queue."""
-        self._run("sent", job_id, outbox_id, "failed")
+        self._run("sent", job_id, outbox_id)
 
     def reschedule(
         self, claim: Claim, delay: float, reason: str, error: str, outbox: list[Message]

@@ -8,7 +8,6 @@ a fresh task id, so revoking one never touches another step.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -19,12 +18,8 @@ from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Message
-from tandem.tasks.steps.messages import STEP_TASKS
 
 log = logging.getLogger("tandem.tasks")
-
-TOOL_TASK = STEP_TASKS["tools"]
-"""The task of a tool call's message (its sender confirms it: a call's claim leaves the outbox)."""
 
 
 def send(
@@ -61,25 +56,16 @@ def send_outbox(
     """Send the job's outbox and clear it; ``False`` (kept for the reconciler) if sending failed.
 
     ``written``: the outbox id and messages the caller's transition just wrote, and ``spec`` the
-    job's spec, so that neither is read back. An outbox just written that wakes a step (not tool
-    calls) is left for the step's claim to clear (``claim.lua``): the reconciler sends a step's
-    message again only after the stall time, whether or not it left.
+    job's spec, so that neither is read back.
     """
-    outbox_id = ""
     try:
         outbox_id, messages = written if written is not None else rt.machine.outbox(job_id)
         if messages:
             spec = spec if spec is not None else rt.store.spec(job_id)
             priority = message_priority(spec.priority, rt.settings.broker_url) if spec else None
             send(messages, priority, spec.trace_context if spec else None)
-            if written is None or any(m["task"] == TOOL_TASK for m in messages):
-                # A step's own message needs no confirmation: its claim clears the outbox (one
-                # round trip less a step). A tool call's does: its claim leaves the round's outbox.
-                rt.machine.mark_sent(job_id, outbox_id)
+            rt.machine.mark_sent(job_id, outbox_id)
         return True
     except Exception:
         log.warning("job %s: sending the next step failed; the reconciler sends it", job_id, exc_info=True)
-        if outbox_id:
-            with contextlib.suppress(Exception):  # Redis away too: the stall time then
-                rt.machine.mark_unsent(job_id, outbox_id)
         return False

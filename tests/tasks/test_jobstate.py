@@ -303,34 +303,12 @@ def test_a_live_or_fresh_job_is_left_alone_and_an_ended_one_is_gone(machine: Job
     assert machine.reconcile("nope", 60, 2, 30) == Reconciled("gone")
 
 
-def test_a_never_sent_tool_outbox_is_resent_after_the_grace(machine: JobMachine) -> None:
-    """The worker died (or the broker refused) between the transition and the send of the calls."""
-    to_tools(machine, 2)
+def test_a_never_sent_outbox_is_resent_after_the_grace(machine: JobMachine) -> None:
+    """The worker died (or the broker refused) between the transition and the send."""
+    create(machine)
     age(machine, 31)
-    assert reconcile(machine) == Reconciled("resend", "tools", 0, (1, 2))
+    assert reconcile(machine) == Reconciled("resend", "thinker", 0)
     assert reconcile(machine) == Reconciled("wait")  # once per stall period, not in a loop
-
-
-def test_a_steps_message_is_confirmed_by_its_claim_and_resent_after_the_stall(machine: JobMachine) -> None:
-    """A step's own message is not confirmed by its sender: it may be waiting in a queue, so it is
-    sent again after the stall time (never or lost alike), and its claim clears the outbox."""
-    create(machine)
-    age(machine, 31)
-    assert reconcile(machine) == Reconciled("wait")  # past the grace: it may be waiting in a queue
-    age(machine, 61)
-    assert reconcile(machine) == Reconciled("resend", "thinker", 0)
-    claim(machine, 0, "thinker")
-    assert machine.outbox(JOB)[1] == []
-
-
-def test_a_steps_message_whose_send_failed_is_resent_after_the_grace(machine: JobMachine) -> None:
-    create(machine)
-    outbox_id = machine.outbox(JOB)[0]
-    machine.mark_unsent(JOB, "another-outbox")  # a stale mark changes nothing
-    age(machine, 31)
-    assert reconcile(machine) == Reconciled("wait")
-    machine.mark_unsent(JOB, outbox_id)  # the broker refused it: no queue holds it
-    assert reconcile(machine) == Reconciled("resend", "thinker", 0)
 
 
 def test_a_lost_message_is_resent_after_the_stall(machine: JobMachine) -> None:
@@ -408,8 +386,7 @@ def redis_now(machine: JobMachine) -> float:
 def test_a_wait_verdict_says_when_the_job_next_needs_a_look(machine: JobMachine) -> None:
     create(machine)
     progress = float(machine.record(JOB)["progress_at"])
-    # A step's message, sent or not: the stall (a tool step's unsent calls: the grace, below).
-    assert reconcile(machine, stall=60.0, grace=30.0).next_look == pytest.approx(progress + 60.0, abs=0.01)
+    assert reconcile(machine, stall=60.0, grace=30.0).next_look == pytest.approx(progress + 30.0, abs=0.01)
     machine.mark_sent(JOB, machine.outbox(JOB)[0])
     assert reconcile(machine, stall=60.0).next_look == pytest.approx(progress + 60.0, abs=0.01)
     claim(machine, 0, "thinker", lease=5.0)

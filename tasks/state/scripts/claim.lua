@@ -16,10 +16,8 @@ end
 if t > tonumber(s[6]) then return {'deadline'} end
 if expiries > tonumber(ARGV[5]) then return {'give-up', tostring(expiries)} end
 local epoch = (tonumber(s[9]) or 0) + 1
--- A claimed step got its message: the outbox that sent it is done (its sender does not confirm it).
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'holder', ARGV[3], 'lease_until', fmt(t + tonumber(ARGV[4])),
-  'state', 'running', 'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t),
-  'outbox', '[]')
+  'state', 'running', 'wait_for', '', 'wait_until', 0, 'progress_at', fmt(t), 'updated_at', fmt(t))
 local view = view_of(6, ARGV[1])
 if view then return {'ok', tostring(epoch), view} end
 return {'ok', tostring(epoch)}

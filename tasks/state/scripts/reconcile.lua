@@ -4,8 +4,7 @@
 -- longer than the stall gets 'intake': its intake message is sent again from the stored spec.
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
-  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at', 'deliver', 'outbox_id',
-  'outbox_failed')
+  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at', 'deliver')
 if s[1] and FINAL[s[1]] and s[14] and s[14] ~= '' then return {'deliver', s[14]} end
 if not s[1] or FINAL[s[1]] then return {'gone'} end
 local t = now()
@@ -32,13 +31,8 @@ if redis.call('EXISTS', KEYS[8]) == 1 and not live then
   end
   if not running then return {'cancel'} end
 end
--- A tool step's outbox is cleared once sent: one still full was never sent (its sender died or the
--- broker refused), so it goes again after the grace, as does an outbox whose send failed. A step's
--- own message is cleared by its claim: one still in the outbox may be waiting in a queue, so it
--- waits for the stall like any message.
 local quiet = stall
-local failed = s[16] and s[16] ~= '' and s[16] == s[15]
-if s[8] ~= '[]' and (s[2] == 'tools' or failed) then quiet = math.min(stall, tonumber(ARGV[3])) end
+if s[8] ~= '[]' then quiet = math.min(stall, tonumber(ARGV[3])) end
 local function wait(at) return {'wait', fmt(math.min(at, deadline))} end
 if s[2] == 'tools' then
   local out = {'resend', s[2], s[9]}
