@@ -24,6 +24,8 @@ PRECONDITION_FAILED = 406
 """The AMQP reply code of a declaration whose arguments differ from the existing queue's."""
 
 _VHOST = re.compile(r"in vhost '([^']*)'")
+_ARGUMENT = re.compile(r"inequivalent arg '([^']*)'")
+_CURRENT = re.compile(r"current is (?:the value '([^']*)'|none)")
 
 
 def refusal(
@@ -53,18 +55,34 @@ def refusal(
 
 
 def _line(name: str, said: str, settings: Settings, vhost: str) -> str:
-    """What to say about queue ``name`` refused with RabbitMQ's words ``said``."""
+    """What to say about queue ``name`` refused with RabbitMQ's words ``said``: the queue's type
+    when the argument that differs is ``x-queue-type``, else that the queue was made by someone
+    else's declaration (a classic queue without tandem's ``x-max-priority``, say)."""
     found = _VHOST.search(said)
     where = found.group(1) if found else vhost
     words = " ".join(said.split())
-    ours = settings.rabbitmq_queue_type
-    other = "classic" if ours == "quorum" else "quorum"
-    return (
+    delete = f"rabbitmqctl delete_queue {name} -p {where}; the messages in it are lost"
+    head = (
         f"RabbitMQ refuses the {name!r} queue as this worker declares it "
-        f"(TANDEM_RABBITMQ_QUEUE_TYPE={ours}): {words}. The queue was made with other arguments: "
-        f"set TANDEM_RABBITMQ_QUEUE_TYPE to the queue's type (likely {other}) on every worker and "
-        f"client, or delete the queue to make it anew (rabbitmqctl delete_queue {name} -p {where}; "
-        "the messages in it are lost)"
+        f"(TANDEM_RABBITMQ_QUEUE_TYPE={settings.rabbitmq_queue_type}): {words}."
+    )
+    argument = _ARGUMENT.search(said)
+    current = _CURRENT.search(said)
+    quorum_worker = settings.rabbitmq_queue_type == "quorum"
+    if argument is None or current is None:  # RabbitMQ's words not as expected: the other type
+        kind = "classic" if quorum_worker else "quorum"
+    elif argument.group(1) == "x-queue-type":
+        kind = current.group(1) or "classic"
+    elif argument.group(1) == "x-max-priority" and quorum_worker:
+        kind = "classic"  # a queue with priorities: a classic one (a quorum queue refuses them)
+    else:  # a classic queue made without tandem's arguments (a plain client's), or with others
+        return (
+            f"{head} The queue was made by another declaration, with other arguments than this "
+            f"worker's: delete it to let the workers make it anew ({delete})"
+        )
+    return (
+        f"{head} The queue is a {kind} queue: set TANDEM_RABBITMQ_QUEUE_TYPE={kind} on every worker "
+        f"and client, or delete the queue to make it anew ({delete})"
     )
 
 

@@ -153,7 +153,7 @@ def test_the_intake_queue_made_quorum_refuses_a_classic_actor_worker(vhost_url: 
     done = _run(_env(vhost_url, redis_db), "actor")
     line = _one_line(done)
     assert line.startswith("tandem: RabbitMQ refuses the 'celery' queue"), line
-    assert "likely quorum" in line, line
+    assert "The queue is a quorum queue" in line, line
     assert queues(vhost_url, "type")["celery"] == ["quorum"]
 
 
@@ -162,7 +162,7 @@ def test_a_role_all_worker_names_the_tools_queue_made_classic(vhost_url: str, re
     done = _run(_env(vhost_url, redis_db, TANDEM_RABBITMQ_QUEUE_TYPE="quorum"), "all", "--no-intake")
     line = _one_line(done)
     assert line.startswith("tandem: RabbitMQ refuses the 'tools' queue"), line
-    assert "TANDEM_RABBITMQ_QUEUE_TYPE=quorum" in line and "likely classic" in line, line
+    assert "TANDEM_RABBITMQ_QUEUE_TYPE=quorum" in line and "The queue is a classic queue" in line, line
     assert queues(vhost_url, "type")["tools"] == ["classic"]
 
 
@@ -240,7 +240,7 @@ def test_the_advice_names_the_queues_real_type_when_only_another_argument_differ
     _made(vhost_url, "thinker", CLASSIC)
     line = _one_line(_run(_env(vhost_url, redis_db), "thinker", "--no-intake"), "x-max-priority")
     assert queues(vhost_url, "type")["thinker"] == ["classic"]
-    assert "likely quorum" not in line, line
+    assert "a quorum queue" not in line and "another declaration" in line, line
 
 
 def test_a_custom_intake_queue_made_otherwise_is_named(vhost_url: str, redis_db: str) -> None:
@@ -273,7 +273,7 @@ def test_switching_the_type_of_an_existing_fleet_stops_the_new_worker_in_one_lin
     assert _wait_count(vhost_url, "thinker", 1) == 1
     done = _run(_env(vhost_url, redis_db, TANDEM_RABBITMQ_QUEUE_TYPE=after), "all")
     line = _one_line(done)
-    assert f"TANDEM_RABBITMQ_QUEUE_TYPE={after}" in line and f"likely {before}" in line, line
+    assert f"TANDEM_RABBITMQ_QUEUE_TYPE={after}" in line and f"The queue is a {before} queue" in line, line
     types = queues(vhost_url, "type")
     assert {name: types.get(name) for name in ("thinker", "actor", "tools", "celery")} == {
         name: [before] for name in ("thinker", "actor", "tools", "celery")

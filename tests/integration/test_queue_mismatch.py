@@ -52,6 +52,6 @@ def test_a_worker_whose_queue_was_made_otherwise_says_so_in_one_line(
     assert len(lines) == 1, done.stderr[-3000:]
     said = lines[0]
     assert said.startswith("tandem: RabbitMQ refuses the 'thinker' queue") and "PRECONDITION_FAILED" in said
-    assert f"TANDEM_RABBITMQ_QUEUE_TYPE={ours}" in said and f"likely {kind}" in said
+    assert f"TANDEM_RABBITMQ_QUEUE_TYPE={ours}" in said and f"The queue is a {kind} queue" in said
     assert f"rabbitmqctl delete_queue thinker -p {vhost}" in said
     assert queues(vhost_url, "type")["thinker"] == [kind]  # the queue is as it was
