@@ -55,6 +55,7 @@ from tandem.reasoner.approval import (
 from tandem.reasoner.errors import ApprovalError
 from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult
+from tandem.tasks.control.once import Repeated, refusal, reply_once
 from tandem.tasks.errors import DecisionRefused, StalePauseError
 from tandem.tasks.events import EventHooks
 from tandem.tasks.job_events import ApprovalDecided
@@ -66,7 +67,6 @@ from tandem.toolkit.tool import Tool
 
 __all__ = ["ApprovalRecord", "ApprovalStore", "decisions_of", "pause_id", "rejected_results"]
 
-MAX_KEY = 200
 """The longest idempotency key (characters)."""
 
 
@@ -174,14 +174,6 @@ def _clash(decisions: Any, decided: set[int]) -> int | None:
     return None
 
 
-class _Answered(Exception):
-    """The decision's idempotency key has an answer already: ``answer``."""
-
-    def __init__(self, answer: dict[str, Any]) -> None:
-        super().__init__("answered")
-        self.answer = answer
-
-
 class ApprovalStore:
     """Reads and writes the pending approvals of one ``JobStore``'s jobs."""
 
@@ -212,29 +204,15 @@ class ApprovalStore:
         "accepted": false, "error", "reason", "pause_id", "current_pause"}`` (``reason``:
         ``stale_pause``, ``refused`` or ``withdrawn``). With an idempotency ``key`` the first
         answer is kept and given again for the same key, and the decision is applied once."""
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY):
-            return _refusal(
-                job_id,
-                DecisionRefused(
-                    f"idempotency_key must be a string of 1 to {MAX_KEY} characters, got {key!r}; "
-                    "nothing was decided"
-                ),
-                pause,
-            )
-        if key:
-            prior = self.store.machine.answered(job_id, key)
-            if prior is not None:
-                return dict(json.loads(prior))
-        try:
-            record = self._decide(job_id, decisions, pause, key or "", now)
-        except _Answered as done:
-            return done.answer
-        except DecisionRefused as exc:
-            refused = _refusal(job_id, exc, pause)
-            if not key:
-                return refused
-            return dict(json.loads(self.store.machine.remember(job_id, key, json.dumps(refused))))
-        return _accepted(job_id, record)
+        return reply_once(
+            self.store.machine,
+            job_id,
+            key,
+            pause,
+            "decided",
+            lambda stored_key: self._decide(job_id, decisions, pause, stored_key, now),
+            _accepted,
+        )
 
     def decide(
         self, job_id: str, decisions: Any, *, pause: str | None = None, now: float | None = None
@@ -273,7 +251,7 @@ class ApprovalStore:
             _check_current(job_id, record, wanted)
             updated, added, late = self._apply(job_id, record, decisions, now)
             answer = (
-                _refusal(job_id, _stale(late, wanted, None), wanted) if late else _accepted(job_id, updated)
+                refusal(job_id, _stale(late, wanted, None), wanted) if late else _accepted(job_id, updated)
             )
             reply = self.store.machine.settle(
                 job_id,
@@ -291,7 +269,7 @@ class ApprovalStore:
         else:  # pragma: no cover - a hundred decisions racing on one job
             raise DecisionRefused(f"job {job_id!r}: too many decisions at once; try again")
         if reply[0] == "repeat":
-            raise _Answered(dict(json.loads(reply[1])))
+            raise Repeated(dict(json.loads(reply[1])))
         if reply[0] == "stale":
             current = (
                 pause_id(job_id, int(reply[3]), int(reply[1])) if reply[2] == "awaiting_approval" else None
@@ -437,19 +415,6 @@ def _accepted(job_id: str, record: ApprovalRecord) -> dict[str, Any]:
         "round": record.round,
         "complete": record.decided,
         "decisions": [d.model_dump(mode="json", exclude_none=True) for d in record.decisions],
-    }
-
-
-def _refusal(job_id: str, exc: DecisionRefused, pause: str | None) -> dict[str, Any]:
-    """The answer of a refused decision."""
-    stale = isinstance(exc, StalePauseError)
-    return {
-        "job_id": job_id,
-        "accepted": False,
-        "error": str(exc),
-        "reason": "stale_pause" if stale else "refused",
-        "pause_id": exc.pause_id if isinstance(exc, StalePauseError) else pause,
-        "current_pause": exc.current_pause if isinstance(exc, StalePauseError) else None,
     }
 
 

@@ -43,6 +43,7 @@ from pydantic import BaseModel, computed_field
 
 from tandem.reasoner.loop.step import Step
 from tandem.reasoner.questions import check_answer
+from tandem.tasks.control.once import Repeated, refusal, reply_once
 from tandem.tasks.errors import DecisionRefused, DecisionTimeout, InvalidAnswer, StalePauseError
 from tandem.tasks.job_events import QuestionAnswered, QuestionAsked
 from tandem.tasks.state.keys import pause_id
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = ["QuestionPending", "QuestionRecord", "QuestionStore", "WorkerAsker", "answer_of"]
 
-MAX_KEY = 200
 """The longest idempotency key (characters)."""
 
 AnsweredBy = Literal["person", "timeout"]
@@ -234,17 +234,8 @@ class QuestionStore:
         "error", "reason", "pause_id", "current_pause"}`` (``reason``: ``stale_pause``,
         ``invalid_answer``, ``refused`` or ``withdrawn``). A refused answer changes nothing. With
         an idempotency ``key`` the first reply is kept and given again, and the answer applies once."""
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY):
-            return _refusal(
-                job_id,
-                DecisionRefused(
-                    f"idempotency_key must be a string of 1 to {MAX_KEY} characters, got {key!r}; "
-                    "nothing was answered"
-                ),
-                pause,
-            )
         if pause is not None and (not isinstance(pause, str) or not pause):
-            return _refusal(
+            return refusal(
                 job_id,
                 DecisionRefused(
                     f"pause_id must be a pause's id string (from question_asked or the job's status), "
@@ -252,20 +243,15 @@ class QuestionStore:
                 ),
                 None,
             )
-        if key:
-            prior = self.store.machine.answered(job_id, key)
-            if prior is not None:
-                return dict(json.loads(prior))
-        try:
-            record = self._store(job_id, answer, pause, key or "", now)
-        except _Repeat as done:
-            return done.reply
-        except DecisionRefused as exc:
-            refused = _refusal(job_id, exc, pause)
-            if not key:
-                return refused
-            return dict(json.loads(self.store.machine.remember(job_id, key, json.dumps(refused))))
-        return _accepted(job_id, record)
+        return reply_once(
+            self.store.machine,
+            job_id,
+            key,
+            pause,
+            "answered",
+            lambda stored_key: self._store(job_id, answer, pause, stored_key, now),
+            _accepted,
+        )
 
     def expire_if_due(self, job_id: str, *, now: float | None = None) -> QuestionRecord | None:
         """Store the timeout of a question unanswered past its deadline (the call runs again and
@@ -275,7 +261,7 @@ class QuestionStore:
         if record is None or record.answered or at < record.deadline:
             return record
         # Refused when stored here or by another process first, or the job moved on.
-        with contextlib.suppress(DecisionRefused, _Repeat):
+        with contextlib.suppress(DecisionRefused, Repeated):
             self._store(job_id, None, record.pause_id, "", at)
         return self.get(job_id)
 
@@ -311,7 +297,7 @@ class QuestionStore:
                 update = {"answer": answer, "answered_by": "person", "answered_at": at}
             updated = record.model_copy(update=update)
             reply_json = json.dumps(
-                _refusal(job_id, _late(job_id, record), wanted) if late else _accepted(job_id, updated)
+                refusal(job_id, _late(job_id, record), wanted) if late else _accepted(job_id, updated)
             )
             outbox = step_messages(job_id, Step(record.round, "tools"), [record.call_index])
             calls = range(1, int(state.get("calls") or 0) + 1)
@@ -347,7 +333,7 @@ class QuestionStore:
         else:  # pragma: no cover - a hundred answers racing on one job
             raise DecisionRefused(f"job {job_id!r}: too many answers at once; try again")
         if reply[0] == "repeat":
-            raise _Repeat(dict(json.loads(reply[1])))
+            raise Repeated(dict(json.loads(reply[1])))
         if reply[0] == "stale":
             current = pause_id(job_id, int(state.get("round") or 0), int(reply[1]))
             waiting = reply[2] == "awaiting_approval"
@@ -375,14 +361,6 @@ class QuestionStore:
         if late:
             raise _late(job_id, record)
         return updated
-
-
-class _Repeat(Exception):
-    """The answer's idempotency key has a reply already: ``reply``."""
-
-    def __init__(self, reply: dict[str, Any]) -> None:
-        super().__init__("answered")
-        self.reply = reply
 
 
 def _text(value: Any) -> str:
@@ -435,23 +413,6 @@ def _accepted(job_id: str, record: QuestionRecord) -> dict[str, Any]:
         "round": record.round,
         "call_index": record.call_index,
         "answer": record.answer,
-    }
-
-
-def _refusal(job_id: str, exc: DecisionRefused, pause: Any) -> dict[str, Any]:
-    stale = isinstance(exc, StalePauseError)
-    reason = "stale_pause" if stale else "invalid_answer" if isinstance(exc, InvalidAnswer) else "refused"
-    return {
-        "job_id": job_id,
-        "accepted": False,
-        "error": str(exc),
-        "reason": reason,
-        "pause_id": exc.pause_id
-        if isinstance(exc, StalePauseError)
-        else pause
-        if isinstance(pause, str)
-        else None,
-        "current_pause": exc.current_pause if isinstance(exc, StalePauseError) else None,
     }
 
 
