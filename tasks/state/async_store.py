@@ -17,6 +17,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from tandem.tasks.spec import JobResult, JobStatus
+from tandem.tasks.state.record import text as _text
 from tandem.tasks.state.store import (
     FINAL_LOOKAHEAD,
     JobStore,
@@ -28,10 +29,6 @@ from tandem.tasks.state.store import (
 
 AsyncRedisFactory = Callable[[], AsyncRedis]
 """Makes a new asyncio Redis client (one per operation: a client belongs to one event loop)."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def event_from_entry(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from tandem.tasks.state.claims import (
 )
 from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, live_shard_key, live_shard_of
 from tandem.tasks.state.record import JobRecord
+from tandem.tasks.state.record import text as _text
 from tandem.tasks.state.scripts import lua
 from tandem.tasks.state.views import ViewAsk
 
@@ -83,10 +84,6 @@ SCRIPTS = (
     "reconcile",
 )
 """The machine's scripts, each in ``scripts/<name>.lua``."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class JobMachine:

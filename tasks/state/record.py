@@ -35,7 +35,8 @@ def end_status(text: str, default: EndStatus = "completed") -> EndStatus:
     return cast(EndStatus, text) if text in END_STATUSES else default
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A Redis reply (bytes or str) as ``str``."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -77,7 +78,7 @@ class JobRecord:
         """The record from its raw hash (bytes or str), ``None`` for no record."""
         if not raw:
             return None
-        fields = {_text(k): _text(v) for k, v in raw.items()}
+        fields = {text(k): text(v) for k, v in raw.items()}
         state = fields.get("state", "queued")
         reasoner = fields.get("reasoner") or "dual"
         kind = fields.get("kind", "")

@@ -23,10 +23,10 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tandem.tasks.state.claims import Message
 from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.record import text as _text
 from tandem.tasks.state.scripts import lua
 
 RESUMABLE_STATES: frozenset[str] = frozenset({"failed", "cancelled", "truncated"})
@@ -54,10 +54,6 @@ class Reopened:
     outcome: str
     state: str = ""
     epoch: int = 0
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Reopener:

@@ -50,14 +50,11 @@ from tandem.tasks.state.keys import (
 )
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.record import JobRecord
+from tandem.tasks.state.record import text as _text
 from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.tasks.state.scripts import lua
 from tandem.tasks.state.views import StepView, ViewAsk
 from tandem.toolkit.redaction import redact, redact_data, redact_known
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _pause_of(job_id: str, raw: Mapping[Any, Any], approval: Any) -> str | None:

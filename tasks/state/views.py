@@ -16,11 +16,7 @@ from typing import Any
 
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.spec import JobSpec
-
-
-def text(value: Any) -> str:
-    """A Redis reply as ``str``."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+from tandem.tasks.state.record import text
 
 
 @dataclass(frozen=True)
