@@ -11,7 +11,6 @@ is held until its commit (``PendingMemory``), its events too (``DeferredHooks``)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.pending import DeferredHooks, PendingMemory
-from tandem.tasks.state.views import StepView
+from tandem.tasks.state.views import StepView, ViewAsk
 from tandem.toolkit.redaction import SecretScope, current_scope, enter_scope
 from tandem.toolkit.tool import Tool
 
@@ -94,25 +93,19 @@ class StepContext:
     hooks: DeferredHooks
 
     @classmethod
-    def load(
-        cls,
-        rt: Runtime,
-        claim: Claim,
-        *,
-        messages: Sequence[str] | None = None,
-        record: Sequence[str] = (),
-    ) -> StepContext:
-        """Read the claimed step's job (its whole memory, or only the ``messages`` keyed so, and
-        the ``record`` fields asked for; what the claim read, when it was asked to) and find its
-        fixtures; ``Ignore`` for an unknown or expired job."""
+    def load(cls, rt: Runtime, claim: Claim, ask: ViewAsk | None = None) -> StepContext:
+        """Read the claimed step's job as ``ask`` says (the claim's ``view``, the same ``ViewAsk``
+        the claim was made with; read here for a claim made without) and find its fixtures;
+        ``Ignore`` for an unknown or expired job."""
+        ask = ask or ViewAsk()
         job_id = claim.job_id
-        view = claim.view
-        if view is None:
-            view = rt.store.step_view(job_id, messages=True if messages is None else messages, record=record)
+        view = claim.view or rt.store.step_view(job_id, messages=ask.messages, record=ask.record)
+        messages = ask.messages
+        asked = list(messages) if messages and messages is not True else None
         stored = rt.store.memory(job_id)
         events = EventHooks(rt.store, job_id)
         hooks = DeferredHooks(events)
-        memory = PendingMemory(stored, view.messages, asked=messages)
+        memory = PendingMemory(stored, view.messages, asked=asked)
         if view.spec_json is None:
             raise Ignore()  # unknown or expired job: nothing to do
         spec = view.spec_json

@@ -31,9 +31,10 @@ def model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | 
 
 def _model_step(job_id: str, round_no: int, kind: ModelRole) -> dict[str, Any] | None:
     rt = get_runtime()
-    claim = claim_step(rt, job_id, round_no, kind, ViewAsk())  # with the spec, cancel flag and memory
+    ask = ViewAsk()  # the spec, the cancel flag and the whole memory, read with the claim
+    claim = claim_step(rt, job_id, round_no, kind, ask)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        ctx = StepContext.load(rt, claim)
+        ctx = StepContext.load(rt, claim, ask)
         if ctx.view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
         replied = ctx.memory.get_message(round_no, kind) is not None

@@ -62,11 +62,12 @@ def run_tool(self: CeleryTask, job_id: str, round_no: int, index: int, *_: Any) 
 
 def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
     rt = get_runtime()
-    claim = claim_call(rt, job_id, round_no, index, ViewAsk(messages=[f"{round_no}:actor"]))
+    ask = ViewAsk(messages=[f"{round_no}:actor"])  # the Actor's reply that made the call
+    claim = claim_call(rt, job_id, round_no, index, ask)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
         ctx: StepContext | None = None
         try:
-            ctx = StepContext.load(rt, claim, messages=[f"{round_no}:actor"])
+            ctx = StepContext.load(rt, claim, ask)
             result = call_tool(ctx)
         except QuestionPending as asked:  # the tool asked a person: park the job, hold no worker
             assert ctx is not None
@@ -174,10 +175,10 @@ def collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
 def _collect_step(job_id: str, round_no: int) -> dict[str, Any] | None:
     rt = get_runtime()
     keys = [f"{round_no}:actor", f"{round_no}:tool"]  # the round's messages, not the whole memory
-    view = ViewAsk(messages=keys, record=["calls"], results=True)  # and the round's tool results
-    claim = claim_step(rt, job_id, round_no, "collect", view)
+    ask = ViewAsk(messages=keys, record=["calls"], results=True)  # and the round's tool results
+    claim = claim_step(rt, job_id, round_no, "collect", ask)
     with Heartbeat(rt.machine, claim, rt.settings.lease_seconds):
-        ctx = StepContext.load(rt, claim, messages=keys, record=["calls"])
+        ctx = StepContext.load(rt, claim, ask)
         if ctx.view.cancelled:
             return finish(job_id, "cancelled", claim=claim)
         count = int(ctx.view.record.get("calls") or 0)
