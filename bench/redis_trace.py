@@ -96,8 +96,9 @@ def run(jobs: int, extra_env: dict[str, str]) -> tuple[dict[str, Any], list[str]
             continue  # the reconciler's clock before a sweep
         (inside if lua else sent)[name] += 1
         kept.append(f"{'lua' if lua else where} {entry['command'][:200]}")
-    if sent["LPUSH"]:  # each message is taken by one BRPOP (the idle ones time out, and are left out)
-        sent["BRPOP"] = sent["LPUSH"]
+    pushed = sent["LPUSH"] + inside["LPUSH"]  # a commit's script pushes its step's messages itself
+    if pushed:  # each message is taken by one BRPOP (the idle ones time out, and are left out)
+        sent["BRPOP"] = pushed
     rounds = jobs * ROUNDS_PER_JOB
     figures: dict[str, Any] = {
         "redis_trace_jobs": jobs,

@@ -48,6 +48,8 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from tandem.broker_config import capture
+
 log = logging.getLogger("tandem.broker")
 
 DEAD_LETTERS_KEPT = 1000
@@ -237,6 +239,11 @@ class Channel(redis.Channel):
             raise RedisConnectionError("the broker connection was closed after it failed")
         params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)
         return params
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        # Inside ``capture.capture()`` the message is kept for a step's commit to push.
+        if not capture.take(self, queue, message, kwargs):
+            super()._put(queue, message, **kwargs)
 
     def _deliver_raw(self, raw: Any, queue: str) -> None:
         """Hand one message taken from ``queue`` to its consumer, or dead-letter it if malformed."""

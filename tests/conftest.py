@@ -23,3 +23,19 @@ def _is_integration(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # one of xdist's processes: all sort the same way
         items.sort(key=lambda item: not _is_integration(item))  # stable: each module stays whole
+
+
+@pytest.fixture(autouse=True)
+def _broker_stand_in_gets_every_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that replaces ``app.send_task`` (its stand-in for the broker) gets every step's message
+    there: a commit does not push them to the broker's lists itself (``dispatch.wire``), as it does
+    where the broker is the job state's Redis."""
+    from tandem.tasks import app as app_module
+    from tandem.tasks.steps import dispatch
+
+    real = dispatch.pushes_with_commit
+
+    def pushes_with_commit(rt: object) -> bool:
+        return "send_task" not in vars(app_module.app) and real(rt)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dispatch, "pushes_with_commit", pushes_with_commit)

@@ -95,8 +95,8 @@ class JobMachine:
         self.prefix = store.prefix
         self._scripts = {name: self.redis.register_script(lua(name)) for name in SCRIPTS}
 
-    def _run(self, name: str, job_id: str, *args: Any) -> Any:
-        return self._scripts[name](keys=self._keys(job_id), args=list(args))
+    def _run(self, name: str, job_id: str, *args: Any, more_keys: Sequence[str] = ()) -> Any:
+        return self._scripts[name](keys=[*self._keys(job_id), *more_keys], args=list(args))
 
     def _keys(self, job_id: str) -> list[str]:
         return [JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part) for part in JOB_PARTS]
@@ -114,13 +114,16 @@ class JobMachine:
         """The shard a job is indexed in."""
         return live_shard_of(job_id)
 
-    def index(self, job_id: str, at: float, ttl: int) -> None:
-        """Put the job in the live index (checked from ``at`` on)."""
+    def index(self, job_id: str, at: float, ttl: int, pipe: Any = None) -> None:
+        """Put the job in the live index (checked from ``at`` on); queued on ``pipe`` (not run)
+        when one is given."""
         key = self.shard_key(self.shard_of(job_id))
-        pipe = self.redis.pipeline(transaction=False)
+        own = pipe is None
+        pipe = self.redis.pipeline(transaction=False) if own else pipe
         pipe.zadd(key, {job_id: at})
         pipe.expire(key, ttl)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def unindex(self, job_id: str) -> None:
         """Take the job out of the live index."""
@@ -139,9 +142,17 @@ class JobMachine:
         timeout: float,
         ttl_after: int,
         outbox_id: str | None = None,
+        started: Mapping[str, str] | None = None,
+        maxlen: int = 10000,
+        wire: Sequence[tuple[str, str]] = (),
     ) -> bool:
         """Create the job's record at its first step with that step's messages in the outbox
-        (under ``outbox_id``, a fresh one by default); ``False`` if the job exists already."""
+        (under ``outbox_id``, a fresh one by default); ``False`` if the job exists already.
+
+        ``started``: the job's first event (a ``JobStore.entry``), which makes its stream (capped
+        at about ``maxlen``, living as long as the record). ``wire``: messages pushed to the broker's
+        lists instead of kept in the outbox, as in ``transition``."""
+        event = [started["type"], started["data"], started["at"]] if started is not None else ["", "", ""]
         return bool(
             self._run(
                 "create",
@@ -154,6 +165,11 @@ class JobMachine:
                 ttl_after,
                 json.dumps(outbox),
                 outbox_id or uuid.uuid4().hex,
+                *event,
+                maxlen,
+                len(wire),
+                *(payload for _, payload in wire),
+                more_keys=[key for key, _ in wire],
             )
         )
 
@@ -221,13 +237,16 @@ class JobMachine:
         park: Park | None = None,
         events: Sequence[Mapping[str, str]] = (),
         maxlen: int = 10000,
+        wire: Sequence[tuple[str, str]] = (),
     ) -> bool:
         """Store ``memory_writes`` and move from the claimed step to ``nxt`` (round, kind, calls,
         status) with ``outbox``; ``False`` (nothing stored) if the claim was lost. Running it again
         with the same ``tx`` returns ``True`` without changing anything. With ``park`` the job
         moves to ``awaiting_approval`` (see ``Park``). ``events``: the step's stream entries
-        (``JobStore.entry``), appended with the commit (the stream capped at about ``maxlen``)."""
-        appended: list[Any] = [maxlen]
+        (``JobStore.entry``), appended with the commit (the stream capped at about ``maxlen``).
+        ``wire``: messages the commit pushes to the broker's lists, as ``(list key, message JSON)``
+        (``tandem.tasks.steps.dispatch.wire``; the broker must be this Redis), then in no outbox."""
+        appended: list[Any] = [maxlen, len(wire), *(payload for _, payload in wire)]
         for entry in events:
             appended += [entry["type"], entry["data"], entry["at"]]
         parking = (
@@ -258,6 +277,7 @@ class JobMachine:
                 json.dumps(memory_writes),
                 *parking,
                 *appended,
+                more_keys=[key for key, _ in wire],
             )
         )
 

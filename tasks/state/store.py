@@ -263,14 +263,14 @@ class JobStore:
         if self.redis.transaction(undo, key, self.key(job_id, "spec"), value_from_callable=True):
             self.redis.zrem(recent_shard_key(self.prefix, job_id), job_id)
 
-    def remember(self, job_id: str, at: float | None = None, *, owner: str | None = None) -> None:
+    def remember(
+        self, job_id: str, at: float | None = None, *, owner: str | None = None, pipe: Any = None
+    ) -> None:
         """Add the job to the index of recent jobs, and to its tenant's when ``owner`` is given
-        (each kept to about the newest ``RECENT_LIMIT``, see ``RECENT_TRIM_EVERY``; idempotent)."""
-        pipe = self.redis.pipeline(transaction=False)
-        self._remember_on(pipe, job_id, at, owner)
-        pipe.execute()
-
-    def _remember_on(self, pipe: Any, job_id: str, at: float | None = None, owner: str | None = None) -> None:
+        (each kept to about the newest ``RECENT_LIMIT``, see ``RECENT_TRIM_EVERY``; idempotent);
+        queued on ``pipe`` (not run) when one is given."""
+        own = pipe is None
+        pipe = self.redis.pipeline(transaction=False) if own else pipe
         at = at or time.time()
         trim = random.randrange(RECENT_TRIM_EVERY) == 0  # trimming on every call would double its cost
         indexes = [(recent_shard_key(self.prefix, job_id), RECENT_PER_SHARD)]
@@ -282,17 +282,8 @@ class JobStore:
                 pipe.zremrangebyrank(key, 0, -keep - 1)
                 pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
             pipe.expire(key, self.ttl)
-
-    def started(self, job_id: str, event: JobEvent, ttl: int, *, owner: str | None = None) -> str:
-        """At a job's start: ``remember`` it (for tenant ``owner``) and write its first ``event``,
-        making its event stream with ``ttl`` seconds to live, in one round trip; the event's
-        stream id."""
-        key = self.key(job_id, "events")
-        pipe = self.redis.pipeline(transaction=False)
-        self._remember_on(pipe, job_id, owner=owner)
-        pipe.xadd(key, self.entry(event), maxlen=self.stream.maxlen, approximate=True)
-        pipe.expire(key, ttl)
-        return _text(pipe.execute()[-2])
+        if own:
+            pipe.execute()
 
     def recent(self, limit: int = 50, *, owner: str | None = None) -> list[JobStatus]:
         """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out):

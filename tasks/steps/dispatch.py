@@ -1,5 +1,5 @@
 """The messages that wake a job's steps: which task wakes which step, sending them with the job's
-broker priority, and sending the outbox a transition wrote.
+broker priority, sending the outbox a transition wrote, or handing them to the transition to push.
 
 A message only wakes a step up (``tandem.tasks.state.machine``): it names the step, ``[job, round]``
 plus the call index of a ``tools`` step, and the step's kind by its task's name. Each goes out under
@@ -12,6 +12,8 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 
+from tandem.broker_config.capture import NotCaptured, capture
+from tandem.broker_config.transport import TRANSPORT
 from tandem.tasks import tracing
 from tandem.tasks.app import app
 from tandem.tasks.hosts.budgets import message_priority
@@ -45,6 +47,31 @@ def send(
         )
 
 
+def pushes_with_commit(rt: Runtime) -> bool:
+    """Whether a step's commit can push its successors' messages itself: the broker is the job
+    state's own Redis (the same URL), through tandem's channel."""
+    conf = app.conf
+    return conf.broker_transport == TRANSPORT and conf.broker_url == rt.settings.redis_url
+
+
+def wire(rt: Runtime, messages: Sequence[Message], spec: JobSpec) -> list[tuple[str, str]] | None:
+    """``messages`` as Celery would send them (priority, trace headers and seal included), built
+    but not sent, for a commit to push with the step: ``(list key, message JSON)`` each. ``None``
+    where the commit cannot push them (the caller sends the outbox after the commit instead):
+    the broker is not the job state's Redis, a message waits for a countdown, or it could not be
+    built (the reason is logged)."""
+    if not messages or any(m.get("countdown") for m in messages) or not pushes_with_commit(rt):
+        return None
+    try:
+        with capture() as box:
+            send(messages, message_priority(spec.priority, rt.settings.broker_url), spec.trace_context)
+    except NotCaptured as exc:
+        log.info("the commit cannot push its messages (%s): they go from the outbox", exc)
+        return None
+    except Exception:
+        log.warning("building the next step's messages failed: they go from the outbox", exc_info=True)
+        return None
+    return box if len(box) == len(messages) else None
 
 
 def send_outbox(

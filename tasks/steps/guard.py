@@ -41,7 +41,7 @@ from tandem.tasks.state.record import EndStatus, end_status
 from tandem.tasks.state.results import end_job as end_job_durably
 from tandem.tasks.state.views import ViewAsk
 from tandem.tasks.steps.context import enter_job_scope
-from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.dispatch import send_outbox, wire
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
 from tandem.tasks.webhooks import delivery as webhooks
@@ -299,17 +299,21 @@ def commit(
     events = hooks.drain()
     entries = [rt.store.entry(event) for event in events or ()]
     maxlen = rt.store.stream.maxlen
+    # Where the broker is this Redis the commit also queues the next step (no outbox to send); the
+    # finalize message stays in the outbox, for the reconciler, while this worker ends the job.
+    wired = None if nxt.kind == "finalize" else wire(rt, messages, spec)
     moved = retrying(
         rt,
         lambda: rt.machine.transition(
             claim,
             (nxt.round, nxt.kind, nxt.calls, nxt.status),
-            messages,
+            [] if wired else messages,
             memory.writes(),
             tx=tx,
             park=park,
             events=entries,
             maxlen=maxlen,
+            wire=wired or (),
         ),
     )
     tracing.outcome("tandem.commit", "committed" if moved else "lost")
@@ -335,7 +339,8 @@ def commit(
         # The committed step holds the job's whole memory: the outcome is read from it.
         finalize_step(claim.job_id, nxt.round, status=end_status(nxt.status), spec=spec, memory=memory)
         return
-    send_outbox(rt, claim.job_id, (tx, messages), spec)
+    if wired is None:
+        send_outbox(rt, claim.job_id, (tx, messages), spec)
     # Returned, not raised: Celery formats a traceback for every ``Ignore`` (a step task stores
     # no result, so returning costs nothing).
 

@@ -24,7 +24,7 @@ from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.spec import JobResult, validate_spec
 from tandem.tasks.steps.context import JobFixtures
-from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.dispatch import send_outbox, wire
 from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import job_span, outcome, step_span
@@ -83,27 +83,36 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     timeout = job_spec.timeout_s or rt.settings.job_timeout
     live_ttl = int(timeout + rt.settings.memory_ttl)
     first_look = min(rt.settings.lease_seconds, rt.settings.stall_seconds)
-    rt.machine.index(job_id, time.time() + first_look, live_ttl)
+    indexes = rt.redis.pipeline(transaction=False)  # the live and recent indexes: one round trip
+    rt.machine.index(job_id, time.time() + first_look, live_ttl, pipe=indexes)
+    rt.store.remember(job_id, owner=job_spec.owner, pipe=indexes)
+    indexes.execute()
     arm_webhooks(rt, job_id, job_spec)  # before the job can park or end (tandem.tasks.webhooks)
     messages, outbox_id = step_messages(job_id, first), uuid.uuid4().hex
+    # The record, its first event and (where the broker is this Redis) the first step's message,
+    # in one script call: the step is queued exactly when the job exists.
+    wired = wire(rt, messages, job_spec)
     created = rt.machine.create(
         job_id,
         spec_json,
         job_spec.reasoner,
         (first.round, first.kind),
-        messages,
+        [] if wired else messages,
         timeout=timeout,
         ttl_after=rt.settings.memory_ttl,
         outbox_id=outbox_id,
+        started=rt.store.entry(JobStarted(spec=job_spec.public_dump())),
+        maxlen=rt.store.stream.maxlen,
+        wire=wired or (),
     )
     outcome("tandem.commit", "created" if created else "duplicate")
-    if created:
-        rt.store.started(job_id, JobStarted(spec=job_spec.public_dump()), live_ttl, owner=job_spec.owner)
-        if job_spec.thread_id:  # its thread's index (one key of the thread's own slot)
-            index_job(rt.store, job_spec.thread_id, job_id, live_ttl)
-    # A job created by this call sends the outbox it wrote; a duplicate intake message sends what
-    # the record's outbox still holds (nothing once sent).
-    send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
+    if created and job_spec.thread_id:  # its thread's index (one key of the thread's own slot)
+        index_job(rt.store, job_spec.thread_id, job_id, live_ttl)
+    # A job created by this call sends the outbox it wrote (unless its message went with the
+    # record); a duplicate intake message sends what the record's outbox still holds (nothing once
+    # sent).
+    if not (created and wired):
+        send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
     if self.request.ignore_result:  # as ``send_intake`` sends it: Celery stores nothing now
         return None
     raise Ignore()  # a bare client's message: the result is stored when the job ends, not now

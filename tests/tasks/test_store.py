@@ -24,7 +24,6 @@ from tandem.tasks.job_events import (
 )
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.state.store import JobStore
-from tests.tasks.round_trips import count_pipelines
 from tests.tasks.slots import SlotCheckingRedis
 
 JOB = "job-1"
@@ -308,7 +307,7 @@ def test_a_tenant_lists_its_jobs_however_many_newer_jobs_other_tenants_have(stor
         store.set_status(f"mine-{i}", state="queued", owner="team-a")
     pipe = store.redis.pipeline(transaction=False)
     for i in range(RECENT_LIMIT + 50):  # newer jobs of another tenant crowd the shared index
-        store._remember_on(pipe, f"theirs-{i}", start + 100 + i, "team-b")
+        store.remember(f"theirs-{i}", start + 100 + i, owner="team-b", pipe=pipe)
         pipe.hset(store.key(f"theirs-{i}", "state"), mapping={"state": "queued", "owner": "team-b"})
     pipe.execute()
     assert [s.job_id for s in store.recent(10, owner="team-a")] == ["mine-2", "mine-1", "mine-0"]
@@ -348,15 +347,24 @@ def test_events_of_an_unknown_job_end(store: JobStore) -> None:
     assert list(store.events("nope", block_ms=10, timeout=30)) == []
 
 
-def test_a_start_is_remembered_and_makes_its_stream_in_one_round_trip(store: JobStore) -> None:
+def test_a_start_makes_its_stream_with_the_record(store: JobStore) -> None:
     from tandem.tasks.job_events import make_event
 
-    executed = count_pipelines(store.redis)
-    store.create(JOB, JobSpec(goal="g"))
-    executed.clear()
-    entry_id = store.started(JOB, make_event("job_started", {"spec": {"goal": "g"}}), ttl=777)
-    assert len(executed) == 1  # one round trip
+    started = store.entry(make_event("job_started", {"spec": {"goal": "g"}}))
+    pipe = store.redis.pipeline(transaction=False)
+    store.remember(JOB, pipe=pipe)
+    assert store.recent() == []  # queued on the pipeline, not run
+    pipe.execute()
+    assert [s.job_id for s in store.recent()] == []  # no record yet: left out
+    spec = JobSpec(goal="g").model_dump_json()
+    assert store.machine.create(
+        JOB, spec, "dual", (0, "thinker"), [], timeout=700, ttl_after=77, started=started
+    )
     (event,) = store.read_events(JOB)
-    assert event.type == "job_started" and event.id == entry_id
-    assert 770 < store.redis.ttl(store.key(JOB, "events")) <= 777
+    assert event.type == "job_started" and event.data["spec"] == {"goal": "g"}
+    assert 770 < store.redis.ttl(store.key(JOB, "events")) <= 777  # the record's: timeout + ttl_after
     assert [s.job_id for s in store.recent()] == [JOB]
+    again = store.machine.create(
+        JOB, spec, "dual", (0, "thinker"), [], timeout=700, ttl_after=77, started=started
+    )
+    assert not again and len(store.read_events(JOB)) == 1  # a duplicate start writes no second event

@@ -12,9 +12,10 @@ local function owner_of(spec)
   if ok and type(s) == 'table' and type(s.owner) == 'string' and s.owner ~= '' then return s.owner end
   return 'default'
 end
-local function expire_all(ttl)
+-- ``last``: the last key that is the job's (default: all of KEYS).
+local function expire_all(ttl, last)
   ttl = math.max(math.floor(ttl), 1)
-  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 1, last or #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
 end
 -- A live job's TTL from its record's deadline and ttl_after, for every key of the job: only the
 -- rare transitions that move the deadline (park, settle, reopen) use it.
