@@ -11,14 +11,15 @@ sending it, as the list it belongs in and its JSON.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from kombu.utils.json import dumps
 
-_local = threading.local()  # a greenlet's own under gevent's monkey-patching
+_box: ContextVar[list[tuple[str, str]] | None] = ContextVar("tandem_capture", default=None)
+"""The capture of the running thread (or greenlet: each has its own context)."""
 
 
 class NotCaptured(RuntimeError):
@@ -30,18 +31,17 @@ def capture() -> Iterator[list[tuple[str, str]]]:
     """Collect, as ``(list key, message JSON)`` pairs, the messages this thread publishes to a
     Redis broker inside the block, instead of pushing them."""
     box: list[tuple[str, str]] = []
-    outer = getattr(_local, "box", None)
-    _local.box = box
+    token = _box.set(box)
     try:
         yield box
     finally:
-        _local.box = outer
+        _box.reset(token)
 
 
 def take(channel: Any, queue: str, message: Any, kwargs: dict[str, Any]) -> bool:
     """Keep ``message`` for ``queue`` if this thread is capturing (``True``); ``False`` to push
     it as usual. Raises ``NotCaptured`` for a message one ``LPUSH`` would not deliver as kombu does."""
-    box: list[tuple[str, str]] | None = getattr(_local, "box", None)
+    box = _box.get()
     if box is None:
         return False
     if kwargs.get("_publish_batch") is not None or (channel._expires and queue in channel._expires):

@@ -4,6 +4,7 @@ use; the messages are Celery's own, built but not sent; anything else takes the 
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -159,3 +160,14 @@ def test_wire_leaves_to_the_outbox_what_it_cannot_hand_over(monkeypatch: pytest.
 
     monkeypatch.setattr(dispatch, "send", refused)
     assert dispatch.wire(rt, step, spec) is None
+
+
+def test_a_capture_takes_its_own_threads_messages_only(broker: Any) -> None:
+    conn, redis, queue = broker
+    with capture() as box:
+        other = threading.Thread(
+            target=lambda: Producer(conn.channel()).publish({"n": 2}, routing_key=queue, serializer="json")
+        )
+        other.start()
+        other.join(10)
+    assert box == [] and sum(queued(redis, queue).values()) == 1  # the other thread's went out
