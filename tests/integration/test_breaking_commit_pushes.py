@@ -10,7 +10,10 @@ How it is attacked, on real ``celery worker`` processes and a real Redis:
 - the record and the queue lists are read together in one ``MULTI`` (Redis runs it between two
   other commands, never inside a script), again and again while steps commit with no worker of
   the next role: every snapshot that shows a step current must show its message queued, its
-  outbox empty and (after the creation) ``job_started`` first in the stream;
+  outbox empty and (after the creation) ``job_started`` first in the stream. The committing worker
+  reaches Redis through a ``SlowLink`` (30 ms each way), so a commit followed by a separate send
+  would leave a window of 60 ms or more: the same watch, pointed at ``collect`` (whose message
+  stays in the outbox until it commits, as documented), sees that window at once;
 - each message lies in its priority's list (``JobSpec.priority`` p -> kombu level 9 - p,
   docs/distributed.md) and is shaped as the app's own ``send_task`` shapes a message;
 - a broker on another database of the same server: nothing lands in the job state's database;
@@ -30,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from celery import Celery
@@ -50,6 +54,7 @@ from tests.integration.breaking import (
 from tests.integration.conftest import Cluster, _cluster_on, _exclusive_db, actor_host
 from tests.integration.otlp_receiver import OtlpReceiver
 from tests.integration.plan_model import goal_with_plan
+from tests.integration.slow_link import SlowLink
 from tests.integration.test_security import _certificate
 from tests.openai_server import OpenAIServer, Reply
 
@@ -85,6 +90,20 @@ def cluster_on_db(redis_base: str, **env: str) -> Iterator[Hosts]:
             yield hosts
         finally:
             next(clusters, None)
+
+
+@contextmanager
+def slow_env(cluster: Cluster, delay: float = 0.03) -> Iterator[dict[str, str]]:
+    """The environment of a worker whose every Redis round trip (job state, broker and backend: one
+    URL, so the commit pushes) takes ``2 * delay`` longer: a worker that committed and then sent in
+    a second call would leave a window of at least that long for ``watch_commits`` to see."""
+    url = urlsplit(cluster.url)
+    link = SlowLink((url.hostname or "127.0.0.1", url.port or 6379), delay=delay).start()
+    slow = f"redis://127.0.0.1:{link.port}{url.path}"
+    try:
+        yield {"TANDEM_REDIS_URL": slow, "TANDEM_BROKER_URL": slow, "TANDEM_RESULT_BACKEND": slow}
+    finally:
+        link.stop()
 
 
 def list_keys(queue: str) -> list[str]:
@@ -233,8 +252,9 @@ def drained(redis: Redis, queues: tuple[str, ...] = ROLE_QUEUES) -> bool:
 
 
 def test_a_committed_actor_step_is_queued_in_the_same_instant(redis_base: str) -> None:
-    with cluster_on_db(redis_base) as (cluster, _, actor):
-        cluster.start("thinker", "tools")  # no Actor worker: every committed actor step must wait queued
+    with cluster_on_db(redis_base) as (cluster, _, actor), slow_env(cluster) as slow:
+        cluster.start("tools")
+        cluster.start("thinker", name="slow", **slow)  # no Actor worker: each actor step waits queued
         priorities: list[int | None] = [0, 2, 7, 9, None, 5]
         handles = [
             cluster.submit(goal=goal_with_plan(f"pushed {i}", ONE_ROUND), max_rounds=4)
@@ -299,8 +319,8 @@ def test_a_committed_actor_step_is_queued_in_the_same_instant(redis_base: str) -
 
 
 def test_the_records_creation_queues_the_first_step_and_writes_job_started(redis_base: str) -> None:
-    with cluster_on_db(redis_base) as (cluster, thinker, _):
-        cluster.start("tools")  # it takes the intake queue: every first step waits in its queue
+    with cluster_on_db(redis_base) as (cluster, thinker, _), slow_env(cluster) as slow:
+        cluster.start("tools", **slow)  # it takes the intake queue: every first step waits in its queue
         dual = [
             (cluster.submit(goal=goal_with_plan(f"created {p}", ONE_ROUND), max_rounds=4, priority=p), p)
             for p in (9, 5, 1)
@@ -617,8 +637,9 @@ def test_a_pushed_message_lost_from_its_queue_is_sent_again(redis_base: str) -> 
 
 
 def test_the_actors_commit_pushes_every_call_of_the_round(redis_base: str) -> None:
-    with cluster_on_db(redis_base) as (cluster, _, _):
-        cluster.start("thinker", "actor")  # no tools worker: the round's calls wait queued
+    with cluster_on_db(redis_base) as (cluster, _, _), slow_env(cluster) as slow:
+        cluster.start("thinker")
+        cluster.start("actor", name="slow", **slow)  # no tools worker: the round's calls wait queued
         priorities = (3, 8)
         handles = [
             cluster.submit(goal=goal_with_plan(f"fan out {p}", THREE_CALLS), max_rounds=4, priority=p)
