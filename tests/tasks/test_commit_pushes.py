@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import fakeredis
 import pytest
 from kombu import Connection, Producer, Queue
+from redis import Redis
 from redis.exceptions import ResponseError
 
 from tandem.broker_config import Settings
@@ -20,6 +23,7 @@ from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Claim
 from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.store import JobStore
 from tandem.tasks.steps import dispatch
 from tests.tasks.conftest import REAL_REDIS_URL, real_redis
 from tests.tasks.slots import SlotCheckingRedis
@@ -62,9 +66,18 @@ def test_a_commit_pushes_its_messages_with_the_step_once_and_never_without_it(ma
     assert machine.redis.llen(a) == 1 and machine.redis.llen(b) == 1  # pushed once
 
 
-def test_parking_keeps_the_broker_lists_out_of_the_jobs_ttl(machine: JobMachine) -> None:
-    if isinstance(machine.redis, SlotCheckingRedis):
-        pytest.skip("no broker list in a cluster slot's script")
+@pytest.fixture(params=["fakeredis", "redis"])
+def one_redis(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
+    """A ``JobMachine`` on fakeredis and on the real Redis: one server, where a commit pushes."""
+    redis: Redis = fakeredis.FakeRedis() if request.param == "fakeredis" else real_redis()
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    yield JobStore(redis, prefix=prefix, ttl=600).machine
+    for key in redis.scan_iter(match=f"{prefix}:*"):
+        redis.delete(key)
+
+
+def test_parking_keeps_the_broker_lists_out_of_the_jobs_ttl(one_redis: JobMachine) -> None:
+    machine = one_redis
     from tandem.tasks.state.claims import Park
 
     a, _ = lists(machine)
@@ -76,9 +89,8 @@ def test_parking_keeps_the_broker_lists_out_of_the_jobs_ttl(machine: JobMachine)
     assert machine.redis.ttl(machine.store.key(JOB, "state")) > 0
 
 
-def test_the_record_is_made_with_its_first_event_and_first_step_queued_once(machine: JobMachine) -> None:
-    if isinstance(machine.redis, SlotCheckingRedis):
-        pytest.skip("no broker list in a cluster slot's script")
+def test_the_record_is_made_with_its_first_event_and_first_step_queued_once(one_redis: JobMachine) -> None:
+    machine = one_redis
     a, _ = lists(machine)
     started = machine.store.entry(make_event("job_started", {"spec": {"goal": "g"}}))
     args: dict[str, Any] = {"timeout": 3600, "ttl_after": 600, "started": started, "wire": [(a, "first")]}
