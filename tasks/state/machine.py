@@ -86,6 +86,12 @@ SCRIPTS = (
 """The machine's scripts, each in ``scripts/<name>.lua``."""
 
 
+def _pushes(wire: Sequence[tuple[str, str]]) -> list[Any]:
+    """The script arguments of the messages a commit pushes (``push_all`` in ``prelude.lua``):
+    their number, then each one; their lists go after the job's keys, in the same order."""
+    return [len(wire), *(payload for _, payload in wire)]
+
+
 class JobMachine:
     """The atomic transitions of the jobs in one store (see the module docstring)."""
 
@@ -167,8 +173,7 @@ class JobMachine:
                 outbox_id or uuid.uuid4().hex,
                 *event,
                 maxlen,
-                len(wire),
-                *(payload for _, payload in wire),
+                *_pushes(wire),
                 more_keys=[key for key, _ in wire],
             )
         )
@@ -246,7 +251,7 @@ class JobMachine:
         (``JobStore.entry``), appended with the commit (the stream capped at about ``maxlen``).
         ``wire``: messages the commit pushes to the broker's lists, as ``(list key, message JSON)``
         (``tandem.tasks.steps.dispatch.wire``; the broker must be this Redis), then in no outbox."""
-        appended: list[Any] = [maxlen, len(wire), *(payload for _, payload in wire)]
+        appended: list[Any] = [maxlen, *_pushes(wire)]
         for entry in events:
             appended += [entry["type"], entry["data"], entry["at"]]
         parking = (

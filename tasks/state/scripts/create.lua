@@ -1,7 +1,7 @@
 -- KEYS: the job's keys in JOB_PARTS order (state first), then the broker lists of the messages to
 -- push. ARGV: spec, reasoner, round, kind, timeout, ttl_after, outbox, outbox id, the first event's
 -- type ('' for none), data and time, the stream's length cap, the number n of messages to push and
--- the n messages (each LPUSHed to KEYS[10 + i]: the first step, queued with the record).
+-- the n messages (``push_all``: the first step, queued with the record).
 --! with prelude.lua
 local existing = redis.call('HGET', KEYS[1], 'state')
 if existing and existing ~= 'queued' then return 0 end
@@ -20,5 +20,5 @@ if ARGV[9] ~= '' then
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[12], '*', 'type', ARGV[9], 'data', ARGV[10], 'at', ARGV[11])
   redis.call('EXPIRE', KEYS[6], ttl)
 end
-for i = 1, tonumber(ARGV[13]) do redis.call('LPUSH', KEYS[10 + i], ARGV[13 + i]) end
+push_all(13)
 return 1

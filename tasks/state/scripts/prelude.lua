@@ -12,10 +12,17 @@ local function owner_of(spec)
   if ok and type(s) == 'table' and type(s.owner) == 'string' and s.owner ~= '' then return s.owner end
   return 'default'
 end
--- ``last``: the last key that is the job's (default: all of KEYS).
+-- ``last``: the last key that is the job's (default: all of KEYS; a commit's broker lists follow).
 local function expire_all(ttl, last)
   ttl = math.max(math.floor(ttl), 1)
   for i = 1, last or #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+-- A commit queues its successors: the n = ARGV[at] messages after it, each LPUSHed to one of the
+-- broker lists that end KEYS, in order. Returns n.
+local function push_all(at)
+  local n = tonumber(ARGV[at])
+  for i = 1, n do redis.call('LPUSH', KEYS[#KEYS - n + i], ARGV[at + i]) end
+  return n
 end
 -- A live job's TTL from its record's deadline and ttl_after, for every key of the job: only the
 -- rare transitions that move the deadline (park, settle, reopen) use it.

@@ -3,7 +3,7 @@
 -- approval record, the held calls (",2,3,"), the longest wait (s), when it ends (epoch s).
 -- Parking counts the job's pauses (``pause_seq``, kept across resume): the new count is the pause's
 -- sequence number, which a decision names. Then the stream's length cap, the
--- number n of messages to push, the n messages (each LPUSHed to KEYS[10 + i], a broker list: the
+-- number n of messages to push, the n messages (``push_all``: to the n broker lists ending KEYS, the
 -- step's successors, queued with the commit), then the step's events as (type, data, at) triples:
 -- appended with the commit, so they are in the stream exactly when the step is stored (a commit
 -- run again with the same tx returns before writing or pushing anything).
@@ -22,8 +22,7 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'round', ARGV[6], 'kind', ARGV[7
   'outbox', ARGV[10], 'outbox_id', ARGV[11], 'progress_at', fmt(t), 'updated_at', fmt(t), 'tx', ARGV[5],
   'wait_for', '', 'wait_until', 0, 'last_error', '', 'held', '')
 if s[3] == 'collect' or tonumber(s[9] or 0) > 0 then redis.call('DEL', KEYS[5]) end
-local pushes = tonumber(ARGV[18])
-for i = 1, pushes do redis.call('LPUSH', KEYS[10 + i], ARGV[18 + i]) end
+local pushes = push_all(18)
 for i = 19 + pushes, #ARGV, 3 do
   redis.call('XADD', KEYS[6], 'NOMKSTREAM', 'MAXLEN', '~', ARGV[17], '*',
     'type', ARGV[i], 'data', ARGV[i + 1], 'at', ARGV[i + 2])
@@ -36,6 +35,6 @@ if ARGV[13] ~= '' then
   redis.call('HINCRBY', KEYS[1], 'pause_seq', 1)
   -- Parking moves the deadline back: every key of the job must live as long (rare, so all of them;
   -- the broker lists after them are not the job's).
-  expire_all(live_ttl(t), 10)
+  expire_all(live_ttl(t), #KEYS - pushes)
 end
 return 1
