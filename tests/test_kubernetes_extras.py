@@ -118,6 +118,8 @@ def test_the_quick_starts_secret_holds_every_key_a_pod_reads_and_names_its_redis
     assert settings.broker_url == url and settings.api_tokens
     requests = [container(d)["resources"]["requests"]["cpu"] for d in of(quickstart, "Deployment").values()]
     assert set(requests) == {"100m"}  # fits a laptop's cluster
+    tandem = [container(d) for d in of(quickstart, "Deployment").values()]
+    assert {(c["image"], c["imagePullPolicy"]) for c in tandem} == {("tandem:latest", "IfNotPresent")}
 
 
 # --- the Ingress and the API's names -------------------------------------------------------------
