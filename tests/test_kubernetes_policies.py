@@ -7,14 +7,19 @@
   users' code) and none gets the Services' environment variables;
 - the NetworkPolicies, read as Kubernetes reads them (``tests/network_policy.py``), let each pod
   reach DNS, Redis and the broker, the model roles their hosts, Prometheus the workers' metrics and
-  anyone the API; and nothing else: not the tools workers to the internet, not anyone to Flower.
+  anyone the API; and nothing else: not the tools workers to the internet, not anyone to Flower;
+  and docs/kubernetes.md's examples of opening and narrowing them do what the page says.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests import kustomize
 from tests.kustomize import KUSTOMIZE, Objects, container, of, pod_spec, workloads
@@ -143,3 +148,37 @@ def test_the_policy_reader_isolates_and_adds_as_kubernetes_does() -> None:
     assert allows([http_in], Pod({}, namespace="x"), web, 8080)
     assert not allows([http_in], Pod({}, namespace="y"), web, 8080)
     assert not allows([http_in], Pod({}, namespace="x"), web, 8081)
+
+
+def test_the_guides_opening_and_narrowing_examples_do_what_it_says(tmp_path: Path) -> None:
+    """docs/kubernetes.md's two examples, as written, in an overlay on ``redis-broker``: the OTLP
+    policy opens port 4318 to the namespace ``monitoring`` for every pod; the patch leaves the model
+    roles only the vLLM servers of the namespace ``llm``."""
+    guide = (KUSTOMIZE.parent.parent / "docs" / "kubernetes.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", guide, re.S)
+    [policy] = [b for b in blocks if "name: tandem-otlp" in b]
+    [patch] = [b for b in blocks if "name: tandem-model-hosts" in b]
+    mine = tmp_path / "my-tandem"
+    mine.mkdir()
+    (mine / "collector-egress.yaml").write_text(policy)
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [
+            os.path.relpath(KUSTOMIZE / "overlays" / "redis-broker", mine),
+            "collector-egress.yaml",
+        ],
+        **yaml.safe_load(patch),
+    }
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    objects = kustomize.render(mine)
+    policies = list(of(objects, "NetworkPolicy").values())
+    fleet = _fleet(objects)
+    collector = Pod({"app": "otel-collector"}, namespace="monitoring")
+    vllm = Pod({"app": "vllm"}, namespace="llm")
+    for name, pod in fleet.items():
+        assert allows(policies, pod, collector, 4318), name
+        assert not allows(policies, pod, None, 4318), name  # only in that namespace
+        model_role = name in ("thinker", "actor")
+        assert allows(policies, pod, vllm, 8000) == model_role, name
+        assert not allows(policies, pod, None, 443), name  # narrowed: no hosted API any more
