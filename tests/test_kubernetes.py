@@ -9,29 +9,30 @@ Redis or the broker; grace periods longer than the lease; disruption budgets; cr
 Secrets; autoscaling on each role's queue with a target of the pods' threads.
 
 Skipped, saying so, where ``kubectl`` is missing: neither PyPI nor Debian's packages carry it, so
-``.ci/run`` cannot install it on a fresh machine (the CI machine has it).
+``.ci/run`` cannot install it on a fresh machine (the CI machine has it). The quick start, the
+components, the security contexts and the network policies: tests/test_kubernetes_extras.py and
+tests/test_kubernetes_policies.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, Settings
 from tandem.tasks.metrics import STEPS_RUNNING, QueueDepthCollector
+from tests import kustomize
+from tests.kustomize import KUSTOMIZE, Objects
 
 ROOT = Path(__file__).resolve().parent.parent
-KUSTOMIZE = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("redis-broker", "rabbitmq-quorum")
+"""The overlays for production, each on its broker (``quickstart``: tests/test_kubernetes_extras.py)."""
 TRIGGERS = {"redis-broker": "prometheus", "rabbitmq-quorum": "rabbitmq"}
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 """The oldest Kubernetes the manifests support (``unhealthyPodEvictionPolicy`` is beta there) and
@@ -40,35 +41,19 @@ WORKERS = {f"tandem-{role}": role for role in ROLE_QUEUES}
 SECRET = "tandem-secrets"
 CREDENTIALS = re.compile(r"_URL$|_KEY$|TOKEN|PASSWORD|AUTH")
 """Names of settings that hold credentials: they come from a Secret, never a ConfigMap."""
+COMMIT_MARGIN = 30
+"""Seconds a step's commit may take after its call ended (a few Redis round trips, one of them
+perhaps waiting out a failover): each worker's grace period is its call's bound plus this."""
 
-Objects = list[dict[str, Any]]
-
-
-def _render(path: Path) -> Objects:
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed: the Kustomize overlays are not rendered here")
-    done = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+_render = kustomize.render
+_of = kustomize.of
+_container = kustomize.container
+_config = kustomize.config
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
 def overlay(request: pytest.FixtureRequest) -> tuple[str, Objects]:
     return request.param, _render(KUSTOMIZE / "overlays" / request.param)
-
-
-def _of(objects: Objects, kind: str) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
-
-
-def _container(deployment: dict[str, Any]) -> dict[str, Any]:
-    [container] = deployment["spec"]["template"]["spec"]["containers"]
-    return container
-
-
-def _config(objects: Objects) -> dict[str, str]:
-    [config] = _of(objects, "ConfigMap").values()
-    return dict(config["data"])
 
 
 def _threads(deployment: dict[str, Any]) -> int:
@@ -77,7 +62,7 @@ def _threads(deployment: dict[str, Any]) -> int:
 
 
 def test_the_base_and_every_overlay_are_valid_kubernetes() -> None:
-    for path in [KUSTOMIZE / "base", *(KUSTOMIZE / "overlays" / name for name in OVERLAYS)]:
+    for path in [KUSTOMIZE / "base", *(KUSTOMIZE / "overlays" / name for name in (*OVERLAYS, "quickstart"))]:
         objects = _render(path)
         checked = [o for o in objects if not o["apiVersion"].startswith("keda.sh/")]
         assert len(checked) >= 10, path
@@ -126,18 +111,26 @@ def test_readiness_asks_tandem_health_and_liveness_never_reaches_redis(overlay: 
     assert _container(deployments["tandem-api"])["livenessProbe"]["httpGet"]["path"] == "/openapi.json"
 
 
-def test_workers_shut_down_warm_for_longer_than_a_lease_and_a_call(overlay: tuple[str, Objects]) -> None:
+def test_each_grace_period_is_the_calls_bound_plus_the_commit(overlay: tuple[str, Objects]) -> None:
+    """A step's model call ends within its role's TIMEOUT (every retry included), a tool call
+    within TANDEM_TOOL_TIMEOUT; the grace period adds the commit's margin, and the ConfigMap names
+    the timeouts itself, so the grace periods follow the numbers they were derived from."""
     name_, objects = overlay
     config = _config(objects)
+    for key in ("TANDEM_THINKER_TIMEOUT", "TANDEM_ACTOR_TIMEOUT", "TANDEM_TOOL_TIMEOUT"):
+        assert config.get(key), f"config.env must set {key}: the grace periods are derived from it"
     placeholders = {"TANDEM_BROKER_URL": "amqp://u:p@rabbitmq:5672/tandem"} if "rabbitmq" in name_ else {}
     settings = Settings.from_env({**config, **placeholders})  # the ConfigMap holds valid settings
+    guide = (ROOT / "docs" / "kubernetes.md").read_text()
     deployments = _of(objects, "Deployment")
     for name, role in WORKERS.items():
         pod = deployments[name]["spec"]["template"]["spec"]
         grace = pod["terminationGracePeriodSeconds"]
-        assert grace > settings.lease_seconds, name
         longest = settings.tool_timeout if role == "tools" else settings.role(role).timeout
-        assert grace > longest, f"{name}: a running {role} step could not end within the grace period"
+        assert grace >= longest + COMMIT_MARGIN, f"{name}: a {role} step ending its call could not commit"
+        assert grace > settings.lease_seconds, name
+        stated = f"{longest:g} s + {COMMIT_MARGIN} s = {grace} s"
+        assert stated in guide, f"docs/kubernetes.md does not state {name}'s grace period: {stated!r}"
         env = {e["name"] for e in _container(deployments[name]).get("env", [])}
         assert "REMAP_SIGTERM" not in env | set(config)  # SIGTERM stays Celery's warm shutdown
 
@@ -242,7 +235,11 @@ def test_each_role_scales_on_its_queue_with_keda(overlay: tuple[str, Objects]) -
 def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
     """docs/kubernetes.md's example overlay, as written, on top of ``rabbitmq-quorum``."""
     guide = (ROOT / "docs" / "kubernetes.md").read_text()
-    [example] = [b for b in re.findall(r"```yaml\n(.*?)```", guide, re.S) if "kind: Kustomization" in b]
+    [example] = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", guide, re.S)
+        if "kind: Kustomization" in b and "rabbitmq-quorum" in b
+    ]
     relative = "../deploy/kubernetes/overlays/rabbitmq-quorum"
     assert relative in example
     target = os.path.relpath(
