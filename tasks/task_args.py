@@ -201,8 +201,8 @@ def _refuse_shape(
 ) -> None:
     """``InvalidArgument`` unless a public task's message names its arguments, all of them known
     and the required ones there; the message says what came and the call's shape."""
-    shape = call_shape(task, run)
     if args:
+        shape = call_shape(task, run)
         message = f"{task} takes keyword arguments only, {shape}: got args={shown_value(list(args))}"
         raise InvalidArgument(task, "args", list(args), "positional", message=message)
     params = _signature(task, run).parameters
@@ -218,7 +218,7 @@ def _refuse_shape(
             )
             if part
         )
-        message = f"{task} takes {shape}: got kwargs={shown_value(dict(kwargs))} ({wrong})"
+        message = f"{task} takes {call_shape(task, run)}: got kwargs={shown_value(dict(kwargs))} ({wrong})"
         raise InvalidArgument(task, "kwargs", dict(kwargs), wrong, message=message)
 
 
