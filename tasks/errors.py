@@ -16,7 +16,9 @@ The tree::
     │   └── InvalidAnswer     an answer does not fit its question's JSON schema
     ├── ResumeRefused         a resume, fork or follow-up was refused (unknown, not ended, bad budget,
     │                         round or goal)
-    └── MessageRefused        a message into a job was refused (unknown or ended job, bad text)
+    ├── MessageRefused        a message into a job was refused (unknown or ended job, bad text)
+    └── TaskCallError         a message called ``tandem.infer`` with arguments that do not fit it
+                              (positional, missing, unknown or of a wrong type); also a ``TypeError``
 
 A job that fails at run time is not an exception: its ``JobResult`` has ``status="failed"`` and the
 reason in ``error``.
@@ -116,3 +118,12 @@ class MessageRefused(JobError, ValueError):
     def __init__(self, message: str, reason: str = "invalid") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class TaskCallError(JobError, TypeError):
+    """A message called ``tandem.infer`` with arguments that do not fit it: positional ones, a
+    missing or unknown keyword, a value of the wrong type, or a task id no job may have. The
+    message names what came and the call's documented shape (``kwargs={"spec": {...}}``). It is the
+    Celery result of that message, so a client's ``AsyncResult.get()`` raises it (a client that
+    does not import tandem gets Celery's stand-in class of the same name, with the same message).
+    Nothing else was done: no job exists under that id."""

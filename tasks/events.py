@@ -105,6 +105,14 @@ class EventHooks(ReasonerHooks):
         self.live = live
         self._streams: dict[tuple[int, str], DeltaCoalescer] = {}
         self._batch: list[JobEvent] | None = None
+        self._opening: RoundStarted | None = None
+
+    def open_with_first_delta(self, round_no: int, max_rounds: int) -> None:
+        """Round ``round_no`` starts with the next model call, whose ``round_started`` a step holds
+        until its commit: if that call streams, its first ``model_delta`` is written after the
+        round's ``round_started`` in the same round trip (``JobStore.append_opening``, which
+        writes it only once per round), so no token of a round comes before the round."""
+        self._opening = RoundStarted(round=round_no, max_rounds=max_rounds)
 
     @contextmanager
     def batched(self) -> Iterator[None]:
@@ -141,18 +149,25 @@ class EventHooks(ReasonerHooks):
     def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
         """A coalescing listener that publishes ``model_delta`` events (``None`` when deltas are off)."""
         settings = self.store.stream
+        opening, self._opening = self._opening, None
         if not settings.deltas or not self.live:
-            return None
+            return None  # the round_started goes with the commit
+        if opening is not None and opening.round != round_no:
+            opening = None
         attempt = uuid.uuid4().hex[:12]
         seq = 0
 
         def emit(reasoning: str, content: str) -> None:
-            nonlocal seq
+            nonlocal seq, opening
             delta = ModelDelta(
                 round=round_no, role=role, attempt=attempt, seq=seq, reasoning=reasoning, content=content
             )
             seq += 1
-            self.store.append(self.job_id, delta)
+            if opening is not None:
+                first, opening = opening, None
+                self.store.append_opening(self.job_id, first, delta)
+            else:
+                self.store.append(self.job_id, delta)
 
         coalescer = DeltaCoalescer(emit, interval=settings.delta_interval, max_chars=settings.delta_max_chars)
         self._streams[(round_no, role)] = coalescer

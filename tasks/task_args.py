@@ -9,15 +9,24 @@ signature, or whose values have another type (no ``float`` or ``str`` for an ``i
 either) or lie out of range, is refused before anything is read or written: one WARNING line naming
 the task, the argument and the value (redacted, cut), and nothing else happens.
 
-What a refusal looks like depends on the task (``refusal_of``):
+The public tasks (``PUBLIC_TASKS``: ``tandem.infer`` and the control tasks) are called by name from
+other services, so a message of theirs must also name its arguments (``kwargs``): positional
+arguments are refused, whatever they are. What a refusal looks like depends on the task
+(``refusal_of``), and every caller of a public task gets an answer naming what was wrong and the
+call's documented shape (``call_shape``):
 
-- an internal step (``tandem.thinker_turn``, ``actor_turn``, ``react_turn``, ``run_tool``,
-  ``collect_tools``, ``finalize``) is left with ``celery.exceptions.Ignore``: no result is stored,
-  the message is acknowledged, the job is as it was;
+- ``tandem.infer`` fails with ``TaskCallError`` (``tandem.tasks.errors``), stored as the task's
+  Celery result, so the client's ``AsyncResult.get()`` raises it; unless the task id names a job
+  already (the message may be a forged copy under a real job's id: that job's result is never
+  overwritten), or the message asked for no result: then nothing is stored;
 - a control task (``tandem.resume``, ``tandem.fork``, ``tandem.decide``, ``tandem.answer``,
   ``tandem.message``, ``tandem.follow_up``) answers
-  ``{"job_id", "accepted": false, "error", "reason": "invalid"}`` like any other refusal, so the
-  client waiting for its answer gets one.
+  ``{"job_id", "accepted": false, "error", "reason": "invalid"}`` like any other refusal;
+- an internal step (``tandem.thinker_turn``, ``actor_turn``, ``react_turn``, ``run_tool``,
+  ``collect_tools``, ``finalize``) is left with ``celery.exceptions.Ignore``: no result is stored
+  (nobody waits for one), the message is acknowledged, the job is as it was.
+
+Each is safe to run twice: the same message gives the same answer, and nothing else.
 
 Whether the job, its round and its call exist is checked where it can be checked atomically: the
 claim scripts (``tandem.tasks.state.machine``) refuse a step or call that is not the job's current
@@ -51,11 +60,12 @@ _ID = re.compile(r"[^\x00-\x20{}\x7f]+")
 
 
 class InvalidArgument(ValueError):
-    """An argument of a task message that the task refuses: ``task``, ``name`` and ``value``."""
+    """An argument of a task message that the task refuses: ``task``, ``name`` and ``value``
+    (``message``: the whole text, when the default one does not fit)."""
 
-    def __init__(self, task: str, name: str, value: Any, reason: str) -> None:
+    def __init__(self, task: str, name: str, value: Any, reason: str, *, message: str | None = None) -> None:
         self.task, self.name, self.value, self.reason = task, name, value, reason
-        super().__init__(f"{task}: argument {name!r} = {shown_value(value)}: {reason}")
+        super().__init__(message or f"{task}: argument {name!r} = {shown_value(value)}: {reason}")
 
 
 def shown_value(value: Any) -> str:
@@ -69,12 +79,18 @@ def shown_value(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
+def _a(value: Any) -> str:
+    """``value``'s type with its article: ``a str``, ``an int``."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
 def _integer(low: int, high: int, *, optional: bool = False) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if value is None and optional:
             return None
         if type(value) is not int:  # bool is an int subclass; float and str are refused too
-            return f"must be an integer from {low} to {high}, not a {type(value).__name__}"
+            return f"must be an integer from {low} to {high}, not {_a(value)}"
         if not low <= value <= high:
             return f"must be an integer from {low} to {high}"
         return None
@@ -84,7 +100,7 @@ def _integer(low: int, high: int, *, optional: bool = False) -> Callable[[Any], 
 
 def _job_id(value: Any) -> str | None:
     if not isinstance(value, str):
-        return f"must be a job id (a string), not a {type(value).__name__}"
+        return f"must be a job id (a string), not {_a(value)}"
     if not 0 < len(value) <= MAX_ID_CHARS or not _ID.fullmatch(value):
         return f"must be a job id: 1 to {MAX_ID_CHARS} printable characters, no spaces or braces"
     return None
@@ -93,7 +109,7 @@ def _job_id(value: Any) -> str | None:
 def _text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return None
-    return f"must be a string, not a {type(value).__name__}"
+    return f"must be a string, not {_a(value)}"
 
 
 def _tenant(value: Any) -> str | None:
@@ -133,26 +149,102 @@ CONTROL_TASKS = frozenset(
 )
 """Tasks that answer their caller: a refused message answers ``accepted: false``."""
 
+INTAKE = "tandem.infer"
+"""The intake: its task id is the new job's id, its result the job's ``JobResult``."""
+
+PUBLIC_TASKS = CONTROL_TASKS | {INTAKE}
+"""The tasks other services call by name, with keyword arguments only; every call gets an answer."""
+
+SHAPE_VALUES: dict[str, str] = {
+    "spec": '{"goal": "...", ...}',
+    "job_id": '"<job id>"',
+    "round": "<int>",
+    "max_rounds": "<int>",
+    "goal": '"<text>"',
+    "text": '"<text>"',
+    "decisions": '[{"pause_id": "...", "index": <int>, "approve": <bool>}, ...]',
+    "answer": "<JSON value>",
+    "pause_id": '"<pause id>"',
+    "idempotency_key": '"<text>"',
+    "owner": '"<tenant id>"',
+}
+"""How ``call_shape`` shows each argument of a public task."""
+
 
 _SIGNATURES: dict[str, inspect.Signature] = {}
 
 
-def check_arguments(
-    task: str, run: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The arguments by name; ``InvalidArgument`` unless ``args``/``kwargs`` bind to ``run``'s
-    signature and every argument named in ``CHECKS`` has a value it allows. Extra positional
-    arguments a step takes as ``*_`` (kept for messages of earlier versions) are not checked:
-    the step never reads them."""
+def _signature(task: str, run: Callable[..., Any]) -> inspect.Signature:
     signature = _SIGNATURES.get(task)
     if signature is None:  # a bound task's ``run`` is a bound method: no ``self`` to pass
         signature = _SIGNATURES[task] = inspect.signature(run)
+    return signature
+
+
+def call_shape(task: str, run: Callable[..., Any]) -> str:
+    """How ``task`` is called, from ``run``'s signature: ``kwargs={"job_id": "<job id>", ...}``
+    with the required arguments, then the optional ones by name."""
+    required, optional = [], []
+    for name, param in _signature(task, run).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.default is param.empty:
+            required.append(f'"{name}": {SHAPE_VALUES.get(name, "...")}')
+        else:
+            optional.append(f'"{name}"')
+    shape = "kwargs={" + ", ".join(required) + "}"
+    return shape + (f" (optional: {', '.join(optional)})" if optional else "")
+
+
+def _refuse_shape(
+    task: str, run: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> None:
+    """``InvalidArgument`` unless a public task's message names its arguments, all of them known
+    and the required ones there; the message says what came and the call's shape."""
+    if args:
+        shape = call_shape(task, run)
+        message = f"{task} takes keyword arguments only, {shape}: got args={shown_value(list(args))}"
+        raise InvalidArgument(task, "args", list(args), "positional", message=message)
+    params = _signature(task, run).parameters
+    unknown = [k for k in kwargs if k not in params]
+    fixed = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    missing = [n for n in fixed if params[n].default is params[n].empty and n not in kwargs]
+    if unknown or missing:
+        wrong = "; ".join(
+            part
+            for part in (
+                f"unknown {', '.join(map(repr, unknown))}" if unknown else "",
+                f"missing {', '.join(map(repr, missing))}" if missing else "",
+            )
+            if part
+        )
+        message = f"{task} takes {call_shape(task, run)}: got kwargs={shown_value(dict(kwargs))} ({wrong})"
+        raise InvalidArgument(task, "kwargs", dict(kwargs), wrong, message=message)
+
+
+def check_arguments(
+    task: str,
+    run: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    keywords_only: bool = False,
+) -> dict[str, Any]:
+    """The arguments by name; ``InvalidArgument`` unless ``args``/``kwargs`` bind to ``run``'s
+    signature and every argument named in ``CHECKS`` has a value it allows (a public task's
+    refusal also names its call's shape). ``keywords_only``: a message of a public task, whose
+    arguments must all be named. Extra positional arguments a step takes as ``*_`` (kept for
+    messages of earlier versions) are not checked: the step never reads them."""
+    public = task in PUBLIC_TASKS
+    if keywords_only or (public and not args):
+        _refuse_shape(task, run, args, kwargs)
     try:
-        bound = signature.bind(*args, **kwargs)
+        bound = _signature(task, run).bind(*args, **kwargs)
     except TypeError as exc:
         given = {"args": list(args), "kwargs": dict(kwargs)}
+        message = f"{task} takes {call_shape(task, run)}: {exc}" if public else None
         raise InvalidArgument(
-            task, "arguments", given, f"they do not fit the task's signature ({exc})"
+            task, "arguments", given, f"they do not fit the task's signature ({exc})", message=message
         ) from None
     for name, value in bound.arguments.items():
         check = CHECKS.get(name)
@@ -160,6 +252,8 @@ def check_arguments(
             continue
         reason = check(value)
         if reason is not None:
+            if public:
+                reason += f"; {task} takes {call_shape(task, run)}"
             raise InvalidArgument(task, name, value, reason)
     return dict(bound.arguments)
 
@@ -169,15 +263,22 @@ def check_job_id(task: str, value: Any) -> None:
     job id its steps will accept (a bare client chooses it as it likes)."""
     reason = _job_id(value)
     if reason is not None:
-        raise InvalidArgument(task, "task id", value, reason)
+        raise InvalidArgument(task, "task id", value, f"{reason} (or leave task_id out: Celery makes one)")
 
 
 def refusal_of(
-    task: str, error: Exception, kwargs: Mapping[str, Any], args: tuple[Any, ...], reason: str = "invalid"
+    task: str,
+    error: Exception,
+    kwargs: Mapping[str, Any],
+    args: tuple[Any, ...],
+    reason: str = "invalid",
+    *,
+    answer: bool = False,
 ) -> Any:
-    """What a refused message gives, after one WARNING line: ``Ignore`` raised for an internal
-    step or ``tandem.infer`` (no result stored: the message may name a real job's id), an answer
-    for a control task (``reason`` says why: ``invalid``, ``replayed``)."""
+    """What a refused message gives, after one WARNING line: an answer for a control task
+    (``reason`` says why: ``invalid``, ``replayed``, ``foreign_tenant``); for ``tandem.infer``,
+    ``TaskCallError`` raised when it may ``answer`` (Celery stores it as the task's result: see the
+    module docstring), else ``Ignore``; ``Ignore`` for an internal step (no result stored)."""
     log.warning("message refused, nothing done: %s", error)
     if task in CONTROL_TASKS:
         job_id = kwargs.get("job_id", args[0] if args else None)
@@ -187,6 +288,10 @@ def refusal_of(
             "error": str(error),
             "reason": reason,
         }
+    if task == INTAKE and answer:
+        from tandem.tasks.errors import TaskCallError
+
+        raise TaskCallError(str(error))
     from celery.exceptions import Ignore
 
     raise Ignore()
@@ -195,8 +300,12 @@ def refusal_of(
 __all__ = [
     "CHECKS",
     "CONTROL_TASKS",
+    "INTAKE",
+    "PUBLIC_TASKS",
+    "SHAPE_VALUES",
     "STEP_TASKS",
     "InvalidArgument",
+    "call_shape",
     "check_arguments",
     "check_job_id",
     "refusal_of",

@@ -16,13 +16,20 @@ from typing import Any
 from celery import Task
 from celery.worker.request import Request
 
+from tandem.tasks.errors import TaskCallError
 from tandem.tasks.replay import SEAL, Replayed, check_seal
 from tandem.tasks.signers import SIGNER, ForeignTenant, bind_tenant
-from tandem.tasks.task_args import InvalidArgument, check_arguments, check_job_id, refusal_of
+from tandem.tasks.task_args import (
+    INTAKE,
+    PUBLIC_TASKS,
+    InvalidArgument,
+    check_arguments,
+    check_job_id,
+    refusal_of,
+)
 from tandem.toolkit.redaction import MASK, enter_scope, redact, redact_data
 
 REPR_CHARS = 1024
-INTAKE = "tandem.infer"
 _repr = Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxstring, _repr.maxother = 6, 20, 20, 200, 200
 
@@ -79,23 +86,33 @@ class TandemTask(Task):
     it runs (``tandem.tasks.task_args``)."""
 
     Request = RedactingRequest
+    throws = (TaskCallError,)
+    """A caller's mistake, not the worker's: Celery stores it as the result and logs it without
+    a traceback."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task once its arguments pass
         ``tandem.tasks.task_args`` and, with message signing, its seal passes
-        ``tandem.tasks.replay``; a refused message is a logged no-op."""
+        ``tandem.tasks.replay``; a refused message does nothing but answer (``refusal_of``)."""
         name = self.name or ""
         if name.startswith("tandem."):
+            direct = self.request.called_directly
             try:
-                named = check_arguments(name, self.run, args, kwargs)
-                if name == INTAKE and not self.request.called_directly:
+                if name == INTAKE and not direct:
                     check_job_id(name, self.request.id)  # the new job's id, which its steps carry
-                if self._signed() and not self.request.called_directly:
+            except InvalidArgument as invalid:  # no job can have that id: nothing to overwrite
+                return refusal_of(name, invalid, kwargs, args, answer=True)
+            try:
+                named = check_arguments(
+                    name, self.run, args, kwargs, keywords_only=name in PUBLIC_TASKS and not direct
+                )
+            except InvalidArgument as invalid:
+                return refusal_of(name, invalid, kwargs, args, answer=direct or self._may_answer())
+            try:
+                if self._signed() and not direct:
                     self._check_seal(named.get("job_id"))
                     kwargs = self._bind_tenant(name, named, kwargs)
-            except InvalidArgument as invalid:
-                return refusal_of(name, invalid, kwargs, args)
-            except ForeignTenant as foreign:
+            except ForeignTenant as foreign:  # an intake for another tenant gets no result (docs/security.md)
                 return refusal_of(name, foreign, kwargs, args, reason="foreign_tenant")
             except Replayed as replayed:
                 said = Replayed(f"{name} (task id {self.request.id}): {replayed}")
@@ -111,6 +128,23 @@ class TandemTask(Task):
     def after_return(self, *args: Any, **kwargs: Any) -> None:
         """End the job's secret scope a step entered (after Celery logged the task's outcome)."""
         enter_scope(None)
+
+    def _may_answer(self) -> bool:
+        """Whether a refused ``tandem.infer`` message may store its refusal as its result: its id
+        names no job (no record, not even ``submit``'s ``queued`` one, and no result), so the answer
+        overwrites nothing (a forged copy under a real job's id is only logged)."""
+        if self.name != INTAKE:
+            return True
+        if self.request.ignore_result:  # nobody waits: Celery would store nothing anyway
+            return False
+        from tandem.tasks.runtime import get_runtime  # the runtime imports the app: only when run
+
+        job_id = self.request.id
+        if not isinstance(job_id, str):
+            return False
+        if get_runtime().machine.record(job_id):
+            return False
+        return self.backend.get_task_meta(job_id).get("status") == "PENDING"
 
     def _signed(self) -> bool:
         return list(self.app.conf.accept_content or ()) == ["auth"]

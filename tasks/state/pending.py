@@ -3,7 +3,9 @@
 A step must store nothing and publish nothing unless its transition succeeds (a step that lost
 its lease is fenced off). ``PendingMemory`` keeps the step's new messages aside (the transition
 stores them in the same atomic script), and ``DeferredHooks`` replays the step's events only
-after the commit.
+after the commit. Two kinds go out before it, as they happen: a streamed reply's tokens, and the
+``round_started`` those tokens open their round with (it must come first: a reader files tokens
+under the last round it saw start), written once per round, by whichever write comes first.
 """
 
 from __future__ import annotations
@@ -92,8 +94,13 @@ class DeferredHooks(ReasonerHooks):
         self._calls: list[Callable[[], Any]] = []
 
     def round_started(self, round_no: int, max_rounds: int) -> None:
-        """Held until the commit."""
+        """Held until the commit, unless the step's model call streams: then it is written with
+        the call's first ``model_delta`` (``EventHooks.open_with_first_delta``), and the commit
+        writes it only if that did not (the job's record says which round was announced)."""
         self._calls.append(lambda: self.inner.round_started(round_no, max_rounds))
+        opens = getattr(self.inner, "open_with_first_delta", None)
+        if callable(opens):
+            opens(round_no, max_rounds)
 
     def model_streaming(self, round_no: int, role: str) -> DeltaListener | None:
         """Passed on at once: tokens are shown as they come (each attempt's deltas carry its own

@@ -30,6 +30,7 @@ from tandem.reasoner.messages import FunctionCallResult
 from tandem.tasks.job_events import (
     JobEvent,
     ModelDelta,
+    RoundStarted,
     StreamSettings,
     checked,
     decode_entry,
@@ -499,9 +500,27 @@ class JobStore:
             return [self.publish(job_id, event) for event in events]
         return [_text(entry_id) for entry_id in ids]
 
+    def append_opening(self, job_id: str, opening: RoundStarted, delta: ModelDelta) -> list[str]:
+        """Write ``delta``, the first ``model_delta`` of round ``opening.round``, after ``opening``
+        (its ``round_started``) in one round trip, unless the job's record says that round was
+        announced already (``opened``; then the delta only): a round's tokens never come before
+        it, and it is written once (``append_opening.lua``)."""
+        args: list[Any] = [opening.round, self.stream.maxlen]
+        for event in (opening, delta):
+            entry = self.entry(event)
+            args += [entry["type"], entry["data"], entry["at"]]
+        ids = self._append_opening(keys=[self.key(job_id, "state"), self.key(job_id, "events")], args=args)
+        if not ids:  # no stream: ``publish`` makes it (the record cannot say the round is written)
+            return [self.publish(job_id, opening), self.publish(job_id, delta)]
+        return [_text(entry_id) for entry_id in ids]
+
     @cached_property
     def _append_events(self) -> Any:
         return self.redis.register_script(lua("append_events"))
+
+    @cached_property
+    def _append_opening(self) -> Any:
+        return self.redis.register_script(lua("append_opening"))
 
     @staticmethod
     def entry(typed: JobEvent) -> dict[str, str]:

@@ -1,8 +1,11 @@
 """``tandem.infer``, the intake: check a job's spec, create its record at its first step, send it.
 
 The id of the intake task is the job id. A refused spec stores nothing but this task's result (a
-failed ``JobResult`` saying why); an accepted one creates the record with the first step in its
-outbox (a duplicate intake message creates nothing and sends what the outbox still holds).
+failed ``JobResult`` saying why; never under the id of a job that started: a copy of its message
+cannot overwrite its result); an accepted one creates the record with the first step in its
+outbox (a duplicate intake message creates nothing and sends what the outbox still holds). A
+message whose arguments do not fit (``kwargs={"spec": {...}}``) never gets here: it fails with
+``TaskCallError`` (``tandem.tasks.task_args``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from tandem.tasks.steps.context import JobFixtures
 from tandem.tasks.steps.dispatch import send_outbox, wire
 from tandem.tasks.steps.guard import describe_failure
 from tandem.tasks.steps.messages import step_messages
+from tandem.tasks.task_args import SHAPE_VALUES
 from tandem.tasks.tracing import job_span, outcome, step_span
 from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
@@ -63,6 +67,13 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
         job.recommend()  # whatever else is wrong fails here, not later
     except Exception as exc:
         error = redact(str(exc)) if isinstance(exc, JobError | ToolkitError) else describe_failure(exc)
+        if not isinstance(spec, dict):
+            error = f'tandem.infer takes kwargs={{"spec": {SHAPE_VALUES["spec"]}}}: {error}'
+        if rt.store.spec(job_id) is not None:  # a copy under a started job's id: never its answer
+            log.warning(
+                "message refused, nothing done: tandem.infer (job %s started already): %s", job_id, error
+            )
+            raise Ignore() from None
         owner = spec.get("owner") if isinstance(spec, dict) else None
         named = owner if isinstance(owner, str) and TENANT_ID.fullmatch(owner) else DEFAULT_TENANT
         refused = JobResult(job_id=job_id, status="failed", error=error, owner=named).model_dump(mode="json")

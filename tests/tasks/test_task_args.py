@@ -3,7 +3,10 @@ message is one WARNING line naming the task, the argument and the value, and not
 
 from __future__ import annotations
 
+import inspect
 import logging
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,9 +18,19 @@ import tandem.tasks.steps.finalize
 import tandem.tasks.steps.model
 import tandem.tasks.steps.tools  # noqa: F401
 from tandem.tasks.app import app
-from tandem.tasks.task_args import InvalidArgument, check_arguments
+from tandem.tasks.errors import TaskCallError
+from tandem.tasks.task_args import (
+    PUBLIC_TASKS,
+    SHAPE_VALUES,
+    STEP_TASKS,
+    InvalidArgument,
+    call_shape,
+    check_arguments,
+)
 
 JOB = "6f1c1a52-2c1e-4c6a-9a43-0d1c6c3b1f00"
+INFER = 'kwargs={"spec": {"goal": "...", ...}}'
+"""How ``tandem.infer`` is called, as every refusal of a bad call says."""
 
 
 def run_tool(job_id: str, round_no: int, index: int, *_: Any) -> None:
@@ -126,9 +139,11 @@ def test_a_secret_in_a_refused_value_is_not_logged(caplog: pytest.LogCaptureFixt
 
 
 @pytest.mark.parametrize("task_id", ["a b", "x{y}", "z" * 300])
-def test_an_intake_under_a_task_id_no_step_would_accept_is_ignored(
+def test_an_intake_under_a_task_id_no_step_would_accept_fails_saying_so(
     task_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No job can have such an id, so the answer overwrites nothing: it is given without a look
+    at the job store."""
     import tandem.tasks.runtime as runtime
     import tandem.tasks.steps.intake as intake
 
@@ -138,4 +153,145 @@ def test_an_intake_under_a_task_id_no_step_would_accept_is_ignored(
     monkeypatch.setattr(runtime, "get_runtime", no_runtime)
     monkeypatch.setattr(intake, "get_runtime", no_runtime)
     result = app.tasks["tandem.infer"].apply(kwargs={"spec": {"goal": "g"}}, task_id=task_id)
-    assert result.state == "IGNORED"
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, TaskCallError)
+    assert "tandem.infer: argument 'task id'" in str(result.result)
+    assert "leave task_id out" in str(result.result)
+
+
+# -- the public tasks: keyword arguments only, and every refusal names the call's shape ----------
+
+
+@pytest.fixture
+def job_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A runtime on fakeredis and an in-memory result backend."""
+    import fakeredis
+    from celery.backends.cache import CacheBackend
+
+    from tandem.broker_config import Settings
+    from tandem.tasks import runtime as runtime_module
+    from tandem.tasks.runtime import Runtime
+
+    runtime = Runtime(Settings())
+    runtime.__dict__["redis"] = fakeredis.FakeRedis()
+    monkeypatch.setattr(runtime_module, "_runtime", runtime)
+    monkeypatch.setattr(app.tasks["tandem.infer"], "backend", CacheBackend(app=app, backend="memory"))
+    yield runtime
+
+
+def test_every_public_task_has_a_documented_shape_from_its_signature() -> None:
+    import tandem.tasks.control.answer
+    import tandem.tasks.control.follow_up
+    import tandem.tasks.control.messages
+    import tandem.tasks.steps.intake  # noqa: F401
+
+    registered = {name for name in app.tasks if name.startswith("tandem.")}
+    assert registered >= PUBLIC_TASKS
+    assert registered - PUBLIC_TASKS - STEP_TASKS <= {"tandem.webhook"}  # internal, ignore_result
+    shapes = {name: call_shape(name, app.tasks[name].run) for name in PUBLIC_TASKS}
+    assert shapes["tandem.infer"] == INFER
+    assert shapes["tandem.fork"] == (
+        'kwargs={"job_id": "<job id>", "round": <int>} (optional: "goal", "max_rounds", "owner")'
+    )
+    assert shapes["tandem.message"].startswith('kwargs={"job_id": "<job id>", "text": "<text>"}')
+    for name in PUBLIC_TASKS:  # every argument shown by what it takes, none as "..."
+        for param in inspect.signature(app.tasks[name].run).parameters:
+            assert param in SHAPE_VALUES, (name, param)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "says"),
+    [
+        pytest.param(
+            [{"goal": "g"}],
+            {},
+            f"tandem.infer takes keyword arguments only, {INFER}: got args=[{{'goal': 'g'}}]",
+            id="positional-spec",
+        ),
+        pytest.param(
+            [1, 2, 3],
+            {},
+            f"tandem.infer takes keyword arguments only, {INFER}: got args=[1, 2, 3]",
+            id="positional",
+        ),
+        pytest.param(
+            [],
+            {},
+            f"tandem.infer takes {INFER}: got kwargs={{}} (missing 'spec')",
+            id="nothing",
+        ),
+        pytest.param(
+            [],
+            {"spec": {"goal": "g"}, "priority": 3},
+            f"tandem.infer takes {INFER}: got kwargs={{'spec': {{'goal': 'g'}}, 'priority': 3}} "
+            "(unknown 'priority')",
+            id="unknown",
+        ),
+        pytest.param(
+            [],
+            {"goal": "g"},
+            f"tandem.infer takes {INFER}: got kwargs={{'goal': 'g'}} (unknown 'goal'; missing 'spec')",
+            id="spec-fields-as-kwargs",
+        ),
+    ],
+)
+def test_a_bad_intake_fails_naming_what_came_and_the_call(
+    job_store: Any, args: list[Any], kwargs: dict[str, Any], says: str
+) -> None:
+    result = app.tasks["tandem.infer"].apply(args=args, kwargs=kwargs, task_id=JOB)
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, TaskCallError) and isinstance(result.result, TypeError)
+    assert str(result.result) == says
+    assert job_store.machine.record(JOB) == {}  # nothing was started
+
+
+def test_a_bad_intake_under_a_real_jobs_id_answers_nothing(job_store: Any) -> None:
+    """A forged or mistaken copy under the id of a job that exists (even one only queued by
+    ``submit``), or whose result is stored, must not become that job's result: it is only logged."""
+    infer = app.tasks["tandem.infer"]
+    job_store.store.mark_queued(JOB)
+    assert infer.apply(args=[1], task_id=JOB).state == "IGNORED"
+    ended = str(uuid.uuid4())
+    infer.backend.store_result(ended, {"job_id": ended, "status": "completed"}, "SUCCESS")
+    assert infer.apply(args=[1], task_id=ended).state == "IGNORED"
+    assert infer.backend.get_task_meta(ended)["result"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("spec", ["What is 2 + 2?", [1, 2], None])
+def test_an_intake_whose_spec_is_not_an_object_is_refused_naming_the_call(job_store: Any, spec: Any) -> None:
+    """The spec's type is the spec's problem: a failed ``JobResult`` like any refused spec."""
+    infer, job_id = app.tasks["tandem.infer"], str(uuid.uuid4())  # the memory backend is shared
+    answer = infer.apply(kwargs={"spec": spec}, task_id=job_id).result
+    assert answer["status"] == "failed"
+    assert answer["error"].startswith('tandem.infer takes kwargs={"spec": {"goal": "...", ...}}: ')
+    assert "a job spec must be a JSON object" in answer["error"]
+    assert infer.backend.get_task_meta(job_id)["result"] == answer
+
+
+def test_a_refused_spec_under_a_started_jobs_id_is_not_its_answer(job_store: Any) -> None:
+    infer, job_id = app.tasks["tandem.infer"], str(uuid.uuid4())
+    infer.apply(kwargs={"spec": {"goal": "g"}}, task_id=job_id, ignore_result=True)  # the job starts
+    assert job_store.store.spec(job_id) is not None
+    assert infer.apply(kwargs={"spec": {"goal": ""}}, task_id=job_id).state == "IGNORED"
+    assert infer.backend.get_task_meta(job_id)["status"] == "PENDING"
+
+
+@pytest.mark.parametrize(
+    ("task", "args", "kwargs", "says"),
+    [
+        ("tandem.resume", [JOB], {}, 'tandem.resume takes keyword arguments only, kwargs={"job_id"'),
+        ("tandem.fork", [], {"job_id": JOB}, "(missing 'round')"),
+        ("tandem.decide", [], {"job_id": JOB, "decisions": [], "yes": 1}, "(unknown 'yes')"),
+        ("tandem.answer", [], {}, "(missing 'job_id')"),
+        ("tandem.message", [], {"job_id": JOB, "text": 5}, "argument 'text' = 5: must be a string"),
+        ("tandem.follow_up", [JOB, "again"], {}, "tandem.follow_up takes keyword arguments only"),
+    ],
+)
+def test_a_bad_control_message_answers_not_accepted_with_the_call(
+    task: str, args: list[Any], kwargs: dict[str, Any], says: str
+) -> None:
+    answer = app.tasks[task].apply(args=args, kwargs=kwargs).result
+    assert answer["accepted"] is False and answer["reason"] == "invalid"
+    assert says in answer["error"]
+    assert f"{task} takes kwargs={{" in answer["error"] or "keyword arguments only" in answer["error"]
+    assert answer["job_id"] == (JOB if kwargs.get("job_id") == JOB or args[:1] == [JOB] else None)
