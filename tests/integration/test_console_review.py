@@ -124,19 +124,15 @@ def test_each_call_is_decided_on_its_own_and_an_ended_job_forks_with_a_new_goal(
         )
         page.wait_for(f"{_card(1, '.call-status')}.textContent === 'approved with edited arguments'", 30)
         assert page.evaluate("document.querySelector('#job-state').textContent") == "awaiting a person"
-        # The last decision completes the pause and the job may end at once (its cards go then):
-        # every status a card shows is kept as it appears.
-        page.evaluate(
-            "window.statuses = []; new MutationObserver(() => document.querySelectorAll('.call-status')"
-            ".forEach((n) => n.textContent && window.statuses.push(n.textContent))).observe("
-            "document.querySelector('#approval-calls'), {subtree: true, childList: true, "
-            "characterData: true});"
-            f"{_card(2, '.call-reason')}.value = 'not eve'; {_card(2, '.call-reject')}.click(); true"
-        )
-        page.wait_for("window.statuses.includes('rejected: not eve')", 30)
-
+        # The last decision completes the pause: its panel goes (the job no longer waits on it), and
+        # the rounds show what became of each call, the rejection's reason with it.
+        reject = f"{_card(2, '.call-reason')}.value = 'not eve'; {_card(2, '.call-reject')}.click(); true"
+        page.evaluate(reject)
         page.wait_for("document.querySelector('#job-state').textContent === 'completed'", 90)
-        assert page.evaluate("document.querySelector('#approval').hidden") is True
+        assert page.evaluate("document.querySelector('#approval').checkVisibility()") is False
+        rows = page.evaluate("Array.from(document.querySelectorAll('.tool')).map((n) => n.innerText)")
+        assert any('notify(to="ann")' in r and "notified ann" in r for r in rows), rows
+        assert any('notify(to="eve")' in r and "Reason: not eve" in r for r in rows), rows
         events = cluster.store.read_events(job_id, count=1000)
         results = sorted((e.data for e in events if e.type == "tool_result"), key=lambda r: r["index"])
         assert [(r["index"], r["status"]) for r in results] == [(1, "succeeded"), (2, "failed")]

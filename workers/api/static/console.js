@@ -160,8 +160,10 @@ async function refreshJobs() {
     const goal = el("div", "job-goal" + (job.goal ? "" : " muted"), job.goal || "(goal no longer stored)");
     goal.title = job.goal || "";
     const line = el("div", "job-line");
+    // The open job's state as its stream says (newer than this list can be).
+    const shown = job.job_id === state.jobId && view.state ? view.state : job.state;
     line.append(el("code", "", job.job_id.slice(0, 8)), el("span", "muted", `${job.reasoner} · ${when}`),
-      el("span", `state ${stateClass(job.state)}`, stateLabel(job.state)));
+      el("span", `state ${stateClass(shown)}`, stateLabel(shown)));
     item.append(goal, line);
     item.addEventListener("click", () => openJob(job.job_id));
     list.append(item);
@@ -170,28 +172,88 @@ async function refreshJobs() {
 
 // -- one job -----------------------------------------------------------------------------------------
 
-// -- job states: a parked job (awaiting_approval, or any other awaiting_*) waits for a person ----------
+// -- what the page shows of a job is rendered from its state ---------------------------------------
+// `view` is the job as the API reports it: its state (JobStatus.state, from GET /v1/jobs/{id}, then
+// moved by its events) and, while it is parked for a person, what it waits for. `render` sets every
+// panel and button from it, so a question, an approval or Cancel shows only while the job is in that
+// state, and none of them on an ended job.
 
+const LIVE = ["queued", "running", "waiting", "awaiting_approval"]; // what POST .../cancel accepts
 const ENDED = ["completed", "truncated", "failed", "cancelled"];
+const RESUMABLE = ["truncated", "failed", "cancelled"];
+
+// pause: null, {kind: "approval", id, pending} or {kind: "question", id, text, schema}; outcome: the
+// job's end (its final event or result) is shown; started: a worker took the job in (its
+// job_started event, or a step claimed), so its spec is stored: resume, fork and follow-up need it
+// (a job cancelled before it started, or refused at intake, has none).
+const view = { state: "", pause: null, outcome: false, started: false };
 
 function stateLabel(name) { return name.startsWith("awaiting_") ? "awaiting a person" : name; }
 
 function stateClass(name) { return name.startsWith("awaiting_") ? "awaiting" : name; }
 
-function setState(name) {
+function render() {
+  const name = view.state;
+  const ended = ENDED.includes(name), live = LIVE.includes(name);
+  const asks = name === "awaiting_approval" && view.pause ? view.pause.kind : null;
   const badge = $("#job-state");
   badge.textContent = stateLabel(name);
   badge.className = `state ${stateClass(name)}`;
   badge.dataset.state = name;
-  $("#cancel").disabled = ENDED.includes(name);
-  $("#resume").hidden = !["truncated", "failed", "cancelled"].includes(name);
-  $("#fork").hidden = !ENDED.includes(name);
-  if (!ENDED.includes(name)) $("#fork-form").hidden = true;
-  $("#message-form").hidden = ENDED.includes(name);
-  $("#follow-up-form").hidden = !ENDED.includes(name);
+  badge.hidden = !name;
+  // The job list is read every few seconds: its line for this job says what the page says meanwhile.
+  const listed = state.jobId && document.querySelector(`#jobs li[data-id="${CSS.escape(state.jobId)}"] .state`);
+  if (listed && name) {
+    listed.textContent = stateLabel(name);
+    listed.className = `state ${stateClass(name)}`;
+  }
+  $("#approval").hidden = asks !== "approval";
+  $("#approve").hidden = asks !== "approval";
+  $("#reject").hidden = asks !== "approval";
+  $("#question").hidden = asks !== "question";
+  $("#cancel").hidden = !live;
+  $("#message-form").hidden = !live;
+  $("#resume").hidden = !(RESUMABLE.includes(name) && view.started);
+  $("#fork").hidden = !(ended && view.started && state.rounds > 0); // the job's end says it stored a round
+  if (!ended) $("#fork-form").hidden = true;
+  $("#follow-up-form").hidden = !(ended && view.started);
+  $("#outcome").hidden = !(ended && view.outcome);
 }
 
-function currentState() { return $("#job-state").dataset.state || ""; }
+function setState(name) {
+  view.state = name;
+  render();
+}
+
+// A step of an ended job's stream (a late decision, say) does not bring it back: only a resume
+// (job_started) and its final event move an ended job.
+function moveTo(name) {
+  if (!ENDED.includes(view.state)) setState(name);
+}
+
+// Work under way: a step that waited (state "waiting") runs again.
+function working() {
+  if (view.state !== "waiting") return;
+  if ($("#notice").textContent.startsWith("waiting: ")) notice("");
+  setState("running");
+}
+
+// A wait ends when its step is taken again, which no event says until the model answers: once the
+// wait is over, the job's status says whether it runs.
+let recheck = null;
+function recheckAfter(seconds) {
+  clearTimeout(recheck);
+  const jobId = state.jobId;
+  recheck = setTimeout(async () => {
+    if (jobId !== state.jobId || view.state !== "waiting") return;
+    const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+    if (!response.ok) return;
+    const now = (await response.json()).status.state;
+    if (jobId === state.jobId && view.state === "waiting" && now === "running") working();
+  }, Math.max(1, seconds) * 1000 + 500);
+}
+
+function currentState() { return view.state; }
 
 function roundBox(round, maxRounds) {
   let box = document.getElementById(`round-${round}`);
@@ -260,15 +322,21 @@ function toolRow(ev) {
   return row;
 }
 
+function callText(name, args) {
+  return `→ ${name}(${Object.entries(args || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})`;
+}
+
 function onToolCall(ev) {
-  const args = Object.entries(ev.args || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
-  toolRow(ev).querySelector(".call").textContent = `→ ${ev.name}(${args})` + (ev.error ? ` ✗ ${ev.error}` : "");
+  toolRow(ev).querySelector(".call").textContent = callText(ev.name, ev.args) + (ev.error ? ` ✗ ${ev.error}` : "");
 }
 
 function onToolResult(ev) {
   const row = toolRow(ev);
   const call = row.querySelector(".call");
-  if (!call.textContent) call.textContent = `→ ${ev.name}`; // a call that never ran (e.g. rejected)
+  if (!call.textContent) { // a call that never ran (rejected): as it was asked, if it was
+    const asked = (state.asked || {})[`${ev.round}:${ev.index}`];
+    call.textContent = asked ? callText(ev.name, asked.args) : `→ ${ev.name}`;
+  }
   const result = row.querySelector(".result");
   result.className = "result " + (ev.status === "succeeded" ? "ok" : "bad");
   result.textContent = `  ← ${String(ev.output).slice(0, 400)}`;
@@ -276,8 +344,9 @@ function onToolResult(ev) {
 
 function onFinal(ev) {
   state.rounds = ev.rounds || 0;
+  endPause();
+  view.outcome = true;
   setState(ev.status);
-  $("#outcome").hidden = false;
   $("#deliverable").textContent = ev.deliverable || "(no deliverable)";
   $("#outcome-error").textContent = ev.error || "";
   const usage = ev.usage || {};
@@ -293,16 +362,25 @@ function onFinal(ev) {
 
 const approval = { pauseId: null, calls: [], schemas: {} };
 
-function showApproval(pending, pauseId) {
-  const waiting = pending && pending.length > 0;
-  approval.pauseId = waiting ? pauseId || null : null;
-  approval.calls = waiting ? pending : [];
-  state.pauseId = approval.pauseId;
-  $("#approve").hidden = !waiting;
-  $("#reject").hidden = !waiting;
-  $("#approval").hidden = !waiting;
+// The job's pause is over (decided, answered, ended, or another job opened): nothing to ask.
+function endPause() {
+  view.pause = null;
+  approval.pauseId = null;
+  approval.calls = [];
   $("#approval-calls").replaceChildren();
-  if (!waiting) return;
+  $("#question-text").textContent = "";
+  $("#answer-input").value = "";
+}
+
+// Calls wait for a decision: their cards are built here and shown while the job is parked on them.
+function askApproval(pending, pauseId, round) {
+  endPause();
+  if (!pending || !pending.length) return; // nothing left to decide
+  state.asked = state.asked || {};
+  for (const call of pending) state.asked[`${round}:${call.index}`] = call;
+  view.pause = { kind: "approval", id: pauseId || null, pending };
+  approval.pauseId = pauseId || null;
+  approval.calls = pending;
   const calls = pending.length === 1 ? "1 call waits" : `${pending.length} calls wait`;
   $("#approval-head").textContent = `${calls} for your decision: approve or reject each; edit a call's ` +
     "arguments before approving it.";
@@ -428,21 +506,12 @@ async function decideAll(approve) {
   if (response.ok) markDecided((await response.json()).decisions || []);
 }
 
-// Every call of the pause is decided: the cards stay (what was decided) until the job ends or pauses again.
+// Every call of the pause is decided: the panel goes (the rounds show each call's result).
 function approvalDone(by) {
-  approval.pauseId = null;
-  state.pauseId = null;
-  $("#approve").hidden = true;
-  $("#reject").hidden = true;
-  $("#approval-head").textContent = by === "timeout"
+  notice(by === "timeout"
     ? "No decision came in time: the undecided calls were rejected, and the job goes on."
-    : "Every call is decided: the job goes on.";
-  if (by !== "timeout") return;
-  document.querySelectorAll("#approval-calls .call-card:not(.decided)").forEach((card) => {
-    card.classList.add("decided", "rejected");
-    card.querySelectorAll("button, textarea, input").forEach((node) => { node.disabled = true; });
-    card.querySelector(".call-status").textContent = "rejected (no decision in time)";
-  });
+    : "Every call is decided: the job goes on.");
+  endPause();
 }
 
 function markDecided(decisions) {
@@ -525,17 +594,26 @@ async function followUp(event) {
   }
 }
 
-// A question a tool (or the model's ask_person) asks: shown with its schema until it is answered.
-function showQuestion(ev) {
-  const asking = Boolean(ev && ev.question);
-  state.questionPause = asking ? ev.pause_id || null : null;
-  $("#question").hidden = !asking;
-  if (!asking) return;
-  $("#question-pause").textContent = ev.pause_id ? `pause ${ev.pause_id}` : "";
-  $("#question-text").textContent = ev.question;
-  $("#question-schema-line").hidden = !ev.answer_schema;
-  $("#question-schema").textContent = ev.answer_schema ? JSON.stringify(ev.answer_schema) : "";
-  $("#answer-input").value = "";
+// A question a tool (or the model's ask_person) asks: shown with its schema while the job waits on it.
+function askQuestion(pauseId, text, schema) {
+  endPause();
+  if (!text) return;
+  view.pause = { kind: "question", id: pauseId || null, text, schema: schema || null };
+  $("#question-pause").textContent = pauseId ? `pause ${pauseId}` : "";
+  $("#question-text").textContent = text;
+  $("#question-schema-line").hidden = !schema;
+  $("#question-schema").textContent = schema ? JSON.stringify(schema) : "";
+}
+
+// What a parked job waits for, from its status (GET /v1/jobs/{id}): its pause as the events show it.
+function askFromStatus(status) {
+  if (status.state !== "awaiting_approval") return;
+  if (status.pause_kind === "question") {
+    const asked = status.question || {};
+    askQuestion(status.pause_id, asked.text, asked.answer_schema);
+  } else {
+    askApproval(status.pending_approval || [], status.pause_id, status.round);
+  }
 }
 
 async function answerQuestion(event) {
@@ -545,7 +623,7 @@ async function answerQuestion(event) {
   try { answer = JSON.parse(raw); } catch (err) { answer = raw; }
   const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
   const body = { answer, idempotency_key: key };
-  if (state.questionPause) body.pause_id = state.questionPause;
+  if (view.pause && view.pause.id) body.pause_id = view.pause.id;
   const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/answers`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
@@ -559,36 +637,42 @@ function handle(ev) {
     case "job_started":
       $("#job-goal").textContent = (ev.spec && ev.spec.goal) || "";
       state.maxRounds = (ev.spec && ev.spec.max_rounds) || 0;
-      if (ev.resumed) $("#outcome").hidden = true; // the stream goes on after the earlier final
+      if (ev.resumed) view.outcome = false; // the stream goes on after the earlier final
       if (ev.forked_from) showForkOrigin(ev.forked_from, ev.forked_round || 0);
+      endPause();
+      view.started = true;
       setState("running");
       state.threadId = (ev.spec && ev.spec.thread_id) || null;
       loadThread();
       break;
-    case "round_started": roundBox(ev.round, ev.max_rounds); break;
-    case "model_delta": onDelta(ev); break;
-    case "model_reply": onReply(ev); break;
-    case "tool_call": onToolCall(ev); break;
-    case "tool_result": onToolResult(ev); break;
-    case "waiting": notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`); break;
+    case "round_started": roundBox(ev.round, ev.max_rounds); working(); break;
+    case "model_delta": onDelta(ev); working(); break;
+    case "model_reply": onReply(ev); working(); break;
+    case "tool_call": onToolCall(ev); working(); break;
+    case "tool_result": onToolResult(ev); working(); break;
+    case "waiting":
+      notice(`waiting: ${ev.reason}${ev.until && ev.at ? `, retrying in ${Math.max(0, Math.round(ev.until - ev.at))} s` : ""}`);
+      moveTo("waiting");
+      if (ev.until && ev.at) recheckAfter(ev.until - ev.at);
+      break;
     case "approval_requested":
-      showApproval(ev.pending || [], ev.pause_id);
-      if (!ENDED.includes(currentState())) setState("awaiting_approval");
+      askApproval(ev.pending || [], ev.pause_id, ev.round);
+      moveTo("awaiting_approval");
       break;
     case "approval_decided":
       markDecided(ev.decisions || []);
-      if (ev.complete !== false) { approvalDone(ev.by); if (!ENDED.includes(currentState())) setState("running"); }
+      if (ev.complete !== false) { approvalDone(ev.by); moveTo("running"); }
       break;
     case "question_asked":
-      showQuestion(ev);
-      if (!ENDED.includes(currentState())) setState("awaiting_approval");
+      askQuestion(ev.pause_id, ev.question, ev.answer_schema);
+      moveTo("awaiting_approval");
       break;
     case "question_answered":
-      showQuestion(null);
-      if (!ENDED.includes(currentState())) setState("running");
+      endPause();
+      moveTo("running");
       break;
     case "message_received": onMessage(ev); break;
-    case "final": showApproval([]); showQuestion(null); onFinal(ev); loadThread(); break; // the end: the decided calls' cards go
+    case "final": onFinal(ev); loadThread(); break;
     default: break; // kinds this console does not know yet
   }
 }
@@ -598,6 +682,7 @@ async function follow(jobId) {
   const controller = new AbortController();
   state.stream = controller;
   let lastId = "0";
+  state.lastEventId = lastId; // the last event handled: how far the page has read the job's stream
   let ended = false;
   while (!ended && !controller.signal.aborted) {
     try {
@@ -626,6 +711,7 @@ async function follow(jobId) {
           if (id) lastId = id;
           const ev = JSON.parse(data);
           handle(ev);
+          state.lastEventId = lastId;
           if (ev.type === "final") ended = true;
         }
       }
@@ -647,9 +733,13 @@ async function openJob(jobId) {
   if (state.stream) state.stream.abort();
   state.jobId = jobId;
   state.turns = {};
+  state.asked = {};
   state.rounds = 0;
   $("#fork-form").hidden = true;
-  showApproval([]);
+  endPause();
+  view.outcome = false;
+  view.started = false;
+  setState(""); // nothing is shown for the job until its status comes
   history.replaceState(null, "", `?job=${encodeURIComponent(jobId)}`);
   $("#empty").hidden = true;
   $("#job").hidden = false;
@@ -658,12 +748,13 @@ async function openJob(jobId) {
   $("#rounds").replaceChildren();
   state.threadId = null;
   $("#thread").hidden = true;
-  $("#outcome").hidden = true;
   $("#deliverable").textContent = "";
-  showQuestion(null);
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   if (!response.ok) { notice(await errorText(response)); return; }
   const job = await response.json();
+  if (jobId !== state.jobId) return; // another job was opened meanwhile
+  askFromStatus(job.status);
+  view.started = job.status.epoch > 0;
   setState(job.status.state);
   refreshJobs();
   follow(jobId);
