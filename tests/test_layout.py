@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "workers", "broker_config")
+CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "client", "workers", "broker_config")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 

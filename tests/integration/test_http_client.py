@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     from tandem import Client
-    from tandem.workers.client import Conflict, NotFound, Unauthorized
+    from tandem.client.http import Conflict, NotFound, Unauthorized
 
     url, token, goal = sys.argv[1:4]
     out = {}

@@ -342,7 +342,7 @@ def test_api_settings_are_read_and_checked() -> None:
 def test_decisions_reach_the_job_handle_and_refusals_are_409(
     api: Fixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.errors import DecisionRefused
 
     job_id = api.client.post("/v1/jobs", json={"goal": "g"}).json()["id"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from tandem.client.http import AsyncClient, Client, InvalidRequest, StalePauseError
 from tandem.tasks.control.answer import answer_job
 from tandem.tasks.control.questions import QuestionStore
-from tandem.workers.client import AsyncClient, Client, InvalidRequest, StalePauseError
 from tests.tasks.test_questions import ask, start_round
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent

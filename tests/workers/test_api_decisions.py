@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from tandem.client.http import Client, StalePauseError
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.control.decide import decide_job
-from tandem.workers.client import Client, StalePauseError
 from tests.tasks.test_approvals import park
 from tests.workers.test_api import Fixture
 

@@ -15,8 +15,8 @@ import pytest
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.tokens import ApiToken
+from tandem.client.http import AsyncClient, Client, Conflict, NotFound
 from tandem.tasks.control.messages import message_job
-from tandem.workers.client import AsyncClient, Client, Conflict, NotFound
 from tests.tasks.test_approvals import park
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent

@@ -13,9 +13,9 @@ import pytest
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.tokens import ApiToken
+from tandem.client.http import AsyncClient, Client, NotFound
 from tandem.tasks.control.threads import index_job
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.workers.client import AsyncClient, Client, NotFound
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent
 

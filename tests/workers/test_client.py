@@ -1,4 +1,4 @@
-"""The HTTP client (``tandem.workers.client``) against ``tandem api`` in process (fakeredis, a Celery
+"""The HTTP client (``tandem.client.http``) against ``tandem api`` in process (fakeredis, a Celery
 app on an in-memory broker), and against scripted transports for the faults a link brings."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from tandem.tasks.job_events import RoundStarted
-from tandem.tasks.spec import JobResult, JobSpec
-from tandem.workers.client import (
+from tandem.client.http import (
     AsyncClient,
     Client,
     Conflict,
@@ -27,6 +25,8 @@ from tandem.workers.client import (
     Unavailable,
     WaitTimeout,
 )
+from tandem.tasks.job_events import RoundStarted
+from tandem.tasks.spec import JobResult, JobSpec
 from tests.workers.test_api import TOKEN, Fixture
 
 
@@ -194,7 +194,7 @@ def test_the_async_client_does_what_the_blocking_one_does() -> None:
 
 def test_the_client_imports_neither_celery_nor_redis_nor_litellm() -> None:
     code = (
-        "import sys, tandem.workers.client; "
+        "import sys, tandem.client.http; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'celery', 'kombu', 'redis', 'litellm', 'starlette', 'aiohttp', 'cryptography'}))"
     )

@@ -3,7 +3,7 @@
 A service that submits jobs and reads their results through ``tandem api`` needs neither the
 broker's nor Redis's credentials, nor Celery, LiteLLM or redis-py::
 
-    from tandem.workers.client import Client
+    from tandem.client.http import Client
 
     with Client("http://127.0.0.1:8000", token="...") as api:
         job_id = api.submit(goal="What is (17 * 23) + 4?", max_rounds=8)
@@ -12,11 +12,11 @@ broker's nor Redis's credentials, nor Celery, LiteLLM or redis-py::
         print(api.result(job_id).deliverable)
 
 ``AsyncClient`` has the same methods, awaited. Errors are ``ClientError`` subclasses that mirror
-the API's status codes (see ``tandem.workers.client.errors``).
+the API's status codes (see ``tandem.client.http.errors``).
 """
 
-from tandem.workers.client.aio import AsyncClient
-from tandem.workers.client.errors import (
+from tandem.client.http.aio import AsyncClient
+from tandem.client.http.errors import (
     ClientError,
     Conflict,
     ConnectionFailed,
@@ -29,8 +29,8 @@ from tandem.workers.client.errors import (
     Unavailable,
     WaitTimeout,
 )
-from tandem.workers.client.models import Event, Job, JobOutcome, JobState, ThreadJob
-from tandem.workers.client.sync import Client
+from tandem.client.http.models import Event, Job, JobOutcome, JobState, ThreadJob
+from tandem.client.http.sync import Client
 
 __all__ = [
     "AsyncClient",

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tandem.workers.client.errors import ClientError, ConnectionFailed, InvalidRequest, ServerError, error_for
+from tandem.client.http.errors import ClientError, ConnectionFailed, InvalidRequest, ServerError, error_for
 
 STREAM_READ_TIMEOUT = 45.0
 """How long an event stream may stay silent before it counts as dropped and is resumed (the API

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from tandem.workers.client.errors import ServerError
-from tandem.workers.client.models import Event
+from tandem.client.http.errors import ServerError
+from tandem.client.http.models import Event
 
 
 @dataclass
