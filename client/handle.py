@@ -17,6 +17,7 @@ from typing import Any
 from celery import Celery
 
 from tandem.broker_config.tokens import DEFAULT_TENANT
+from tandem.client.events import JobEvent, read_event
 from tandem.client.handle_approvals import HandleApprovals
 from tandem.client.handle_messages import HandleMessages
 from tandem.client.handle_questions import HandleQuestions
@@ -37,7 +38,6 @@ from tandem.tasks.errors import (
     ResumeRefused,
     UnknownJobError,
 )
-from tandem.tasks.job_events import JobEvent, read_event
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
 from tandem.tasks.state.results import ResultDelivery

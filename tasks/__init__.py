@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from tandem._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "JobEvent": "tandem.tasks.job_events",
+    "JobEvent": "tandem.client.events",
     "JobHandle": "tandem.client.handle",
     "JobLostError": "tandem.tasks.errors",
     "JobResult": "tandem.tasks.spec",
@@ -49,10 +49,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
+    from tandem.client.events import JobEvent
     from tandem.client.handle import JobHandle
     from tandem.client.submission import job, submit, submit_async
     from tandem.tasks.errors import JobLostError, JobTimeout, RedisUnavailable
-    from tandem.tasks.job_events import JobEvent
     from tandem.tasks.spec import JobResult, JobSpec, JobStatus, validate_spec
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
