@@ -3,16 +3,18 @@
 A service that submits jobs and reads their results through ``tandem api`` needs neither the
 broker's nor Redis's credentials, nor Celery, LiteLLM or redis-py::
 
-    from tandem.client.http import Client
+    from tandem import Client
 
     with Client("http://127.0.0.1:8000", token="...") as api:
-        job_id = api.submit(goal="What is (17 * 23) + 4?", max_rounds=8)
-        for event in api.events(job_id):        # resumes by Last-Event-ID when the link drops
+        job = api.submit(goal="What is (17 * 23) + 4?", max_rounds=8)   # a RemoteJob
+        for event in job.events():              # typed events; resumes by Last-Event-ID
             print(event.type)
-        print(api.result(job_id).deliverable)
+        print(job.result().deliverable)         # or api.result(job.id)
 
-``AsyncClient`` has the same methods, awaited. Errors are ``ClientError`` subclasses that mirror
-the API's status codes (see ``tandem.client.http.errors``).
+``AsyncClient`` has the same methods, awaited, and its ``submit`` gives an ``AsyncRemoteJob``.
+Both are drivers of one set of flows with no I/O (``tandem.client.http.flows``): the requests,
+the reading of answers, the retries and the resuming of streams are written once. Errors are
+``ClientError`` subclasses that mirror the API's status codes (``tandem.client.http.errors``).
 """
 
 from tandem.client.http.aio import AsyncClient
@@ -29,22 +31,24 @@ from tandem.client.http.errors import (
     Unavailable,
     WaitTimeout,
 )
-from tandem.client.http.models import Event, Job, JobOutcome, JobState, ThreadJob
+from tandem.client.http.handles import AsyncRemoteJob, RemoteJob
+from tandem.client.http.models import Job, JobOutcome, JobState, ThreadJob
 from tandem.client.http.sync import Client
 
 __all__ = [
     "AsyncClient",
+    "AsyncRemoteJob",
     "Client",
     "ClientError",
     "Conflict",
     "ConnectionFailed",
-    "Event",
     "InvalidRequest",
     "Job",
     "JobOutcome",
     "JobState",
     "NotFound",
     "RateLimited",
+    "RemoteJob",
     "ServerError",
     "StalePauseError",
     "ThreadJob",

@@ -1,29 +1,51 @@
-"""``Client``: tandem's HTTP API from blocking code (see the package docstring)."""
+"""``Client``: tandem's HTTP API from blocking code, a driver of ``tandem.client.http.flows``."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
+from tandem.client.events import JobEvent
 from tandem.client.http import calls
-from tandem.client.http.calls import Call
-from tandem.client.http.errors import ClientError, Unavailable, WaitTimeout
-from tandem.client.http.models import Event, Job, JobOutcome, JobState, ThreadJob
-from tandem.client.http.sse import SseParser, stream_headers
+from tandem.client.http.calls import JobRef, Requests, job_id_of
+from tandem.client.http.flows import Broken, Emit, Flow, Flows, Open, Outcome, Pause, Send, Step
+from tandem.client.http.handles import RemoteJob
+from tandem.client.http.models import Job, JobOutcome, JobState, ThreadJob
+
+T = TypeVar("T")
+
+
+class _Stream:
+    """The event stream a flow has open, if any."""
+
+    def __init__(self) -> None:
+        self.response: httpx.Response | None = None
+        self.lines: Iterator[str] = iter(())
+
+    def close(self) -> None:
+        if self.response is not None:
+            self.response.close()
+        self.response, self.lines = None, iter(())
 
 
 class Client:
-    """A blocking client of ``tandem api`` at ``base_url`` (``token``: one of the API's
-    ``TANDEM_API_TOKENS``, if it wants one).
+    """A blocking client of ``tandem api`` at ``base_url`` (``http://`` or ``https://``), sending
+    ``token`` (one of the API's ``TANDEM_API_TOKENS``) as ``Authorization: Bearer <token>``.
+
+    ``submit`` gives a ``RemoteJob``: the job's ``id`` and these methods with the id filled in.
+    Every method that names a job takes its id or its handle.
 
     Reads ride out a blip: a read that gets no answer, or a 502/503, is asked again for up to
     ``retry_for`` seconds; an event stream that drops resumes after its last event (the API's
     ``Last-Event-ID``), for up to ``retry_for`` seconds without an answer. Writes (submit, cancel,
-    decisions, resume, fork) are sent once: their errors are raised as they come.
+    decisions, answers, messages, resume, fork, follow-up) are sent once: their errors are raised
+    as they come. ``timeout``: seconds a request may take (an event stream may stay silent 45 s).
+    ``transport``: an httpx transport to send through (``httpx.MockTransport`` in tests); the
+    requests are built here either way.
     """
 
     def __init__(
@@ -33,12 +55,18 @@ class Client:
         *,
         timeout: float = 30.0,
         retry_for: float = 10.0,
-        http: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.retry_for = retry_for
-        self._http = http or httpx.Client(timeout=timeout)
+        self._flows = Flows(Requests(base_url, token, timeout), retry_for)
+        self._http = httpx.Client(transport=transport)
+
+    @property
+    def base_url(self) -> str:
+        """The API's URL."""
+        return self._flows.requests.base_url
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
 
     def __enter__(self) -> Client:
         return self
@@ -52,55 +80,43 @@ class Client:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def submit(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> str:
-        """Submit a job (a job spec: ``goal``, ``reasoner``, ``max_rounds``, ...); its id."""
-        return str(self._send(calls.submit_call(spec, fields))["id"])
+    def submit(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> RemoteJob:
+        """Submit a job (a job spec: ``goal``, ``reasoner``, ``max_rounds``, ...; ``fields`` are
+        merged over ``spec``); its handle."""
+        job_id = self._run(self._flows.submit(spec, fields))
+        thread = {**(spec or {}), **fields}.get("thread_id")
+        return RemoteJob(self, job_id, thread_id=thread if isinstance(thread, str) else None)
 
-    def job(self, job_id: str) -> Job:
+    def job(self, job: JobRef) -> Job:
         """The job: its state, its outcome once it ended, the calls awaiting a decision."""
-        return Job.model_validate(self._send(Call("GET", calls.job_path(job_id))))
+        return self._run(self._flows.job(job_id_of(job)))
 
-    def status(self, job_id: str) -> JobState:
+    def status(self, job: JobRef) -> JobState:
         """Where the job stands."""
-        return self.job(job_id).status
+        return self._run(self._flows.status(job_id_of(job)))
 
     def jobs(self, limit: int = 50) -> list[JobState]:
         """The recent jobs, newest first (at most 200)."""
-        body = self._send(Call("GET", "/v1/jobs", params={"limit": limit}))
-        return [JobState.model_validate(j) for j in body["jobs"]]
+        return self._run(self._flows.jobs(limit))
 
-    def result(self, job_id: str, timeout: float | None = None) -> JobOutcome:
+    def result(self, job: JobRef, timeout: float | None = None) -> JobOutcome:
         """Wait for the job to end (following its events, not polling) and return its outcome;
         ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        after = "0"
-        while True:
-            job = self.job(job_id)
-            if job.result is not None and job.status.ended:
-                return job.result
-            for event in self._follow(job_id, after, deadline):
-                after = event.id
-                if event.type == "final":
-                    break
-            if deadline is not None and time.monotonic() >= deadline:
-                job = self.job(job_id)
-                if job.result is not None and job.status.ended:
-                    return job.result
-                state = job.status.state
-                raise WaitTimeout(f"job {job_id!r} had not ended after {timeout:g} s (it is {state})")
+        return self._run(self._flows.result(job_id_of(job), timeout))
 
-    def events(self, job_id: str, after: str = "0") -> Iterator[Event]:
+    def events(self, job: JobRef, after: str = "0") -> Iterator[JobEvent]:
         """The job's events after event id ``after`` (``"0"``: all of them), as they come, until
-        its ``final`` event; a dropped stream is resumed after the last event seen."""
-        return self._follow(job_id, after, None)
+        its ``final`` event: the typed models of ``tandem.client.events`` (``JobHandle.events()``'s).
+        A dropped stream is resumed after the last event given."""
+        return self._iterate(self._flows.events(job_id_of(job), after))
 
-    def cancel(self, job_id: str) -> JobState:
+    def cancel(self, job: JobRef) -> JobState:
         """Ask the job to stop; ``Conflict`` once it has ended."""
-        return JobState.model_validate(self._send(Call("POST", calls.job_path(job_id, "/cancel")))["status"])
+        return self._run(self._flows.cancel(job_id_of(job)))
 
     def decide(
         self,
-        job_id: str,
+        job: JobRef,
         decisions: list[dict[str, Any]] | bool,
         *,
         pause_id: str | None = None,
@@ -114,37 +130,19 @@ class Client:
         answer. ``StalePauseError`` when the pause is not current, ``Conflict`` when refused
         otherwise (nothing changed); ``Unavailable`` (504) when no worker answered: the decision
         was withdrawn and never applies."""
-        if pause_id is None:
-            pause_id = calls.current_pause(self._send(Call("GET", calls.job_path(job_id))))
-        body = self._send(calls.decide_call(job_id, decisions, pause_id, idempotency_key))
-        return list(body["decisions"])
-
-    def answer(
-        self, job_id: str, answer: Any, *, pause_id: str | None = None, idempotency_key: str | None = None
-    ) -> Any:
-        """Answer the question job ``job_id`` waits on (pause ``pause_id``; ``None``: the current
-        one, read first and named) with ``answer``, a JSON value that fits the question's
-        ``answer_schema`` (text for a question without one); the answer as stored.
-        ``idempotency_key`` (a fresh one if not given): the same key sent again gets the first
-        reply. ``StalePauseError`` when the pause is not current, ``InvalidRequest`` (422
-        ``invalid_answer``) when the answer does not fit (the message names the field),
-        ``Conflict`` when refused otherwise (nothing changed); ``Unavailable`` (504) when no worker
-        answered: the answer was withdrawn and never applies."""
-        if pause_id is None:
-            pause_id = calls.current_question(self._send(Call("GET", calls.job_path(job_id))))
-        return self._send(calls.answer_call(job_id, answer, pause_id, idempotency_key))["answer"]
+        return self._run(self._flows.decide(job_id_of(job), decisions, pause_id, idempotency_key))
 
     def approve(
-        self, job_id: str, *indices: int, pause_id: str | None = None, idempotency_key: str | None = None
+        self, job: JobRef, *indices: int, pause_id: str | None = None, idempotency_key: str | None = None
     ) -> list[dict[str, Any]]:
         """Approve the calls ``indices`` (none: every undecided call) of pause ``pause_id`` (``None``:
         the current one)."""
         decisions = calls.decisions_for(indices, True, None)
-        return self.decide(job_id, decisions, pause_id=pause_id, idempotency_key=idempotency_key)
+        return self.decide(job, decisions, pause_id=pause_id, idempotency_key=idempotency_key)
 
     def reject(
         self,
-        job_id: str,
+        job: JobRef,
         *indices: int,
         reason: str | None = None,
         pause_id: str | None = None,
@@ -153,95 +151,105 @@ class Client:
         """Reject the calls ``indices`` (none: every undecided call) of pause ``pause_id`` (``None``:
         the current one), telling the model ``reason``."""
         decisions = calls.decisions_for(indices, False, reason)
-        return self.decide(job_id, decisions, pause_id=pause_id, idempotency_key=idempotency_key)
+        return self.decide(job, decisions, pause_id=pause_id, idempotency_key=idempotency_key)
 
-    def resume(self, job_id: str, max_rounds: int | None = None) -> JobState:
+    def answer(
+        self, job: JobRef, answer: Any, *, pause_id: str | None = None, idempotency_key: str | None = None
+    ) -> Any:
+        """Answer the question the job waits on (pause ``pause_id``; ``None``: the current one,
+        read first and named) with ``answer``, a JSON value that fits the question's
+        ``answer_schema`` (text for a question without one); the answer as stored.
+        ``idempotency_key`` (a fresh one if not given): the same key sent again gets the first
+        reply. ``StalePauseError`` when the pause is not current, ``InvalidRequest`` (422
+        ``invalid_answer``) when the answer does not fit (the message names the field),
+        ``Conflict`` when refused otherwise (nothing changed); ``Unavailable`` (504) when no worker
+        answered: the answer was withdrawn and never applies."""
+        return self._run(self._flows.answer(job_id_of(job), answer, pause_id, idempotency_key))
+
+    def resume(self, job: JobRef, max_rounds: int | None = None) -> JobState:
         """Go on with a failed, cancelled or truncated job from its last stored step."""
-        return JobState.model_validate(self._send(calls.resume_call(job_id, max_rounds))["status"])
+        return self._run(self._flows.resume(job_id_of(job), max_rounds))
 
-    def fork(self, job_id: str, round_no: int, goal: str | None = None, max_rounds: int | None = None) -> str:
-        """Start a new job from the job's rounds ``0..round_no-1`` (a new goal if given); its id."""
-        return str(self._send(calls.fork_call(job_id, round_no, goal, max_rounds))["id"])
+    def fork(
+        self, job: JobRef, round_no: int, goal: str | None = None, max_rounds: int | None = None
+    ) -> RemoteJob:
+        """Start a new job from the job's rounds ``0..round_no-1`` (a new goal if given); its handle."""
+        return RemoteJob(self, self._run(self._flows.fork(job_id_of(job), round_no, goal, max_rounds)))
 
-    def message(self, job_id: str, text: str, *, idempotency_key: str | None = None) -> str:
+    def message(self, job: JobRef, text: str, *, idempotency_key: str | None = None) -> str:
         """Send ``text`` into the running job as a message from the person; its ``message_id``.
         The job's leading model reads it at the start of its next round, once. ``idempotency_key``
         (a fresh one if not given): the same key sent again gets the first answer and adds
         nothing. ``Conflict`` (409 ``job_ended``) once the job has ended; ``Unavailable`` (504)
         when no worker took it in time: it was withdrawn and never reaches the job."""
-        return str(self._send(calls.message_call(job_id, text, idempotency_key))["message_id"])
+        return self._run(self._flows.message(job_id_of(job), text, idempotency_key))
 
-    def follow_up(self, job_id: str, goal: str, *, idempotency_key: str | None = None) -> str:
-        """Start a new job in the ended job's thread with ``goal``; its id. It reads the thread so
-        far (each earlier job's goal, the person's messages and its answer). ``Conflict`` (409
+    def follow_up(self, job: JobRef, goal: str, *, idempotency_key: str | None = None) -> RemoteJob:
+        """Start a new job in the ended job's thread with ``goal``; its handle. It reads the thread
+        so far (each earlier job's goal, the person's messages and its answer). ``Conflict`` (409
         ``job_state``) while the job runs."""
-        return str((self._send(calls.follow_up_call(job_id, goal, idempotency_key)))["id"])
+        new_id, thread_id = self._run(self._flows.follow_up(job_id_of(job), goal, idempotency_key))
+        return RemoteJob(self, new_id, thread_id=thread_id)
 
     def thread(self, thread_id: str) -> list[ThreadJob]:
         """The jobs of thread ``thread_id`` (a first job's id, or a ``thread_id`` a spec named), in
         order; ``NotFound`` when none of them is the token's tenant's."""
-        body = self._send(Call("GET", calls.thread_path(thread_id)))
-        return [ThreadJob.model_validate(j) for j in body["jobs"]]
+        return self._run(self._flows.thread(thread_id))
 
     def health(self) -> dict[str, Any]:
         """The API's ``/healthz``."""
-        return dict(self._send(Call("GET", "/healthz")))
+        return self._run(self._flows.health())
 
-    # -- sending ---------------------------------------------------------------------------
+    # -- driving the flows -------------------------------------------------------------------
 
-    def _send(self, call: Call) -> Any:
-        give_up = time.monotonic() + (self.retry_for if call.safe else 0.0)
+    def _do(self, step: Step, stream: _Stream) -> Outcome:
+        """One step of a flow, blocking (``Emit`` is the caller's)."""
+        if isinstance(step, Pause):
+            time.sleep(step.seconds)
+            return None
+        try:
+            if isinstance(step, Send):
+                return self._http.send(step.request)
+            if isinstance(step, Open):
+                stream.close()
+                response = self._http.send(step.request, stream=True)
+                if response.status_code != 200:
+                    response.read()
+                    response.close()
+                    return response
+                stream.response, stream.lines = response, response.iter_lines()
+                return response
+            return next(stream.lines, None)
+        except httpx.TransportError as exc:
+            stream.close()
+            return Broken(exc)
+
+    def _drive(self, flow: Flow[T]) -> Generator[JobEvent, None, T]:
+        """Do ``flow``'s steps; its events are yielded, its value returned."""
+        stream = _Stream()
+        outcome: Outcome = None
+        try:
+            while True:
+                try:
+                    step = flow.send(outcome)
+                except StopIteration as end:
+                    return end.value
+                if isinstance(step, Emit):
+                    yield step.event
+                    outcome = None
+                else:
+                    outcome = self._do(step, stream)
+        finally:
+            stream.close()
+            flow.close()
+
+    def _run(self, flow: Flow[T]) -> T:
+        drive = self._drive(flow)
         while True:
             try:
-                response = self._http.request(
-                    call.method,
-                    self.base_url + call.path,
-                    json=call.body,
-                    params=call.params,
-                    headers=calls.headers(self.token),
-                )
-                if not (call.safe and response.status_code in calls.RETRY_STATUSES):
-                    return calls.decode(response)
-                failure: ClientError = calls.decode_error(response)
-            except httpx.TransportError as exc:
-                failure = calls.unreachable(self.base_url, exc)
-            if time.monotonic() >= give_up:
-                raise failure
-            time.sleep(min(1.0, failure.retry_after or 0.5))
+                next(drive)
+            except StopIteration as end:
+                return end.value
 
-    def _follow(self, job_id: str, after: str, deadline: float | None) -> Iterator[Event]:
-        """The events after ``after`` until the ``final`` one (or ``deadline``), resuming a
-        dropped stream; a stream that ends without ``final`` checks whether the job ended."""
-        parser = SseParser(last_id=after)
-        path = calls.job_path(job_id, "/events")
-        down_since: float | None = None
-        while True:
-            try:
-                timeout = calls.read_timeout(deadline, time.monotonic())
-                with self._http.stream(
-                    "GET",
-                    self.base_url + path,
-                    headers=stream_headers(self.token, parser.last_id),
-                    timeout=timeout,
-                ) as response:
-                    if response.status_code != 200:
-                        response.read()
-                        raise calls.decode_error(response)
-                    down_since = None
-                    for line in response.iter_lines():
-                        event = parser.feed(line)
-                        if event is not None:
-                            yield event
-                            if event.type == "final":
-                                return
-                        elif deadline is not None and time.monotonic() >= deadline:
-                            return  # a heartbeat after the deadline
-                if self.job(job_id).status.ended:
-                    return  # every event was read (the stream opened after the final event)
-            except (httpx.TransportError, Unavailable) as exc:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > self.retry_for:
-                    raise calls.unreachable(self.base_url, exc) from None
-                time.sleep(0.5)
+    def _iterate(self, flow: Flow[Any]) -> Iterator[JobEvent]:
+        yield from self._drive(flow)
