@@ -11,9 +11,13 @@ watches the answers go by (``Watching``) to know the read saw one before Redis c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -133,6 +137,25 @@ async def until(job: Any, kind: str) -> Any:
 
 
 # -- the scenarios -------------------------------------------------------------------------
+
+
+def docs_examples() -> list[str]:
+    """The first two Python examples of docs/api.md's "From Python over HTTP": one per client."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    section = page.split("## From Python over HTTP", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["Client", "AsyncClient"])
+def test_the_docs_examples_run_as_written(index: int, setup: Setup) -> None:
+    example = docs_examples()[index]
+    assert ("AsyncClient(" in example) == (index == 1) and "TOKEN" in example
+    code = example.replace("http://127.0.0.1:8000", setup.url)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, f"docs/api.md example {index + 1}", "exec"), {"TOKEN": TOKEN})
+    assert printed.getvalue().rstrip().endswith("completed all planned calls ran")
+
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
