@@ -335,7 +335,6 @@ def read_event(entry_id: str, kind: str, data: dict[str, Any], at: float = 0.0) 
     return OtherEvent.model_validate({**fields, "type": kind, "id": entry_id, "at": at})
 
 
-
 def event_from_json(payload: dict[str, Any]) -> JobEvent:
     """The typed event of its flat JSON form (``id``, ``type``, ``at`` and its fields: the API's SSE
     ``data``); never fails (an unreadable one is an ``OtherEvent``)."""

@@ -2,7 +2,6 @@
 client; ``tandem.client.submission`` makes one). Its ``a``-methods are for asyncio code:
 ``await handle.aresult()``, ``async for e in handle.aevents()``."""
 
-
 from __future__ import annotations
 
 import asyncio
@@ -44,7 +43,6 @@ from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
 
 log = logging.getLogger("tandem.client")
-
 
 
 class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
@@ -456,8 +454,6 @@ def _seconds(expires: Any) -> int:
     if isinstance(expires, timedelta):
         return max(1, int(expires.total_seconds()))
     return int(expires or 86400)
-
-
 
 
 __all__ = ["JobHandle"]

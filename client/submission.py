@@ -1,7 +1,6 @@
 """Submitting jobs through the broker: ``submit(spec) -> JobHandle``, from asyncio code
 ``await submit_async(spec)``, and ``job(job_id)`` for a handle on a job submitted before."""
 
-
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +17,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.client.connection import connection
 from tandem.client.handle import JobHandle
-from tandem.client.outages import (
-    restart_note,
-    server_info,
-)
+from tandem.client.outages import restart_note, server_info
 from tandem.reasoner import tracing
-from tandem.tasks.errors import (
-    UnknownJobError,
-)
+from tandem.tasks.errors import UnknownJobError
 from tandem.tasks.intake_message import send_intake
 from tandem.tasks.spec import JobSpec, validate_spec
 from tandem.tasks.state.async_store import AsyncRedisFactory
@@ -35,7 +29,6 @@ from tandem.tasks.webhooks.targets import check_webhooks
 from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.client")
-
 
 
 def submit(
