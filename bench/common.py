@@ -181,7 +181,7 @@ class Cluster:
         return {role: _rss_mb(proc.pid) for role, proc in self.group.processes.items()}
 
     def submit(self, goal: str, max_rounds: int) -> tuple[str, float]:
-        """Enqueue a dual job (its intake message as ``tandem.tasks.client`` sends it, with the
+        """Enqueue a dual job (its intake message as ``tandem.client.submission`` sends it, with the
         job's priority); its id and the wall-clock time it was sent."""
         spec = {"goal": goal, "reasoner": "dual", "max_rounds": max_rounds}
         job_id = str(uuid.uuid4())

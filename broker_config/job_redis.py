@@ -192,6 +192,17 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
+def redis_options(settings: Settings) -> dict[str, Any]:
+    """The keyword arguments of every redis-py client tandem builds: timeouts, keepalive, health checks."""
+    return {
+        "socket_timeout": settings.redis_socket_timeout,
+        "socket_connect_timeout": settings.redis_connect_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "retry_on_timeout": False,
+    }
+
+
 def job_store_client(
     settings: Settings,
     *,

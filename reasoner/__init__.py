@@ -18,7 +18,7 @@ from tandem._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "ApprovalError": "tandem.reasoner.errors",
     "ConfigurationError": "tandem.reasoner.errors",
-    "Decision": "tandem.reasoner.approval",
+    "Decision": "tandem.reasoner.decisions",
     "DualModelReasoner": "tandem.reasoner.loop.reasoner",
     "FunctionCallResult": "tandem.reasoner.messages",
     "FunctionCallStatus": "tandem.reasoner.messages",
@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "ModelMessage": "tandem.reasoner.messages",
     "ModelService": "tandem.reasoner.models.model_service",
     "MonoModelReasoner": "tandem.reasoner.loop.reasoner",
-    "PendingCall": "tandem.reasoner.approval",
+    "PendingCall": "tandem.reasoner.decisions",
     "ReActReasoner": "tandem.reasoner.loop.reasoner",
     "Reasoner": "tandem.reasoner.loop.reasoner",
     "ReasonerError": "tandem.reasoner.errors",

@@ -19,8 +19,9 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from tandem.reasoner.decisions import Decision, PendingCall
 from tandem.reasoner.errors import ApprovalError
 from tandem.reasoner.function_calling import ParsedFunctionCall
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
@@ -52,35 +53,6 @@ NO_APPROVER_REASON = (
     "this tool needs a person's approval and the reasoner has no approve callback "
     "(pass approve=... to the reasoner)"
 )
-
-
-class PendingCall(BaseModel):
-    """A tool call waiting for a decision: what a person reviews."""
-
-    model_config = ConfigDict(frozen=True)
-
-    index: int
-    """The call's number in the reply (from 1): the ``index`` its decision names."""
-    tool: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    objective: str = ""
-    """Why the model makes the call (its ``call_objective``; empty for native calls)."""
-    round: int = 0
-    call_id: str | None = None
-    """The native tool call's id (ReAct), if any."""
-
-
-class Decision(BaseModel):
-    """A decision on one pending call, as it travels on the wire:
-    ``{"index": 1, "approve": true}``, ``{"index": 2, "approve": false, "reason": "..."}``,
-    ``{"index": 3, "approve": true, "args": {...}}`` (run with these arguments instead)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    index: int = Field(ge=1)
-    approve: bool
-    reason: str | None = Field(default=None, max_length=2000)
-    args: dict[str, Any] | None = None
 
 
 ApprovalAnswer = bool | Sequence[Decision | Mapping[str, Any]]

@@ -1,8 +1,8 @@
 """tandem: LLM reasoning jobs (Thinker/Actor, mono, ReAct) in-process or distributed on Celery.
 
 The public API is the names below; everything else lives in the subpackages
-(``tandem.reasoner``, ``tandem.toolkit``, ``tandem.tasks``, ``tandem.workers``,
-``tandem.broker_config``). Names load on first use, so ``import tandem`` imports neither
+(``tandem.reasoner``, ``tandem.toolkit``, ``tandem.tasks``, ``tandem.client``,
+``tandem.workers``, ``tandem.broker_config``). Names load on first use, so ``import tandem`` imports neither
 LiteLLM nor Celery::
 
     import tandem
@@ -21,14 +21,14 @@ __version__ = "0.2.0"
 
 _EXPORTS: dict[str, str] = {
     # running jobs on Celery
-    "JobHandle": "tandem.tasks.client",
+    "JobHandle": "tandem.client.handle",
     "JobResult": "tandem.tasks.spec",
     "JobSpec": "tandem.tasks.spec",
-    "submit": "tandem.tasks.client",
-    "submit_async": "tandem.tasks.client",
+    "submit": "tandem.client.submission",
+    "submit_async": "tandem.client.submission",
     # a client of `tandem api` that needs only httpx and pydantic
-    "AsyncClient": "tandem.workers.client",
-    "Client": "tandem.workers.client",
+    "AsyncClient": "tandem.client.http",
+    "Client": "tandem.client.http",
     # in-process reasoners and their inputs
     "DualModelReasoner": "tandem.reasoner.loop.reasoner",
     "MonoModelReasoner": "tandem.reasoner.loop.reasoner",
@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "load_toolkit": "tandem.toolkit.loader",
     "tool": "tandem.toolkit.tool",
     # error roots, one per package
+    "ClientError": "tandem.client.http",
     "ConfigurationError": "tandem.reasoner.errors",
     "JobError": "tandem.tasks.errors",
     "ReasonerError": "tandem.reasoner.errors",
@@ -59,6 +60,7 @@ __all__ = [
     "Action",
     "AsyncClient",
     "Client",
+    "ClientError",
     "ConfigurationError",
     "DualModelReasoner",
     "JobError",
@@ -87,13 +89,15 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.broker_config.errors import SettingsError
+    from tandem.client.handle import JobHandle
+    from tandem.client.http import AsyncClient, Client, ClientError
+    from tandem.client.submission import submit, submit_async
     from tandem.reasoner.errors import ConfigurationError, ReasonerError
     from tandem.reasoner.loop.reasoner import DualModelReasoner, MonoModelReasoner, ReActReasoner
     from tandem.reasoner.models.litellm_service import LiteLlmModelService
     from tandem.reasoner.parsing.registry import get_reasoning_parser
     from tandem.reasoner.task import Task
     from tandem.reasoner.testing import ScriptedModelService
-    from tandem.tasks.client import JobHandle, submit, submit_async
     from tandem.tasks.errors import JobError
     from tandem.tasks.spec import JobResult, JobSpec
     from tandem.toolkit.action import Action
@@ -103,7 +107,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.toolkit.loader import load_toolkit
     from tandem.toolkit.service import ToolkitService
     from tandem.toolkit.tool import Tool, tool
-    from tandem.workers.client import AsyncClient, Client
     from tandem.workers.errors import WorkerError
 
 

@@ -64,7 +64,7 @@ class JobTimeout(JobError, TimeoutError):
 
 class RedisUnavailable(JobError, RedisConnectionError):
     """Redis could not be reached for the whole time a ``JobHandle`` call rides out an outage (see
-    ``tandem.tasks.outages``): the message says where, for how long and what to check. The job's
+    ``tandem.client.outages``): the message says where, for how long and what to check. The job's
     fate is unknown, not failed: it may still be running, so this alone is no reason to submit it
     again. Still a ``redis.exceptions.ConnectionError`` for callers that catch that."""
 

@@ -1,16 +1,14 @@
-"""``JobEvent``: the typed entries of a job's event stream, as written to and read from Redis.
+"""Writing a job's events to its Redis stream, and reading the raw entries back.
 
-A job's stream (``JobStore.key(job_id, "events")``) is a Redis stream whose entries have three
-fields: ``type`` (the event kind), ``data`` (a JSON object: the event's fields) and ``at`` (Unix
-time). The stream entry id is the event's ``id``; it is what an SSE client sends back as
-``Last-Event-ID``. The store writes these models, and the CLI display, ``JobHandle.events()`` and
-the HTTP API read them back as the same models.
+The events are the typed models of ``tandem.client.events`` (``JobEvent``, named here too, for the
+writers). A job's stream (``JobStore.key(job_id, "events")``) is a Redis stream whose entries have
+three fields: ``type`` (the event kind), ``data`` (a JSON object: the event's fields) and ``at``
+(Unix time); the entry id is the event's ``id``. The store writes these models, and the CLI
+display, ``JobHandle.events()`` and the HTTP API read them back as the same models.
 
-Readers are lenient: an event of a kind this version does not know becomes an ``OtherEvent``
-(its fields kept), and fields a newer writer added are kept as extra fields, so an old reader
-follows a newer writer's stream. Writers are strict: every writer builds the event's model, and
-publishing an unknown kind, a field the kind does not have, or a value of the wrong type is an
-``EventError`` (``checked``).
+Writers are strict: every writer builds the event's model, and publishing an unknown kind, a
+field the kind does not have, or a value of the wrong type is an ``EventError`` (``checked``).
+Readers are lenient (``read_event``, ``decode_entry``): see ``tandem.client.events``.
 """
 
 from __future__ import annotations
@@ -18,307 +16,33 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-from tandem.reasoner.approval import Decision, PendingCall
-from tandem.reasoner.messages import Usage
-from tandem.tasks.errors import JobError
-from tandem.tasks.spec import JobResult
-
-_ENVELOPE = frozenset({"id", "type", "at"})
-
-
-class _Event(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    id: str = ""
-    """The Redis stream id (``"<ms>-<seq>"``); empty before the event is written."""
-    at: float = 0.0
-    """When the event was written (Unix time, seconds)."""
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The event's own fields, as stored in the stream's ``data`` field (JSON types)."""
-        return self.model_dump(mode="json", exclude=set(_ENVELOPE))
-
-    def __getitem__(self, name: str) -> Any:
-        """The dict form of earlier versions: ``event["id"|"type"|"at"|"data"]``."""
-        if name == "data":
-            return self.data
-        if name in _ENVELOPE:
-            return getattr(self, name)
-        raise KeyError(name)
-
-
-class JobStarted(_Event):
-    """A worker took the job and stored its spec; or a run of it started again: ``resumed`` (the
-    same job, after it ended) or ``forked_from`` (a new job holding the first ``forked_round``
-    rounds of that one), at step ``step`` of round ``round``."""
-
-    type: Literal["job_started"] = "job_started"
-    spec: dict[str, Any] = Field(default_factory=dict)
-    resumed: bool = False
-    forked_from: str | None = None
-    forked_round: int | None = None
-    round: int = 0
-    step: str = ""
-    epoch: int | None = None
-    """For a resumed run: the record's epoch it started at (its claims before are fenced off)."""
-
-
-class RoundStarted(_Event):
-    """Round ``round`` (from 0) of ``max_rounds`` begins."""
-
-    type: Literal["round_started"] = "round_started"
-    round: int
-    max_rounds: int
-
-
-class ModelDelta(_Event):
-    """Text a model produced since the previous delta of the same reply (coalesced).
-
-    ``reasoning`` and ``content`` come from the role's reasoning parser, so thinking never shows
-    up in ``content``. ``attempt`` names one model call: when a step runs again after a worker
-    died mid-reply, its deltas carry a new ``attempt`` and a reader starts that reply over.
-    Concatenating the deltas of the attempt that was stored gives the ``model_reply`` text.
-    """
-
-    type: Literal["model_delta"] = "model_delta"
-    round: int
-    role: str
-    attempt: str = ""
-    seq: int = 0
-    """Position of this delta in its attempt, from 0."""
-    reasoning: str = ""
-    content: str = ""
-
-
-class ModelReply(_Event):
-    """A model reply was stored in the job's memory."""
-
-    type: Literal["model_reply"] = "model_reply"
-    round: int
-    role: str
-    model: str | None = None
-    reasoning: str = ""
-    content: str = ""
-    usage: dict[str, Any] = Field(default_factory=dict)
-
-
-class ToolCall(_Event):
-    """A tool call is about to run (``index`` from 1 in reply order).
-
-    ``attempt`` counts from 1: a call that runs again because its first run was cut off (its
-    worker was lost, a Redis outage interrupted it) is announced again with the next attempt,
-    while its ``tool_result`` is published once, for the run whose result was stored.
-    """
-
-    type: Literal["tool_call"] = "tool_call"
-    round: int
-    index: int
-    name: str = ""
-    args: dict[str, Any] = Field(default_factory=dict)
-    error: str | None = None
-    attempt: int = 1
-
-
-class ToolResult(_Event):
-    """A tool call finished (``status`` is ``succeeded`` or ``failed``)."""
-
-    type: Literal["tool_result"] = "tool_result"
-    round: int
-    index: int
-    name: str = ""
-    status: str = ""
-    output: Any = ""
-
-
-class Waiting(_Event):
-    """The job's step ``step`` of round ``round`` waits until ``until`` (Unix time) for ``reason``:
-    model-host capacity (``in_flight``, ``rpm``, ``tpm``, ``backoff``, ``probe``, on ``host``), or a
-    transient failure's retry (``error`` says which; ``detail`` is shown)."""
-
-    type: Literal["waiting"] = "waiting"
-    reason: str
-    round: int | None = None
-    step: str = ""
-    until: float | None = None
-    error: str = ""
-    detail: str = ""
-    host: str | None = None
-
-    @property
-    def retry_in(self) -> float | None:
-        """Seconds from the event to ``until`` (``None`` when either is unknown)."""
-        if self.until is None or not self.at:
-            return None
-        return max(self.until - self.at, 0.0)
-
-
-class ApprovalRequested(_Event):
-    """Tool calls of round ``round`` wait for a person's decision (``pending``) until ``until``
-    (Unix time; ``timeout_s`` after they were asked). ``pause_id`` names this pause (job, round,
-    step, ``seq``): a decision names it, and one naming another pause is refused."""
-
-    type: Literal["approval_requested"] = "approval_requested"
-    round: int
-    pause_id: str = ""
-    seq: int = 0
-    """The pause's number in the job (from 1; it grows with every pause, across resume and fork)."""
-    pending: list[PendingCall] = Field(default_factory=list)
-    timeout_s: float | None = None
-    until: float | None = None
-
-
-class ApprovalDecided(_Event):
-    """Decisions on calls of round ``round`` were stored, made ``by`` a ``person`` or the
-    ``timeout``; ``complete`` once every call of the round is decided (the job goes on)."""
-
-    type: Literal["approval_decided"] = "approval_decided"
-    round: int
-    pause_id: str = ""
-    by: str = "person"
-    decisions: list[Decision] = Field(default_factory=list)
-    complete: bool = False
-
-
-class QuestionAsked(_Event):
-    """Call ``call_index`` (tool ``tool``) of round ``round`` asks a person ``question``; the answer
-    must fit ``answer_schema`` (``None``: any JSON value) and comes by ``until`` (Unix time;
-    ``timeout_s`` after it was asked) or the question fails. ``pause_id`` names this pause: an
-    answer names it, and one naming another pause is refused."""
-
-    type: Literal["question_asked"] = "question_asked"
-    round: int
-    pause_id: str = ""
-    seq: int = 0
-    """The pause's number in the job (shared with approvals: it grows with every pause)."""
-    call_index: int = 0
-    tool: str = ""
-    question: str = ""
-    answer_schema: dict[str, Any] | None = None
-    timeout_s: float | None = None
-    until: float | None = None
-
-
-class QuestionAnswered(_Event):
-    """The question of pause ``pause_id`` was answered ``by`` a ``person`` (``answer``) or ended
-    by the ``timeout`` (no answer: the question fails, the job goes on)."""
-
-    type: Literal["question_answered"] = "question_answered"
-    round: int
-    pause_id: str = ""
-    by: str = "person"
-    call_index: int = 0
-    answer: Any = None
-
-
-class MessageReceived(_Event):
-    """A person's message (``tandem.message``, redacted) was stored; the job's leading model (the
-    Thinker of a dual job, the Actor otherwise) reads it at the start of round ``round``."""
-
-    type: Literal["message_received"] = "message_received"
-    message_id: str
-    round: int
-    text: str = ""
-
-
-class Final(_Event):
-    """The job ended; the fields are the ``JobResult``'s. Always the stream's last event."""
-
-    type: Literal["final"] = "final"
-    job_id: str = ""
-    status: str
-    deliverable: str = ""
-    rounds: int = 0
-    error: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-
-    def result(self) -> JobResult:
-        """The event as a ``JobResult``."""
-        return JobResult.model_validate(self.data)
-
-    @classmethod
-    def of(cls, result: JobResult) -> Final:
-        """The ``final`` event of ``result``."""
-        return cls.model_validate(result.model_dump(mode="json"))
-
-
-class WebhookDelivered(_Event):
-    """Attempt ``attempt`` of webhook delivery ``delivery_id`` (its ``event``: ``final`` or
-    ``waiting_for_person``) got a 2xx answer (``status_code``) from ``url`` (scheme, host, port and
-    path only). A delivery for ``final`` is written after the ``final`` event."""
-
-    type: Literal["webhook_delivered"] = "webhook_delivered"
-    delivery_id: str
-    event: str
-    url: str
-    attempt: int
-    status_code: int
-
-
-class WebhookFailed(_Event):
-    """Attempt ``attempt`` of webhook delivery ``delivery_id`` failed: ``status_code`` (``None``: no
-    answer) and ``error`` say how. ``retry_at`` (Unix time) is when the next attempt is due;
-    ``None``: the delivery was given up (its last attempt, or a host this worker may not reach)."""
-
-    type: Literal["webhook_failed"] = "webhook_failed"
-    delivery_id: str
-    event: str
-    url: str
-    attempt: int
-    status_code: int | None = None
-    error: str = ""
-    retry_at: float | None = None
-
-
-class OtherEvent(_Event):
-    """An event of a kind this version does not know (written by a newer version); fields kept."""
-
-    type: str
-
-
-KnownEvent = Annotated[
-    JobStarted
-    | RoundStarted
-    | ModelDelta
-    | ModelReply
-    | ToolCall
-    | ToolResult
-    | Waiting
-    | ApprovalRequested
-    | ApprovalDecided
-    | QuestionAsked
-    | QuestionAnswered
-    | WebhookDelivered
-    | WebhookFailed
-    | MessageReceived
-    | Final,
-    Field(discriminator="type"),
-]
-JobEvent = KnownEvent | OtherEvent
-"""Any entry of a job's event stream."""
-
-EVENT_TYPES: tuple[str, ...] = (
-    "job_started",
-    "round_started",
-    "model_delta",
-    "model_reply",
-    "tool_call",
-    "tool_result",
-    "waiting",
-    "approval_requested",
-    "approval_decided",
-    "question_asked",
-    "question_answered",
-    "webhook_delivered",
-    "webhook_failed",
-    "message_received",
-    "final",
+from typing import Any
+
+from pydantic import ValidationError
+
+from tandem.client.events import (
+    EVENT_ADAPTER,
+    EVENT_TYPES,
+    ApprovalDecided,
+    ApprovalRequested,
+    Final,
+    JobEvent,
+    JobStarted,
+    MessageReceived,
+    ModelDelta,
+    ModelReply,
+    OtherEvent,
+    QuestionAnswered,
+    QuestionAsked,
+    RoundStarted,
+    ToolCall,
+    ToolResult,
+    Waiting,
+    WebhookDelivered,
+    WebhookFailed,
+    read_event,
 )
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)
+from tandem.tasks.errors import JobError
 
 
 class EventError(JobError, ValueError):
@@ -331,7 +55,7 @@ def make_event(kind: str, data: dict[str, Any]) -> JobEvent:
     if kind not in EVENT_TYPES:
         raise EventError(f"unknown event type {kind!r}: use one of {', '.join(EVENT_TYPES)}")
     try:
-        event: JobEvent = _ADAPTER.validate_python({**data, "type": kind})
+        event: JobEvent = EVENT_ADAPTER.validate_python({**data, "type": kind})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "(event)"
@@ -349,18 +73,6 @@ def checked(event: JobEvent) -> JobEvent:
         fields = ", ".join(sorted(set(type(event).model_fields) - {"id", "at", "type"}))
         raise EventError(f"event {event.type!r}: unknown field(s) {extra}: its fields are {fields}")
     return event
-
-
-def read_event(entry_id: str, kind: str, data: dict[str, Any], at: float = 0.0) -> JobEvent:
-    """The typed event of one stream entry; never fails (an unreadable one is an ``OtherEvent``)."""
-    fields = {k: v for k, v in data.items() if k not in _ENVELOPE}
-    if kind in EVENT_TYPES:
-        try:
-            event: JobEvent = _ADAPTER.validate_python({**fields, "type": kind, "id": entry_id, "at": at})
-            return event
-        except ValidationError:
-            pass  # a writer of another version: keep what is there
-    return OtherEvent.model_validate({**fields, "type": kind, "id": entry_id, "at": at})
 
 
 def _text(value: Any) -> str:
@@ -422,6 +134,7 @@ __all__ = [
     "Final",
     "JobEvent",
     "JobStarted",
+    "MessageReceived",
     "ModelDelta",
     "ModelReply",
     "OtherEvent",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from redis import Redis
 
 from tandem.broker_config import Settings
-from tandem.broker_config.job_redis import job_store_client
+from tandem.broker_config.job_redis import job_store_client, redis_options
 from tandem.reasoner.loop.kinds import plan_for
 from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.react import FunctionCalling
@@ -43,17 +43,6 @@ DEFAULT_CONCURRENCY = 4
 """The step threads assumed before a worker says how many it runs (clients, tests)."""
 POOL_SPARE = 8
 """Redis connections beyond two per step thread: the lease watchdog, event readers, metrics."""
-
-
-def redis_options(settings: Settings) -> dict[str, Any]:
-    """The keyword arguments of every redis-py client tandem builds: timeouts, keepalive, health checks."""
-    return {
-        "socket_timeout": settings.redis_socket_timeout,
-        "socket_connect_timeout": settings.redis_connect_timeout,
-        "socket_keepalive": True,
-        "health_check_interval": 30,
-        "retry_on_timeout": False,
-    }
 
 
 class Runtime:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("reasoner", "toolkit", "tasks", "workers", "broker_config")
+PACKAGES = ("reasoner", "toolkit", "tasks", "client", "workers", "broker_config")
 """The repository's top-level folders, installed as ``tandem.<folder>``."""
 
 

@@ -3,8 +3,8 @@
 - The wheel's package list (``[tool.setuptools] packages`` and ``package-dir`` in pyproject.toml,
   kept by hand) names exactly the folders that hold an ``__init__.py``: a new subpackage that is
   not listed would be missing from every installed copy.
-- A bare ``import tasks`` (or ``reasoner``, ``toolkit``, ``workers``, ``broker_config``) from the
-  repository root is refused with an ImportError that says what to import: the bare name would load
+- A bare ``import tasks`` (or ``reasoner``, ``toolkit``, ``client``, ``workers``, ``broker_config``)
+  from the repository root is refused with an ImportError that says what to import: the bare name would load
   a second copy of the package, whose errors ``except tandem.….SomeError`` would not catch.
 - ruff refuses the bare names in code (``TID251``).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "workers", "broker_config")
+CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "client", "workers", "broker_config")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 

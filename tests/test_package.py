@@ -21,7 +21,8 @@ REQUIRED = {
     "LiteLlmModelService", "ScriptedModelService",
     "Tool", "tool", "Action", "Toolkit", "ToolkitService", "load_toolkit",
     "get_reasoning_parser", "ToolCallContext",
-    "ReasonerError", "ToolkitError", "JobError", "SettingsError", "WorkerError",
+    "ReasonerError", "ToolkitError", "JobError", "SettingsError", "WorkerError", "ClientError",
+    "Client", "AsyncClient", "submit_async",
 }  # fmt: skip
 
 
@@ -38,8 +39,8 @@ def test_every_export_resolves_to_the_object_of_that_name(name: str) -> None:
 
 
 def test_exports_are_the_subpackages_objects() -> None:
+    from tandem.client.submission import submit
     from tandem.reasoner.loop.reasoner import DualModelReasoner
-    from tandem.tasks.client import submit
     from tandem.toolkit.tool import Tool
 
     assert tandem.DualModelReasoner is DualModelReasoner
@@ -59,6 +60,7 @@ def test_version_is_the_distributions() -> None:
 
 def test_each_package_has_one_error_root() -> None:
     from tandem.broker_config.errors import SettingsError
+    from tandem.client.http.errors import ClientError, ConnectionFailed, StalePauseError, WaitTimeout
     from tandem.reasoner.errors import ConfigurationError, ModelCallError, ReasonerError
     from tandem.tasks.errors import JobError, JobSpecError, JobTimeout, UnknownJobError
     from tandem.toolkit.errors import (
@@ -79,7 +81,9 @@ def test_each_package_has_one_error_root() -> None:
     for error in (JobSpecError, UnknownJobError, JobTimeout):
         assert issubclass(error, JobError)
     assert issubclass(JobTimeout, TimeoutError)
-    roots = (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError)
+    for error in (ConnectionFailed, StalePauseError, WaitTimeout):
+        assert issubclass(error, ClientError)
+    roots = (ReasonerError, ToolkitError, JobError, SettingsError, WorkerError, ClientError)
     assert all(not issubclass(a, b) for a in roots for b in roots if a is not b)
 
 
@@ -102,7 +106,7 @@ def test_the_card_folders_are_not_installed_at_the_top_level(tmp_path: Path) -> 
     code = (
         "import importlib.util, json;"
         "print(json.dumps({n: importlib.util.find_spec(n) is not None for n in "
-        "('tasks', 'toolkit', 'workers', 'reasoner', 'broker_config')}))"
+        "('tasks', 'toolkit', 'workers', 'reasoner', 'broker_config', 'client')}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True

@@ -3,7 +3,8 @@
 The wheel is built from this checkout, installed with ``--no-deps`` into a new virtual environment
 (its dependencies are borrowed from the test environment through a ``.pth`` file, so no network is
 needed; the test environment's own ``tandem`` is not visible there), and run from a directory that
-holds a ``tasks.py``, ``toolkit.py`` and ``workers.py`` of its own, as a Celery user's project does.
+holds a ``tasks.py``, ``toolkit.py``, ``workers.py`` and ``client.py`` of its own, as a Celery
+user's project does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "workers", "broker_config")
+CARD_FOLDERS = ("reasoner", "toolkit", "tasks", "client", "workers", "broker_config")
 
 
 def _run(*cmd: str | Path, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -58,6 +59,7 @@ def test_the_wheel_holds_one_top_level_package_with_its_marker(dist: Path) -> No
     for subpackage in ("loop", "models", "parsing"):
         assert f"tandem/reasoner/{subpackage}/__init__.py" in names
     assert "tandem/reasoner/loop/reasoner.py" in names
+    assert "tandem/client/http/__init__.py" in names
     for subpackage in ("control", "hosts", "state", "steps"):
         assert f"tandem/tasks/{subpackage}/__init__.py" in names
     # the state machine's Lua scripts are package data, read with importlib.resources
@@ -104,13 +106,13 @@ def test_installed_wheel_runs_the_quickstart_beside_a_users_own_tasks_module(
 
     project = tmp_path / "project"
     project.mkdir()
-    for module in ("tasks", "toolkit", "workers"):
+    for module in ("tasks", "toolkit", "workers", "client"):
         (project / f"{module}.py").write_text(f"WHOSE = 'the user project, not tandem: {module}'\n")
     quickstart = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "demo_model" in b)
     (project / "quickstart.py").write_text(
         quickstart
-        + "\nimport tasks, toolkit, workers, tandem\n"
-        + "assert all(m.WHOSE.startswith('the user project') for m in (tasks, toolkit, workers))\n"
+        + "\nimport tasks, toolkit, workers, client, tandem\n"
+        + "assert all(m.WHOSE.startswith('the user project') for m in (tasks, toolkit, workers, client))\n"
         + "assert tandem.__file__.startswith("
         + repr(purelib)
         + ")\n"

@@ -4,7 +4,7 @@ A ``tandem`` command that talks to Redis or the broker first asks them (``prefli
 of ``tandem health``, at once, ``CONNECT_TIMEOUT`` seconds each), so a service that is down or a
 URL that is wrong is named at once, in one line, instead of in a traceback after a reconnect
 window. A service that goes away later, while the command runs, is ridden out as the client does
-(``tandem.tasks.outages``); when the command gives up, ``describe`` turns the error into the same
+(``tandem.client.outages``); when the command gives up, ``describe`` turns the error into the same
 kind of line, naming the service that does not answer (asked again) and never its password.
 """
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from celery import Task as CeleryTask
 
+from tandem.client.submission import submit
 from tandem.tasks.app import app
-from tandem.tasks.client import submit
 from tandem.tasks.control.owners import foreign, requester
 from tandem.tasks.control.threads import index_job, thread_jobs, thread_text
 from tandem.tasks.runtime import Runtime, get_runtime

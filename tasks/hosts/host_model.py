@@ -5,7 +5,7 @@ It wraps the role's ``ModelService``. Every call is timed and its tokens and cos
 ``_RPM``, ``_TPM``), each call first takes a slot and budget from ``HostCapacity``:
 
 * no capacity now: ``CapacityWait`` is raised *before* any request is sent; the Celery step
-  catches it and re-queues itself (``tandem.tasks.control.waiting``) so no thread sits waiting;
+  catches it and re-queues itself (``tandem.tasks.hosts.waiting``) so no thread sits waiting;
 * a 429 or 503 from the host: the whole fleet backs off for the host's ``Retry-After``
   (``DEFAULT_BACKOFF`` seconds when it gives none), and ``CapacityWait`` is raised too;
 * otherwise the slot is released with the reply's real token usage (the estimate is corrected),

@@ -204,7 +204,7 @@ def reschedule(
     fails with ``error``. Also the path for a step that cannot get model-host capacity.
 
     ``send_now`` may be a callable, asked only once the step is parked (a step waiting for a
-    slot registers for its wake-up then, ``tandem.tasks.control.waiting``): ``False`` leaves the
+    slot registers for its wake-up then, ``tandem.tasks.hosts.waiting``): ``False`` leaves the
     copy in the outbox."""
     step = Step(claim.round, claim.kind)
     countdown = round(delay, 3)

@@ -10,10 +10,10 @@ from celery import Task as CeleryTask
 from tandem.reasoner.loop.step import ModelRole, Step, StepInputs
 from tandem.tasks.app import app
 from tandem.tasks.control.parking import park_for
-from tandem.tasks.control.waiting import wait_for_capacity
 from tandem.tasks.events import streams
 from tandem.tasks.hosts.budgets import budget_spent
 from tandem.tasks.hosts.host_model import CapacityWait
+from tandem.tasks.hosts.waiting import wait_for_capacity
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.state.claims import Park
 from tandem.tasks.state.leases import Heartbeat

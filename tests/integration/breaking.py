@@ -22,7 +22,7 @@ import pytest
 from kombu import Connection
 from redis.exceptions import RedisError
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tests.integration.chaos import PLAN, ChaosStats, OwnRedis, check
 from tests.integration.conftest import Cluster, _cluster_on
 from tests.integration.plan_model import goal_with_plan

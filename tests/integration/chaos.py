@@ -21,7 +21,7 @@ from typing import Any
 
 from redis import Redis
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.spec import FINAL_STATES
 from tandem.workers.embedded import WorkerGroup, free_port, redis_answers, stop_process
 from tests.integration.conftest import Cluster

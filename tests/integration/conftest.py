@@ -20,8 +20,9 @@ import pytest
 from redis import Redis
 
 from tandem.broker_config import Settings
+from tandem.client.handle import JobHandle
+from tandem.client.submission import submit
 from tandem.tasks.app import create_app
-from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.state.store import JobStore
 from tandem.workers.embedded import WorkerGroup, redis_answers
 from tests.integration import plan_model

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle, submit_async
+from tandem.client.handle import JobHandle
+from tandem.client.submission import submit_async
 from tests.integration.conftest import Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer

@@ -20,7 +20,7 @@ import pytest
 from celery import Celery
 from redis import Redis
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobTimeout, RedisUnavailable
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.state.store import JobStore

@@ -32,8 +32,8 @@ import pytest
 from celery import Celery
 from cryptography.fernet import Fernet
 
+from tandem.client.handle import JobHandle
 from tandem.reasoner.messages import ModelMessage
-from tandem.tasks.client import JobHandle
 from tandem.tasks.control.threads import thread_jobs
 from tandem.tasks.errors import MessageRefused, ResumeRefused
 from tests.integration import plan_model

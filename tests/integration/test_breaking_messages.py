@@ -31,7 +31,7 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tests.integration.breaking import (
     FAST,
     SMALL,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.control.threads import thread_jobs
 from tests.integration.conftest import Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobSpecError
 from tests.integration.conftest import Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan

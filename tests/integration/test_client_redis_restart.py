@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobLostError
 from tandem.tasks.job_events import JobEvent
 from tests.integration.chaos import OwnRedis

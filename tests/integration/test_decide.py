@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import DecisionRefused
 from tests.integration.conftest import Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan

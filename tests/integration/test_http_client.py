@@ -1,5 +1,5 @@
-"""``tandem.Client`` from a bare virtual environment (httpx and pydantic, no Celery, redis-py or
-LiteLLM) against a real ``tandem api`` process and real workers."""
+"""``tandem.Client`` and ``tandem.AsyncClient`` from a bare virtual environment (httpx and pydantic,
+no Celery, redis-py or LiteLLM) against a real ``tandem api`` process and real workers."""
 
 from __future__ import annotations
 
@@ -29,21 +29,23 @@ PLAN = [[{"name": "add", "args": {"a": 2, "b": 3}}]]
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys
-    from tandem import Client
-    from tandem.workers.client import Conflict, NotFound, Unauthorized
+    import asyncio, json, sys
+    from tandem import AsyncClient, Client
+    from tandem.client.events import Final, ToolResult
+    from tandem.client.http import Conflict, NotFound, Unauthorized
 
     url, token, goal = sys.argv[1:4]
     out = {}
     with Client(url, token) as api:
-        job_id = api.submit(goal=goal, max_rounds=5)
-        events = [e.type for e in api.events(job_id)]
-        outcome = api.result(job_id, timeout=120)
-        out["events"] = events
+        job = api.submit(goal=goal, max_rounds=5)
+        events = list(job.events())
+        outcome = job.result(timeout=120)
+        out["events"] = [e.type for e in events]
+        out["typed"] = isinstance(events[-1], Final) and any(isinstance(e, ToolResult) for e in events)
         out["outcome"] = [outcome.status, outcome.deliverable]
-        out["listed"] = job_id in [j.job_id for j in api.jobs()]
+        out["listed"] = job.id in [j.job_id for j in api.jobs()]
         try:
-            api.cancel(job_id)
+            api.cancel(job.id)
         except Conflict as exc:
             out["cancel"] = exc.code
         try:
@@ -54,6 +56,15 @@ SCRIPT = textwrap.dedent(
         Client(url, "a-wrong-token-0123456789").jobs()
     except Unauthorized as exc:
         out["wrong_token"] = exc.status
+
+    async def main():
+        async with AsyncClient(url, token) as api:
+            job = await api.submit(goal=goal, max_rounds=5)
+            kinds = [e.type async for e in job.events()]
+            outcome = await job.result(timeout=120)
+            return kinds, [outcome.status, outcome.deliverable]
+
+    out["async_events"], out["async_outcome"] = asyncio.run(main())
     heavy = {"celery", "kombu", "redis", "litellm", "starlette", "aiohttp", "cryptography"}
     out["heavy_modules"] = sorted({m.split(".")[0] for m in sys.modules} & heavy)
     print(json.dumps(out))
@@ -136,8 +147,10 @@ def test_a_client_with_only_httpx_and_pydantic_runs_a_job(bare_python: Path, red
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
         assert out["events"][0] == "job_started" and out["events"][-1] == "final"
-        assert "tool_result" in out["events"]
+        assert "tool_result" in out["events"] and out["typed"] is True
         assert out["outcome"] == ["completed", "all planned calls ran"]
+        assert out["async_events"][0] == "job_started" and out["async_events"][-1] == "final"
+        assert out["async_outcome"] == ["completed", "all planned calls ran"]
         assert out["listed"] is True
         assert (out["cancel"], out["unknown"], out["wrong_token"]) == ("job_ended", "unknown_job", 401)
         assert out["heavy_modules"] == []

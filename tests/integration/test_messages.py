@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from tandem.client.handle import JobHandle
 from tandem.reasoner.messages import ModelMessage
-from tandem.tasks.client import JobHandle
 from tandem.tasks.errors import MessageRefused
 from tests.integration.conftest import Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan

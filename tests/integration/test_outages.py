@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.steps.tools import INTERRUPTED
 from tests.integration.chaos import CHAOS_ENV, OwnRedis
 from tests.integration.conftest import Cluster, _cluster_on

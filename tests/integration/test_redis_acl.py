@@ -35,7 +35,7 @@ CLIENT = textwrap.dedent(
     """
     import json, sys
     from tandem.tasks import submit
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
 
     goal, = sys.argv[1:]
     out = {}

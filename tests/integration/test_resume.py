@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import ResumeRefused
 from tests.integration import plan_model
 from tests.integration.conftest import Cluster

@@ -436,7 +436,7 @@ def test_a_job_cannot_name_a_tool_beyond_the_policy_but_can_name_a_granted_one(s
 
 
 def test_status_of_an_unknown_job_says_so(secure: SecureCluster) -> None:
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.errors import UnknownJobError
 
     with pytest.raises(UnknownJobError, match="no job 'never-submitted' is known"):

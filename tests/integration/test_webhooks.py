@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobSpecError
 from tandem.tasks.job_events import JobEvent
 from tandem.tasks.webhooks.signing import verify

@@ -12,13 +12,13 @@ import fakeredis
 import pytest
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
+from tandem.client.handle import JobHandle
 from tandem.reasoner.loop.react import ReActPlan
 from tandem.reasoner.loop.replay import rounds_used
 from tandem.reasoner.loop.rounds import DualPlan, MonoPlan
 from tandem.reasoner.memory import InMemoryReasonerMemory
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.task import Task
-from tandem.tasks.client import JobHandle
 from tandem.tasks.control.messages import message_job
 from tandem.tasks.errors import MessageRefused
 from tandem.tasks.job_events import MessageReceived

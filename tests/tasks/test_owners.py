@@ -90,7 +90,7 @@ class _App:
 
 
 def test_a_handle_asks_for_its_owner_and_its_fork_keeps_it(rt: Runtime) -> None:
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.workers.cli import _parser
 
     app = _App()
@@ -122,7 +122,7 @@ class _Silent:
 
 @pytest.mark.parametrize("call", ["resume", "fork", "follow_up"])
 def test_no_worker_answering_is_a_typed_refusal_never_a_bare_celery_time_out(rt: Runtime, call: str) -> None:
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
 
     handle = JobHandle(JOB, rt.store, _Silent())  # type: ignore[arg-type]
     ask = {

@@ -17,8 +17,8 @@ import fakeredis
 import pytest
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
+from tandem.client.handle import JobHandle
 from tandem.reasoner.approval import Decision, PendingCall
-from tandem.tasks.client import JobHandle
 from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore
 from tandem.tasks.control.decide import decide_job
 from tandem.tasks.control.parking import announce

@@ -241,7 +241,7 @@ def test_when_a_final_event_ends_the_stream(following: list[str], state: bytes |
 def test_result_never_takes_celerys_old_result_for_a_running_job(rt: Runtime) -> None:
     from celery import Celery
 
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.errors import JobTimeout
 
     app = Celery("test-resume", broker="memory://", backend="cache+memory://")

@@ -17,9 +17,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from tandem.broker_config import Settings
 from tandem.tasks import runtime as runtime_module
 from tandem.tasks.app import app
-from tandem.tasks.control.waiting import wait_for_capacity
 from tandem.tasks.hosts.capacity import Grant, HostCapacity, HostLimits, Wait, snapshot
 from tandem.tasks.hosts.host_model import CapacityWait
+from tandem.tasks.hosts.waiting import wait_for_capacity
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.claims import Claim, ClaimRefused

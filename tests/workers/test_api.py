@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import fakeredis
+import httpx
 import pytest
 from celery import Celery
 from starlette.testclient import TestClient
@@ -25,6 +26,31 @@ from tandem.workers.api.server import check_exposure, is_loopback
 from tandem.workers.errors import ApiExposureError
 
 TOKEN = "a-token-of-some-length"
+
+
+class _InProcess(httpx.BaseTransport):
+    """Hands each request to a Starlette ``TestClient`` with exactly its own headers (none of the
+    ``TestClient``'s), and streams the answer back (Starlette's test client speaks ``httpx2``)."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        inner = self.client.build_request(request.method, str(request.url), content=request.read())
+        inner.headers = type(inner.headers)(list(request.headers.multi_items()))
+        answer = self.client.send(inner, stream=True)
+        return httpx.Response(answer.status_code, headers=answer.headers.multi_items(), stream=_Body(answer))
+
+
+class _Body(httpx.SyncByteStream):
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.answer.iter_raw()
+
+    def close(self) -> None:
+        self.answer.close()
 
 
 class Fixture:
@@ -50,6 +76,15 @@ class Fixture:
         )
         headers = {"Authorization": f"Bearer {tokens[0]}"} if tokens else {}
         self.client = TestClient(self.app, base_url=base_url, headers=headers)
+
+    def transport(self) -> httpx.BaseTransport:
+        """A transport to this app for ``tandem.Client``: each request as the client built it (URL,
+        token), answered in process (the ``TestClient``'s own headers are not added)."""
+        return _InProcess(self.client)
+
+    def async_transport(self) -> httpx.AsyncBaseTransport:
+        """A transport to this app for ``tandem.AsyncClient``."""
+        return httpx.ASGITransport(app=self.app)
 
     def ended_job(self, job_id: str = "job-1") -> list[str]:
         """A job with four events, the last one ``final``; returns their stream ids."""
@@ -342,7 +377,7 @@ def test_api_settings_are_read_and_checked() -> None:
 def test_decisions_reach_the_job_handle_and_refusals_are_409(
     api: Fixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.errors import DecisionRefused
 
     job_id = api.client.post("/v1/jobs", json={"goal": "g"}).json()["id"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from tandem.client.http import Client, StalePauseError
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.control.decide import decide_job
-from tandem.workers.client import Client, StalePauseError
 from tests.tasks.test_approvals import park
 from tests.workers.test_api import Fixture
 
@@ -91,7 +91,7 @@ def test_no_worker_means_504_and_the_decision_never_applies(api: Fixture) -> Non
 
 
 def test_the_http_client_names_the_current_pause_and_raises_stale(api: Fixture) -> None:
-    client = Client("http://localhost", http=api.client)  # type: ignore[arg-type]
+    client = Client("http://localhost", transport=api.transport())
     with pytest.raises(StalePauseError) as stale:
         client.approve("J1", 1, pause_id="J1:0:tools:0")
     assert stale.value.current_pause == PAUSE and stale.value.status == 409

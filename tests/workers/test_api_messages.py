@@ -10,13 +10,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.tokens import ApiToken
+from tandem.client.http import AsyncClient, Client, Conflict, NotFound
 from tandem.tasks.control.messages import message_job
-from tandem.workers.client import AsyncClient, Client, Conflict, NotFound
 from tests.tasks.test_approvals import park
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent
@@ -99,7 +98,7 @@ def test_no_worker_means_504_and_the_message_never_arrives(api: Fixture) -> None
 
 
 def test_the_http_client_sends_messages(api: Fixture) -> None:
-    client = Client("http://localhost", token=A, http=api.client)  # type: ignore[arg-type]
+    client = Client("http://localhost", token=A, transport=api.transport())
     first = client.message("J1", HINT, idempotency_key="c1")
     assert first == "J1:message:0001"
     assert client.message("J1", HINT, idempotency_key="c1") == first
@@ -122,11 +121,7 @@ def test_the_openapi_document_lists_the_route(api: Fixture) -> None:
 
 def test_the_async_client_sends_messages(api: Fixture) -> None:
     async def run() -> None:
-        transport = httpx.ASGITransport(app=api.app)
-        http = httpx.AsyncClient(
-            base_url="http://localhost", transport=transport, headers={"Authorization": f"Bearer {A}"}
-        )
-        async with AsyncClient("http://localhost", http=http, retry_for=0.5) as client:
+        async with AsyncClient("http://localhost", A, transport=api.async_transport()) as client:
             assert await client.message("J1", HINT, idempotency_key="a1") == "J1:message:0001"
             assert await client.message("J1", HINT, idempotency_key="a1") == "J1:message:0001"
 

@@ -8,14 +8,13 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tandem.broker_config.api_settings import ApiSettings
 from tandem.broker_config.tokens import ApiToken
+from tandem.client.http import AsyncClient, Client, NotFound
 from tandem.tasks.control.threads import index_job
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.workers.client import AsyncClient, Client, NotFound
 from tests.workers.test_api import Fixture
 from tests.workers.test_api_decisions import _Sent
 
@@ -90,7 +89,7 @@ def test_a_follow_up_is_202_in_the_thread_and_the_thread_lists_both(api: Fixture
         ("t2", "second", "running"),
     ]
     assert jobs[0]["deliverable"] == "first done"
-    client = Client("http://localhost", token=A, http=api.client)  # type: ignore[arg-type]
+    client = Client("http://localhost", token=A, transport=api.transport())
     assert [j.job_id for j in client.thread("t1")] == ["t1", "t2"]
 
 
@@ -100,7 +99,7 @@ def test_another_tenant_gets_404_for_the_thread_and_a_follow_up(api: Fixture) ->
     follow = api.client.post("/v1/jobs/t1/follow-up", json={"goal": "mine now"}, headers=auth(B))
     assert follow.status_code == 404 and follow.json()["error"]["code"] == "unknown_job"
     assert api.sent == []  # type: ignore[attr-defined]
-    client = Client("http://localhost", token=B, http=api.client)  # type: ignore[arg-type]
+    client = Client("http://localhost", token=B, transport=api.transport())
     with pytest.raises(NotFound):
         client.thread("t1")
 
@@ -118,10 +117,9 @@ def test_a_reader_cannot_follow_up_a_running_job_is_409_bad_goals_422(api: Fixtu
 
 def test_the_async_client_follows_up_and_reads_the_thread(api: Fixture) -> None:
     async def run() -> None:
-        transport = httpx.ASGITransport(app=api.app)
-        http = httpx.AsyncClient(base_url="http://localhost", transport=transport, headers=auth(A))
-        async with AsyncClient("http://localhost", http=http, retry_for=0.5) as client:
-            assert await client.follow_up("t1", "second") == "t2"
+        async with AsyncClient("http://localhost", A, transport=api.async_transport()) as client:
+            follow = await client.follow_up("t1", "second")
+            assert (follow.id, follow.thread_id) == ("t2", "t1")
             assert [j.goal for j in await client.thread("t1")] == ["first", "second"]
 
     asyncio.run(run())

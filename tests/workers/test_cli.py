@@ -148,7 +148,7 @@ def test_the_spec_is_a_valid_job_spec() -> None:
 def test_run_with_an_invalid_spec_fails_before_sending(
     argv: list[str], field: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tandem.tasks import client as tasks_client
+    from tandem.client import submission as tasks_client
 
     sent: list[str] = []
 
@@ -430,7 +430,7 @@ def test_approve_refuses_bad_options(
 def parked(fake_runtime: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A job parked with calls 1 and 3 awaiting approval; decisions are applied at once, as a
     worker's ``tandem.decide`` would."""
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.control.approvals import ApprovalStore, decisions_of
     from tandem.tasks.control.decide import decide_job
     from tests.tasks.test_approvals import park
@@ -495,7 +495,7 @@ def test_a_decision_for_another_pause_is_one_line_and_exit_2(
 def test_a_decision_no_worker_applied_exits_3_in_one_line(
     parked: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.errors import DecisionTimeout
 
     def withdrawn(self: JobHandle, decisions: Any, **_: Any) -> list[Any]:

@@ -17,7 +17,7 @@ PAUSE = "J1:2:tools:1"
 
 @pytest.fixture
 def asking(fake_runtime: Any, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
-    from tandem.tasks.client import JobHandle
+    from tandem.client.handle import JobHandle
     from tandem.tasks.control.answer import answer_job
     from tandem.tasks.control.questions import QuestionStore
 

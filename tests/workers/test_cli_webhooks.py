@@ -24,7 +24,7 @@ def test_each_webhook_option_is_a_webhook_of_the_spec() -> None:
 def test_a_webhook_host_outside_the_allow_list_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tandem.tasks import client as tasks_client
+    from tandem.client import submission as tasks_client
 
     def default_app() -> Any:
         raise AssertionError("a refused spec must not reach the Celery app")

@@ -60,8 +60,9 @@ from starlette.types import ASGIApp
 from tandem.broker_config import Settings
 from tandem.broker_config.job_redis import async_job_store_client, is_cluster_url, job_store_client
 from tandem.broker_config.tokens import ApiToken
+from tandem.client.handle import JobHandle
+from tandem.client.submission import submit
 from tandem.reasoner import tracing
-from tandem.tasks.client import JobHandle, submit
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
 from tandem.tasks.runtime import redis_options

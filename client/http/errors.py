@@ -2,9 +2,9 @@
 
 The tree::
 
-    WorkerError               tandem.workers' root
-    └── ClientError           an answer other than success, or none; ``status``, ``code`` (the
-        │                     API's error code, like ``unknown_job``), ``message``, ``fields``
+    ClientError               the HTTP client's root: an answer other than success, or none;
+        │                     ``status``, ``code`` (the API's error code, like ``unknown_job``),
+        │                     ``message``, ``fields``
         ├── InvalidRequest    400, 413, 422: the request is wrong (``fields`` name what)
         ├── Unauthorized      401, 403: no token, a wrong one, or one without the right
         ├── NotFound          404: no such job (never submitted, or its records expired)
@@ -22,10 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.workers.errors import WorkerError
 
-
-class ClientError(WorkerError):
+class ClientError(Exception):
     """The API answered with an error, or did not answer (see the module docstring)."""
 
     def __init__(

@@ -1,21 +1,30 @@
-"""The requests of the API and the reading of its answers: what ``Client`` and ``AsyncClient``
-share (they only differ in how they send)."""
+"""The requests of the API and the reading of its answers, with no I/O: what ``Client`` and
+``AsyncClient`` share (they only differ in how they send).
+
+A ``Call`` is one endpoint's request as the API documents it (method, path, body, query);
+``Requests`` turns it into the ``httpx.Request`` that goes on the wire: the full URL under the
+base URL, ``Authorization: Bearer <token>``, the timeouts. ``decode`` reads an answer, and every
+answer that is not a success becomes the ``ClientError`` of its status (``errors.error_for``).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
 
-from tandem.workers.client.errors import ClientError, ConnectionFailed, InvalidRequest, ServerError, error_for
+from tandem.client.http.errors import ClientError, ConnectionFailed, InvalidRequest, ServerError, error_for
 
 STREAM_READ_TIMEOUT = 45.0
 """How long an event stream may stay silent before it counts as dropped and is resumed (the API
 sends a heartbeat every 15 s)."""
+
+CONNECT_TIMEOUT = 10.0
+"""How long opening a connection may take, for every request."""
 
 RETRY_STATUSES = frozenset({502, 503})
 """Answers to a read that are worth asking again (Redis or a proxy did not answer)."""
@@ -34,6 +43,77 @@ class Call:
     def safe(self) -> bool:
         """Whether asking again cannot change anything (a read)."""
         return self.method == "GET"
+
+
+class Requests:
+    """Builds the ``httpx.Request`` of each ``Call`` for the API at ``base_url`` with ``token``.
+
+    Every request carries the full URL and, with a token, ``Authorization: Bearer <token>``; its
+    timeouts ride in the request itself (``timeout`` seconds for a call, ``STREAM_READ_TIMEOUT``
+    of silence, or until the deadline, for an event stream), so a driver only sends it.
+    """
+
+    def __init__(self, base_url: str, token: str | None, timeout: float) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"base_url must be the API's http:// or https:// URL (like 'http://127.0.0.1:8000'), "
+                f"got {base_url!r}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def headers(self) -> dict[str, str]:
+        """The headers of every request."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def build(self, call: Call) -> httpx.Request:
+        """The request of ``call``."""
+        return httpx.Request(
+            call.method,
+            self.base_url + call.path,
+            params=dict(call.params) if call.params else None,
+            json=call.body,
+            headers=self.headers(),
+            extensions={"timeout": httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT).as_dict()},
+        )
+
+    def stream(self, job_id: str, after: str, deadline: float | None, now: float) -> httpx.Request:
+        """The request of job ``job_id``'s event stream after event ``after``: cut when silent past
+        ``STREAM_READ_TIMEOUT``, or past ``deadline`` (monotonic time; ``now`` is the time now)."""
+        read = (
+            STREAM_READ_TIMEOUT if deadline is None else max(0.05, min(STREAM_READ_TIMEOUT, deadline - now))
+        )
+        headers = {**self.headers(), "Accept": "text/event-stream", "Last-Event-ID": after}
+        return httpx.Request(
+            "GET",
+            self.base_url + job_path(job_id, "/events"),
+            headers=headers,
+            extensions={"timeout": httpx.Timeout(CONNECT_TIMEOUT, read=read).as_dict()},
+        )
+
+
+class HasId(Protocol):
+    """Anything with a job's ``id``: a handle (``RemoteJob``, ``AsyncRemoteJob``, ``JobHandle``)."""
+
+    @property
+    def id(self) -> str:
+        """The job's id."""
+        ...
+
+
+JobRef = str | HasId
+"""A job, by its id or by its handle: what every method of the clients takes."""
+
+
+def job_id_of(job: JobRef) -> str:
+    """The id of ``job``: an id, or a handle's ``id``."""
+    if isinstance(job, str):
+        return job
+    found = getattr(job, "id", None)
+    if isinstance(found, str):
+        return found
+    raise InvalidRequest(f"job must be a job's id or its handle, got {job!r:.80}", code="invalid_job_id")
 
 
 def job_path(job_id: str, tail: str = "") -> str:
@@ -146,11 +226,6 @@ def resume_call(job_id: str, max_rounds: int | None) -> Call:
     return Call("POST", job_path(job_id, "/resume"), {} if max_rounds is None else {"max_rounds": max_rounds})
 
 
-def headers(token: str | None) -> dict[str, str]:
-    """The headers of every request."""
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
 def decode(response: httpx.Response) -> Any:
     """The JSON of a successful answer; the matching ``ClientError`` otherwise."""
     if not response.is_success:
@@ -171,13 +246,6 @@ def decode_error(response: httpx.Response) -> ClientError:
     except ValueError:
         body = None
     return error_for(response.status_code, body, response.headers.get("Retry-After"))
-
-
-def read_timeout(deadline: float | None, now: float) -> httpx.Timeout:
-    """The timeouts of an event stream's request: silent past ``STREAM_READ_TIMEOUT``, or past
-    ``deadline`` (monotonic time), it is cut."""
-    read = STREAM_READ_TIMEOUT if deadline is None else max(0.05, min(STREAM_READ_TIMEOUT, deadline - now))
-    return httpx.Timeout(10.0, read=read)
 
 
 def unreachable(base_url: str, exc: Exception) -> ClientError:

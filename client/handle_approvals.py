@@ -17,9 +17,9 @@ from typing import Any
 
 from celery import Celery
 
+from tandem.client.sending import ask_or_withdraw, with_owner
 from tandem.reasoner.approval import Decision
 from tandem.tasks.control.approvals import ApprovalRecord, ApprovalStore, decisions_of
-from tandem.tasks.control.sending import ask_or_withdraw, with_owner
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.state.store import JobStore
 

@@ -12,7 +12,8 @@ import fakeredis
 import pytest
 from celery import Celery
 
-from tandem.tasks.client import JobHandle, submit_async
+from tandem.client.handle import JobHandle
+from tandem.client.submission import submit_async
 from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.tasks.state.store import JobStore

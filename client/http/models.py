@@ -1,5 +1,6 @@
 """What the API's answers hold, as lenient pydantic models: a field the server adds later is kept
-(``model_extra``), never refused, so an older client reads a newer server."""
+(``model_extra``), never refused, so an older client reads a newer server. A job's events are the
+typed models of ``tandem.client.events``, as the direct client's."""
 
 from __future__ import annotations
 
@@ -66,18 +67,6 @@ class Job(BaseModel):
     result: JobOutcome | None = None
     approval: dict[str, Any] | None = None
     links: dict[str, str] = Field(default_factory=dict)
-
-
-class Event(BaseModel):
-    """One event of a job's stream (``GET /v1/jobs/{id}/events``): ``id`` (resume after it with
-    ``events(job_id, after=id)``), ``type`` and ``at``; the type's fields (see the events guide)
-    are attributes too, like ``event.content`` of a ``model_delta``."""
-
-    model_config = _LENIENT
-
-    id: str
-    type: str
-    at: float = 0.0
 
 
 class ThreadJob(BaseModel):

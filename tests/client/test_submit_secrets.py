@@ -13,8 +13,8 @@ from cryptography.fernet import Fernet
 from kombu.exceptions import OperationalError
 
 from tandem.broker_config import Settings
+from tandem.client.submission import submit
 from tandem.tasks import runtime as runtime_module
-from tandem.tasks.client import submit
 from tandem.tasks.errors import SpecLimitError
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.sealing import is_sealed

@@ -17,7 +17,7 @@ import fakeredis
 import pytest
 from celery import Celery
 
-from tandem.tasks.client import JobHandle
+from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobLostError, JobTimeout, RedisUnavailable
 from tandem.tasks.job_events import JobEvent
 from tandem.tasks.spec import JobResult, JobSpec

@@ -1,4 +1,4 @@
-"""``tandem.tasks.outages``: the reconnect window of a client call, and the words of a lost job."""
+"""``tandem.client.outages``: the reconnect window of a client call, and the words of a lost job."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tandem.client.outages import Reconnect, lost_error, redis_address, restart_note
 from tandem.tasks.errors import JobError, JobLostError, RedisUnavailable
-from tandem.tasks.outages import Reconnect, lost_error, redis_address, restart_note
 
 
 class Clock:

@@ -17,8 +17,8 @@ from typing import Any
 
 from celery import Celery
 
+from tandem.client.sending import ask_or_withdraw, with_owner
 from tandem.tasks.control.questions import QuestionRecord, QuestionStore, answer_of
-from tandem.tasks.control.sending import ask_or_withdraw, with_owner
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.state.store import JobStore
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from celery import Celery
 
-from tandem.tasks.control.sending import ask, ask_or_withdraw, with_owner
+from tandem.client.sending import ask, ask_or_withdraw, with_owner
 from tandem.tasks.errors import MessageRefused, ResumeRefused
 from tandem.tasks.state.keys import messages_key
 from tandem.tasks.state.scripts import lua

@@ -1,13 +1,12 @@
-"""Submitting jobs and following them: ``submit(spec) -> JobHandle``, or from asyncio code
-``await submit_async(spec)``, ``await handle.aresult()``, ``async for e in handle.aevents()``."""
+"""``JobHandle``: a submitted job, followed and steered through Redis and the broker (the direct
+client; ``tandem.client.submission`` makes one). Its ``a``-methods are for asyncio code:
+``await handle.aresult()``, ``async for e in handle.aevents()``."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -15,26 +14,13 @@ from functools import partial
 from typing import Any
 
 from celery import Celery
-from kombu.exceptions import OperationalError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tandem.broker_config.tokens import DEFAULT_TENANT
-from tandem.reasoner import tracing
-from tandem.tasks.control.handle import HandleApprovals
-from tandem.tasks.control.handle_messages import HandleMessages
-from tandem.tasks.control.handle_questions import HandleQuestions
-from tandem.tasks.control.sending import ask
-from tandem.tasks.errors import (
-    JobLostError,
-    JobTimeout,
-    RedisUnavailable,
-    ResumeRefused,
-    UnknownJobError,
-)
-from tandem.tasks.intake_message import send_intake
-from tandem.tasks.job_events import JobEvent, read_event
-from tandem.tasks.outages import (
+from tandem.client.events import JobEvent, read_event
+from tandem.client.handle_approvals import HandleApprovals
+from tandem.client.handle_messages import HandleMessages
+from tandem.client.handle_questions import HandleQuestions
+from tandem.client.outages import (
     CONNECTION_ERRORS,
     Reconnect,
     bounded,
@@ -43,13 +29,18 @@ from tandem.tasks.outages import (
     restart_note,
     server_info,
 )
-from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, validate_spec
+from tandem.client.sending import ask
+from tandem.tasks.errors import (
+    JobLostError,
+    JobTimeout,
+    RedisUnavailable,
+    ResumeRefused,
+    UnknownJobError,
+)
+from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
 from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
-from tandem.tasks.tracing import job_span
-from tandem.tasks.webhooks.targets import check_webhooks
-from tandem.toolkit.redaction import redact
 
 log = logging.getLogger("tandem.client")
 
@@ -62,7 +53,7 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
     thread, so a service can follow thousands of jobs at once.
 
     Every call rides out a Redis outage (a restart, a failover) by repeating its reads (see
-    ``tandem.tasks.outages``): a wait with a timeout until its deadline, a wait without one for
+    ``tandem.client.outages``): a wait with a timeout until its deadline, a wait without one for
     ``reconnect_wait`` seconds of one outage, any other call for ``reconnect_call`` seconds; then
     ``RedisUnavailable``. Once the handle has known the job to exist (it submitted it, or saw its
     record), the job's disappearance is ``JobLostError``, naming a restart that erased it.
@@ -140,7 +131,7 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
 
     def _lost(self) -> JobLostError:
         """The error for a job this handle knew that Redis no longer holds, saying why when
-        Redis tells (``tandem.tasks.outages.lost_error``)."""
+        Redis tells (``tandem.client.outages.lost_error``)."""
         known_for = time.time() - (self._known_at or self._submitted_at)
         return lost_error(self.id, server_info(self._store.redis), known_for)
 
@@ -465,103 +456,4 @@ def _seconds(expires: Any) -> int:
     return int(expires or 86400)
 
 
-def submit(
-    spec: JobSpec | dict[str, Any],
-    *,
-    app: Celery | None = None,
-    store: JobStore | None = None,
-    job_id: str | None = None,
-) -> JobHandle:
-    """Validate ``spec`` and enqueue ``tandem.infer``; an invalid spec raises ``JobSpecError``
-    naming the field (``SpecLimitError`` naming the limit), and nothing is enqueued.
-
-    Once the job's record is stored the job is accepted: if the broker then fails to take its
-    message, the handle is returned all the same (a warning is logged) and the reconciler sends
-    the message once the broker answers, so a caller never submits the same job twice.
-    ``job_id``: the new job's id (a fresh one by default; a follow-up derives its own).
-
-    With ``TANDEM_SECRETS_KEY`` the spec's ``secrets`` are sealed here, so the broker message never
-    holds them in clear; the message's display form (Flower, worker logs) shows them as ``***``.
-    """
-    from tandem.tasks.runtime import get_runtime
-
-    rt = get_runtime()
-    job_spec = validate_spec(spec, rt.settings.limits)
-    check_webhooks(job_spec.webhooks, rt.settings.webhooks)
-    if job_spec.secrets and rt.settings.secrets_key:
-        job_spec = rt.secret_box.seal_spec(job_spec)
-    app = app or _default_app()
-    store = store or rt.store
-    job_id = job_id or str(uuid.uuid4())
-    if tracing.STATE.on:  # the job's trace starts here, under the caller's current span
-        job_spec = job_spec.model_copy(
-            update={"trace_context": job_span(job_id, {"tandem.reasoner": job_spec.reasoner})}
-        )
-    wire = job_spec.model_dump(mode="json")
-    # Known (``queued``, listed among recent jobs) before any worker can see it: a follower that
-    # starts reading its events at once does not take it for an unknown job. The spec is kept
-    # until a worker starts the job, and the job is in the reconciler's index: a lost intake
-    # message is sent again after TANDEM_STALL_SECONDS.
-    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire), owner=job_spec.owner)
-    timeout = job_spec.timeout_s or rt.settings.job_timeout
-    store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
-    try:
-        send_intake(app, job_id, wire)
-    except (OperationalError, RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        # The job is stored and indexed: the reconciler sends its intake message once the broker
-        # answers. Raising here would make a caller submit it again, and run it twice.
-        log.warning(
-            "job %s is stored as queued, but its message could not be sent now (%s: %s); it is "
-            "sent again within TANDEM_STALL_SECONDS (%gs) of the broker answering",
-            job_id,
-            type(exc).__name__,
-            exc,
-            rt.settings.stall_seconds,
-        )
-    handle = JobHandle(job_id, store, app, submitted=True)
-    handle.owner = job_spec.owner  # its decisions, answers, resume and fork ask as the job's tenant
-    return handle
-
-
-async def submit_async(
-    spec: JobSpec | dict[str, Any],
-    *,
-    app: Celery | None = None,
-    store: JobStore | None = None,
-    aredis: AsyncRedisFactory | None = None,
-) -> JobHandle:
-    """``submit`` for asyncio code: the spec is validated at once (``JobSpecError``, nothing
-    enqueued) and the message is sent from a thread, as Celery's client is not asyncio."""
-    job_spec = validate_spec(spec)
-    handle = await asyncio.to_thread(submit, job_spec, app=app, store=store)
-    handle._aredis = aredis
-    return handle
-
-
-def job(job_id: str) -> JobHandle:
-    """A handle on an existing job by id; ``UnknownJobError`` when no store or result knows it
-    (noting a recent restart of a Redis without persistence, which erases every job)."""
-    from tandem.tasks.runtime import get_runtime
-
-    rt = get_runtime()
-    handle = JobHandle(job_id, rt.store, _default_app())
-
-    def stored() -> bool:
-        return rt.store.spec(job_id) is not None or rt.store.status(job_id) is not None
-
-    reach = handle._reconnect()
-    if reach.call(stored):
-        handle._saw()
-    elif reach.call(handle._celery_result) is None:
-        note = restart_note(server_info(rt.store.redis), rt.store.ttl)
-        raise UnknownJobError(f"no job {job_id!r} is known to {redact(rt.settings.redis_url)}{note}")
-    return handle
-
-
-def _default_app() -> Celery:
-    from tandem.tasks.app import app
-
-    return app
-
-
-__all__ = ["FINAL_STATES", "JobHandle", "JobTimeout", "job", "send_intake", "submit", "submit_async"]
+__all__ = ["JobHandle"]
