@@ -13,6 +13,7 @@ COPY toolkit toolkit
 COPY tasks tasks
 COPY workers workers
 COPY broker_config broker_config
+COPY client client
 RUN pip install --no-cache-dir '.[worker,otlp]' && useradd --create-home --uid 1000 tandem
 USER tandem
 CMD ["tandem", "worker", "all"]

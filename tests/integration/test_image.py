@@ -37,8 +37,8 @@ import yaml
 from redis import Redis
 
 from tandem.broker_config import Settings
+from tandem.client import submit
 from tandem.tasks.app import create_app
-from tandem.tasks.client import submit
 from tandem.tasks.state.store import JobStore
 from tests import dockerfile
 from tests.integration.conftest import _exclusive_db
