@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING
 
 from tandem._lazy import lazy_exports
 
+# Loaded now, not on first use: importing the submodule ``tandem.toolkit.tool`` binds the package's
+# attribute ``tool`` to that module, and only an import here rebinds it to the decorator after that.
+from tandem.toolkit.tool import Tool, tool
+
 _EXPORTS: dict[str, str] = {
     "Action": "tandem.toolkit.action",
     "InjectionMapping": "tandem.toolkit.context",
@@ -27,7 +31,6 @@ _EXPORTS: dict[str, str] = {
     "Question": "tandem.toolkit.context",
     "QuestionError": "tandem.toolkit.errors",
     "StaticToolGroup": "tandem.toolkit.group",
-    "Tool": "tandem.toolkit.tool",
     "ToolArgumentsError": "tandem.toolkit.errors",
     "ToolCallContext": "tandem.toolkit.context",
     "ToolDefinitionError": "tandem.toolkit.errors",
@@ -41,7 +44,6 @@ _EXPORTS: dict[str, str] = {
     "injection_mapping": "tandem.toolkit.context",
     "load_toolkit": "tandem.toolkit.loader",
     "to_mermaid": "tandem.toolkit.visualize",
-    "tool": "tandem.toolkit.tool",
 }
 
 __all__ = [
@@ -90,7 +92,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.toolkit.loader import load_toolkit
     from tandem.toolkit.mcp_group import McpToolGroup
     from tandem.toolkit.service import ToolkitService
-    from tandem.toolkit.tool import Tool, tool
     from tandem.toolkit.visualize import to_mermaid
 
 
