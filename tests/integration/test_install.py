@@ -314,43 +314,45 @@ def test_a_worker_install_runs_the_job_a_client_install_submits(
 ) -> None:
     worker, client = _venv_of(installs, "worker"), _venv_of(installs, "")
     urls = {"TANDEM_BROKER_URL": job_db, "TANDEM_RESULT_BACKEND": job_db, "TANDEM_REDIS_URL": job_db}
-    log = (tmp_path / "worker.log").open("w")
-    started = subprocess.Popen(
-        [
-            worker.bin("tandem"),
-            "worker",
-            "all",
-            "--concurrency",
-            "4",
-            "--hostname",
-            f"install-{os.getpid()}@%h",
-        ],
-        cwd=tmp_path,
-        env={**_env(worker.venv), **urls},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        # No wait for the worker: the job waits in the queue until it is up.
+    worker_log, run_log = tmp_path / "worker.log", tmp_path / "run.log"
+    with worker_log.open("w") as log, run_log.open("w") as ran:
+        started = subprocess.Popen(
+            [worker.bin("tandem"), "worker", "all", "-c", "4", "-n", f"install-{os.getpid()}@%h"],
+            cwd=tmp_path,
+            env={**_env(worker.venv), **urls},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        # No wait for the worker to be ready: the job waits in its queue until the worker takes it.
         run = subprocess.Popen(
             [client.bin("tandem"), "run", "What is (17 * 23) + 4?", "--max-rounds", "10", "--no-tokens"],
             cwd=tmp_path,
             env={**_env(client.venv), **urls},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=ran,
+            stderr=subprocess.STDOUT,
         )
-        while run.poll() is None and started.poll() is None:
-            time.sleep(0.2)
-        assert started.poll() is None, (
-            f"the worker exited by itself:\n{(tmp_path / 'worker.log').read_text()}"
-        )
-        out, err = run.communicate(timeout=60)
-    finally:
-        if started.poll() is None:
-            started.terminate()
-        started.wait(timeout=60)
-        log.close()
-    assert run.returncode == 0, f"tandem run exited {run.returncode}:\n{out}\n{err}"
-    assert out.startswith("job ") and "(17 * 23) + 4 = 395" in out
+        try:
+            while run.poll() is None and started.poll() is None:
+                time.sleep(0.2)
+            assert started.poll() is None, f"the worker exited by itself:\n{worker_log.read_text()}"
+        finally:
+            for process in (run, started):  # by pid: the run (if the worker died) and the worker
+                if process.poll() is None:
+                    process.terminate()
+                process.wait(timeout=60)
+    out = run_log.read_text()
+    assert run.returncode == 0, f"tandem run exited {run.returncode}:\n{out}"
+    job_id = re.search(r"^job (\S+) submitted$", out, re.M)
+    assert job_id is not None and "(17 * 23) + 4 = 395" in out, out
+    status = subprocess.run(
+        [client.bin("tandem"), "status", job_id.group(1)],
+        cwd=tmp_path,
+        env={**_env(client.venv), **urls},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert '"status": "completed"' in status.stdout and "395" in status.stdout
     assert "no model configured" in (tmp_path / "worker.log").read_text()  # the demo model, saying so
