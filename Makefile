@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-# Both create the virtual environment (.venv) on first use (with the dev and viz extras).
+# Both create the virtual environment (.venv) on first use (with the worker, dev and viz extras).
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed-dev
@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-dev
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev,viz]'
+	$(VENV)/bin/pip uninstall --quiet --yes tandem 2>/dev/null || true  # the distribution's name before tandem-llm
+	$(VENV)/bin/pip install --quiet -e '.[worker,dev,viz]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -261,7 +261,7 @@ def start_services(
         env[name] = value
     tandem = shutil.which("tandem", path=str(Path(sys.executable).parent)) or shutil.which("tandem")
     if tandem is None:
-        raise RuntimeError("no `tandem` command next to this Python or on PATH: pip install -e .")
+        raise RuntimeError("no `tandem` command next to this Python or on PATH: pip install -e '.[worker]'")
     workers = {
         role: procs.start(
             f"tandem worker {role}",

@@ -91,7 +91,7 @@ def _exporter(name: str) -> Any:
 
         raise SettingsError(
             "OTEL_TRACES_EXPORTER/OTEL_EXPORTER_OTLP_ENDPOINT ask for the OTLP exporter, which is not "
-            "installed: pip install 'tandem[otlp]' (or set OTEL_SDK_DISABLED=true)"
+            "installed: pip install 'tandem-llm[otlp]' (or set OTEL_SDK_DISABLED=true)"
         ) from exc
     return OTLPSpanExporter()
 

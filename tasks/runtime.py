@@ -1,4 +1,9 @@
-"""What a worker process builds once: Redis client, job store, model per role, toolkit, runner."""
+"""What a worker process builds once: Redis client, job store, model per role, toolkit, runner.
+
+A client process (``submit``, the ``tandem`` commands that follow jobs) uses the same ``Runtime``
+for its settings, Redis and store, on the core install: what only a worker builds (models and
+their metrics, the toolkit, the tool policy) is imported where it is built, not here.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +24,8 @@ from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.errors import JobSpecError
 from tandem.tasks.hosts.capacity import HostCapacity, HostLimits, SlotKeeper
-from tandem.tasks.hosts.host_model import BACKOFF_STATUSES, HostModel
 from tandem.tasks.hosts.model_loop import MODEL_LOOP
 from tandem.tasks.job_cache import JobCache
-from tandem.tasks.metrics import MeteredToolRunner
 from tandem.tasks.sealing import SecretBox
 from tandem.tasks.spec import JobSpec
 from tandem.tasks.state.machine import JobMachine
@@ -30,12 +33,12 @@ from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
 from tandem.tasks.webhooks.outbox import WebhookOutbox
 from tandem.tasks.webhooks.targets import check_webhooks
-from tandem.toolkit.graph import Toolkit
-from tandem.toolkit.policy import ToolPolicy, ToolPolicyError
 from tandem.toolkit.tool import Tool
 
 if TYPE_CHECKING:
     from tandem.tasks.steps.context import JobFixtures
+    from tandem.toolkit.graph import Toolkit
+    from tandem.toolkit.policy import ToolPolicy
 
 log = logging.getLogger("tandem.runtime")
 
@@ -123,6 +126,8 @@ class Runtime:
     @cached_property
     def runner(self) -> ToolRunner:
         """The tool runner, with the configured timeout and limits (calls timed into metrics)."""
+        from tandem.tasks.metrics import MeteredToolRunner
+
         limits = self.settings.limits
         return MeteredToolRunner(
             timeout=self.settings.tool_timeout,
@@ -178,6 +183,8 @@ class Runtime:
     def policy(self) -> ToolPolicy:
         """The worker's tool policy: ``TANDEM_TOOL_POLICY``, else the toolkit's ``policy:``, else every
         tool."""
+        from tandem.toolkit.policy import ToolPolicy
+
         if self.settings.tool_policy:
             return ToolPolicy.from_text(self.settings.tool_policy)
         toolkit = self.toolkit
@@ -203,6 +210,8 @@ class Runtime:
         Unknown actions, actions without a toolkit, tools the policy does not permit, and webhooks
         this worker may not deliver (``tandem.tasks.webhooks.targets``) are refused.
         """
+        from tandem.toolkit.policy import ToolPolicyError
+
         toolkit = self.toolkit
         if spec.actions:
             if toolkit is None:
@@ -255,6 +264,8 @@ class Runtime:
             return self._models[key]
 
     def _build_model(self, role: str, mode: str) -> ModelService:
+        from tandem.tasks.hosts.host_model import HostModel
+
         capacity = self.capacity(role)
         MODEL_LOOP.direct_http = self.settings.direct_http
         return HostModel(
@@ -280,6 +291,7 @@ class Runtime:
             return demo_model(role if mode == "dual" else "mono")
         from tandem.reasoner.models.litellm_service import LiteLlmModelService
         from tandem.reasoner.models.litellm_setup import price_unpriced_model
+        from tandem.tasks.hosts.host_model import BACKOFF_STATUSES
 
         assert conf.model is not None
         price_unpriced_model(conf.model)
@@ -306,6 +318,8 @@ class Runtime:
         narrowed to what the tool policy permits it, with its secrets unsealed for the tools and
         its approval settings (calls needing approval park the job: ``tandem.tasks.control.parking``).
         """
+        from tandem.toolkit.policy import ToolPolicyError
+
         try:
             allowed = self.policy.for_job(self.known_tools(), spec.tools, spec.owner)
         except ToolPolicyError as exc:

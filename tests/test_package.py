@@ -55,7 +55,7 @@ def test_unknown_names_fail_and_dir_lists_the_api() -> None:
 
 
 def test_version_is_the_distributions() -> None:
-    assert tandem.__version__ == importlib.metadata.version("tandem")
+    assert tandem.__version__ == importlib.metadata.version("tandem-llm")
 
 
 def test_each_package_has_one_error_root() -> None:

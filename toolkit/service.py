@@ -156,7 +156,7 @@ class ToolkitService:
     # -- pictures -------------------------------------------------------------------------
 
     def visualize(self, graph: Toolkit, title: str, show: bool = False) -> Figure:
-        """A matplotlib figure of ``graph`` (needs ``pip install tandem[viz]``)."""
+        """A matplotlib figure of ``graph`` (needs ``pip install 'tandem-llm[viz]'``)."""
         from tandem.toolkit.visualize import draw_toolkit
 
         return draw_toolkit(graph, title, show=show)

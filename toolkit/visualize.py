@@ -35,7 +35,7 @@ def draw_toolkit(graph: Toolkit, title: str, *, show: bool = False) -> Figure:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ToolDefinitionError(
-            "drawing a toolkit needs matplotlib, an optional extra: pip install tandem[viz] "
+            "drawing a toolkit needs matplotlib, an optional extra: pip install 'tandem-llm[viz]' "
             "(or use to_mermaid, which needs nothing)"
         ) from exc
 

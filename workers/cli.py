@@ -15,7 +15,7 @@ patch_if_asked(sys.argv[1:])  # before the imports below load sockets and select
 
 from tandem.broker_config.errors import SettingsError  # noqa: E402
 from tandem.reasoner.errors import ReasonerError  # noqa: E402
-from tandem.workers import conversation_commands, exit_codes, job_commands, reach  # noqa: E402
+from tandem.workers import conversation_commands, exit_codes, extras, job_commands, reach  # noqa: E402
 from tandem.workers.errors import WorkerError  # noqa: E402
 
 ROLES = ("thinker", "actor", "tools", "all")
@@ -245,7 +245,7 @@ def patch_for_gevent() -> None:
         from gevent import monkey
     except ImportError:
         raise WorkerError(
-            "--pool gevent needs the gevent package: pip install 'tandem[gevent]' (or use --pool threads)"
+            "--pool gevent needs the gevent package: pip install 'tandem-llm[gevent]' (or use --pool threads)"
         ) from None
     if not monkey.is_module_patched("socket"):  # the command's start did it (green.py)
         monkey.patch_all()
@@ -506,6 +506,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tandem`` console script; its exit statuses are in
     ``tandem.workers.exit_codes``."""
     args = _parser().parse_args(argv)
+    refused = extras.refusal(args.command, embedded=getattr(args, "embedded", False))
+    if refused is not None:  # a core (client-side) install: before anything of the stack is imported
+        print(f"tandem: {refused}", file=sys.stderr)
+        return exit_codes.USAGE
     if args.command == "health":  # a probe run every few seconds in each pod: light imports only
         from tandem.workers.health import run_health
 

@@ -25,7 +25,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from celery import Celery
 
-from tandem.tasks import metrics
 from tandem.tasks.job_events import Final
 from tandem.tasks.spec import JobResult
 from tandem.tasks.state.claims import CeleryWrite, Claim, FinalEntry
@@ -176,8 +175,12 @@ def end_job(
 
 def _count_end(store: JobStore, job_id: str, outcome: str) -> None:
     """Count the job's end in ``tandem_jobs_ended_total`` and its duration in ``tandem_job_seconds``
-    (from its record's ``created_at``; never raises: a metric must not fail a job's end)."""
+    (from its record's ``created_at``; never raises: a metric must not fail a job's end). Imported
+    here: a job also ends in a client's process (a cancel), whose core install has no
+    prometheus_client, and whose metrics no one scrapes."""
     try:
+        from tandem.tasks import metrics
+
         metrics.JOBS_ENDED.labels(outcome).inc()
         created = store.redis.hget(store.key(job_id, "state"), "created_at")
         if created:

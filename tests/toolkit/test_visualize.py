@@ -64,5 +64,5 @@ def test_visualize_returns_a_figure(tmp_path: Path) -> None:
 def test_visualize_without_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ToolDefinitionError, match=r"pip install tandem\[viz\]"):
+    with pytest.raises(ToolDefinitionError, match=r"pip install 'tandem-llm\[viz\]'"):
         ToolkitService().visualize(small(), "demo")
