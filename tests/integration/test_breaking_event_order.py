@@ -263,6 +263,29 @@ def test_a_failed_job_resumed_goes_on_inside_its_round_without_starting_it_again
     assert len(hosts.requests("resume-failed", "thinker", 1)) == 1
 
 
+def test_a_reader_that_saw_a_runs_final_goes_on_with_the_resumed_run(stream: Setup) -> None:
+    cluster, hosts, api = stream
+    hosts.fault("resume-after", "actor", 0, status(401))
+    handle = submit(cluster, "mono", "resume-after")
+    assert handle.result(timeout=240).status == "failed"
+    seen = raw_events(cluster.redis, handle.id)
+    assert seen[-1]["type"] == "final", compact(seen)
+    handle.resume()
+    readers: list[Reader] = [
+        HandleReader(handle, after=seen[-1]["id"]),
+        SseReader(api.url, handle.id, after=seen[-1]["id"]),
+    ]
+    for reader in readers:
+        reader.start()
+    completed(handle, "mono")
+    raw = raw_events(cluster.redis, handle.id)
+    assert order_problems(raw) == [], compact(raw)
+    rest = [(e["id"], e["type"]) for e in until_final(raw)[len(seen) :]]
+    assert rest[0][1] == "job_started" and rest[-1][1] == "final", compact(raw)
+    for reader in readers:
+        assert [(e["id"], e["type"]) for e in reader.result(120)] == rest, reader.name
+
+
 def test_a_truncated_job_resumed_with_more_rounds_starts_only_its_new_rounds(stream: Setup) -> None:
     cluster, _, api = stream
     handle = cluster.submit(goal=goal("resume-trunc", never_done=True), reasoner="mono", max_rounds=2)
