@@ -264,6 +264,18 @@ class ConsolePage:
                 **({"text": "\r"} if kind == "keyDown" else {}),
             )
 
+    def show_overflow(self) -> bool:
+        """Scroll the first element wider than the window into view (for a screenshot)."""
+        return bool(
+            self.js(
+                "(() => { const w = document.documentElement.clientWidth; "
+                "const e = [...document.querySelectorAll('body *')]"
+                ".find((e) => P.shown(e) && e.getBoundingClientRect().right > w + 1); "
+                "if (e) { e.scrollIntoView({ block: 'center' }); window.scrollTo(0, window.scrollY); } "
+                "return !!e; })()"
+            )
+        )
+
     def block_event_streams(self) -> None:
         """From now on, hold every request for job events unanswered (a stalled event stream)."""
         self.page.call("Fetch.enable", patterns=[{"urlPattern": "*/events*", "requestStage": "Request"}])

@@ -588,6 +588,7 @@ def test_a_long_unbroken_text_keeps_the_page_within_the_window(
     open_job(console, page, job)
     expect(page, wanted, what=f"a job with a long {where}")
     page.wait_text(long[:4000])
+    page.show_overflow()
     page.shot(f"long-{where.replace(' ', '-')}", full=False)
     page.js("window.scrollTo(0, 0)")
     out_of_reach = {name: page.clickable(name) for name in wanted["buttons"]}
