@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -240,3 +241,33 @@ def ended(state: str, fork: bool = True) -> dict[str, Any]:
     round), the follow-up box."""
     buttons = ["Follow up", "Fork…", "Resume"] if fork else ["Follow up", "Resume"]
     return {"state": state, "buttons": buttons, "boxes": ["follow-up"], "question": False, "calls": False}
+
+
+def list_entry_says(page: ConsolePage, job_id: str, state: str) -> bool:
+    """Whether the job list (not the job panel) shows ``job_id`` with the badge ``state``."""
+    listed = page.text().split("\nJob\n", 1)[0]
+    return (
+        re.search(re.escape(job_id[:8]) + r"\n[^\n]*\n" + re.escape(state) + r"\n", listed + "\n") is not None
+    )
+
+
+def scope_refusal(page: ConsolePage, scope: str) -> None:
+    """Wait until the page says, on one line, that the token lacks ``scope``."""
+    page.wait(
+        f"V.text.split('\\n').some((l) => /scope/i.test(l) && l.includes(\"'{scope}'\"))",
+        60,
+        f"a refusal naming the scope {scope!r}",
+    )
+
+
+def harmless(page: ConsolePage, where: str) -> None:
+    """Nothing the job carries was built into the page as markup, ran, or widened the page."""
+    view = page.view()
+    assert view["hostile"] == [] and view["pwned"] is None, (
+        f"{where}: hostile markup became elements: {view['hostile']}"
+    )
+    assert view["violations"] == [], f"{where}: markup tried to run (CSP violations): {view['violations']}"
+    assert view["width"] <= view["window"] + 1, (
+        f"{where}: the page is {view['width']} px wide in a {view['window']} px window; "
+        f"too wide: {page.js('P.wide()')}"
+    )

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,8 +40,11 @@ from tests.integration.breaking_console import (
     Console,
     ended,
     expect,
+    harmless,
+    list_entry_says,
     offers,
     panel,
+    scope_refusal,
     sign_in,
     wait_for,
 )
@@ -326,14 +328,6 @@ def test_an_old_job_opened_from_the_list_of_a_fresh_page(console: Console, page:
     assert "add(a=20, b=22)" in panel(page) and "42" in panel(page)
 
 
-def list_entry_says(page: ConsolePage, job_id: str, state: str) -> bool:
-    """Whether the job list (not the job panel) shows ``job_id`` with the badge ``state``."""
-    listed = page.text().split("\nJob\n", 1)[0]
-    return (
-        re.search(re.escape(job_id[:8]) + r"\n[^\n]*\n" + re.escape(state) + r"\n", listed + "\n") is not None
-    )
-
-
 def test_switching_between_jobs_shows_only_the_open_jobs_panel_and_events(
     console: Console, page: ConsolePage
 ) -> None:
@@ -392,15 +386,6 @@ def test_switching_between_jobs_shows_only_the_open_jobs_panel_and_events(
     )
     expect(page, COMPLETED, what="the completed job after the other one ended")
     page.shot("switched")
-
-
-def scope_refusal(page: ConsolePage, scope: str) -> None:
-    """Wait until the page says, on one line, that the token lacks ``scope``."""
-    page.wait(
-        f"V.text.split('\\n').some((l) => /scope/i.test(l) && l.includes(\"'{scope}'\"))",
-        60,
-        f"a refusal naming the scope {scope!r}",
-    )
 
 
 def test_a_read_only_token_watches_and_its_refused_actions_name_the_scope_and_change_nothing(
@@ -507,19 +492,6 @@ def test_a_stale_pause_answered_elsewhere_is_refused_and_the_page_stops_offering
         )
     finally:
         stalled.close()
-
-
-def harmless(page: ConsolePage, where: str) -> None:
-    """Nothing the job carries was built into the page as markup, ran, or widened the page."""
-    view = page.view()
-    assert view["hostile"] == [] and view["pwned"] is None, (
-        f"{where}: hostile markup became elements: {view['hostile']}"
-    )
-    assert view["violations"] == [], f"{where}: markup tried to run (CSP violations): {view['violations']}"
-    assert view["width"] <= view["window"] + 1, (
-        f"{where}: the page is {view['width']} px wide in a {view['window']} px window; "
-        f"too wide: {page.js('P.wide()')}"
-    )
 
 
 def test_hostile_text_in_goal_question_output_arguments_and_deliverable_shows_as_text(
