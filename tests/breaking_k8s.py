@@ -463,3 +463,21 @@ def port_number(container: Obj, port: int | str) -> int:
     found = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == port]
     assert found, f"{container['name']} declares no port named {port!r}"
     return int(found[0])
+
+
+def documented_callers(namespace: str = NAMESPACE) -> dict[str, bool | None]:
+    """docs/kubernetes.md's table "The API's host names": each caller's ``Host`` (its URL's host
+    and port, for tandem's namespace ``namespace``) and whether the base's list allows it
+    (``None``: only with the Ingress component)."""
+    text = KUBERNETES_MD.read_text().split("## The API's host names", 1)[1].split("\n## ", 1)[0]
+    callers: dict[str, bool | None] = {}
+    for url, by in re.findall(r"^\| [^|]+ \| `(https?://[^`]+)` \| ([^|]+) \|$", text, flags=re.M):
+        host = url.split("://", 1)[1].replace("<namespace>", namespace)
+        callers[host] = None if "Ingress" in by else not by.startswith("nothing")
+    return callers
+
+
+def documented_allow_list() -> str:
+    """The base's ``TANDEM_API_ALLOWED_HOSTS`` as docs/kubernetes.md quotes it."""
+    (quoted,) = re.findall(r"The base's\s+`config.env` holds `([^`]+)`", KUBERNETES_MD.read_text())
+    return str(quoted)

@@ -28,6 +28,8 @@ from tests.breaking_k8s import (
     connects,
     containers,
     docs_secret_file,
+    documented_allow_list,
+    documented_callers,
     documented_variables,
     env_of,
     is_tandem,
@@ -163,6 +165,12 @@ def test_each_pod_reads_only_its_own_secret_keys(name: str) -> None:
     for workload in filter(is_tandem, workloads(render(name))):
         role = pod_labels(workload)["app.kubernetes.io/component"]
         keys = secret_keys(containers(workload)[0])
+        secrets = {
+            v["valueFrom"]["secretKeyRef"]["name"]
+            for v in containers(workload)[0].get("env", [])
+            if "secretKeyRef" in v.get("valueFrom", {})
+        }
+        assert secrets == {"tandem-secrets"}, f"{name}: {role} reads the Secrets {secrets}"
         assert set(keys) == EXPECTED_KEYS[role], f"{name}: {role} reads {sorted(keys)}"
         assert {k for k, optional in keys.items() if optional} == EXPECTED_KEYS[role] & OPTIONAL_KEYS, (
             f"{name}: {role}'s optional keys are {keys}"
@@ -205,7 +213,11 @@ def test_every_tandem_pods_environment_parses(name: str) -> None:
     for workload in filter(is_tandem, workloads(objs)):
         env = env_of(objs, workload, containers(workload)[0])
         settings = Settings.from_env(env)  # a bad value stops the process: here it fails the test
-        if pod_labels(workload)["app.kubernetes.io/component"] in ("thinker", "actor", "tools", "api"):
+        role = pod_labels(workload)["app.kubernetes.io/component"]
+        if role in ("thinker", "actor", "tools", "api"):
+            assert env["OTEL_SERVICE_NAME"] == f"tandem-{role}", (
+                f"{name}: {role} names itself {env.get('OTEL_SERVICE_NAME')}"
+            )
             assert settings.metrics_port == 9808 and settings.lease_seconds == 30
             assert settings.thinker.timeout == settings.actor.timeout == 120 and settings.tool_timeout == 60
 
@@ -353,25 +365,24 @@ def test_the_ingress_reaches_the_api_service_and_its_hosts_are_allowed(name: str
             assert port_number(containers(api)[0], port["targetPort"]) == int(
                 command_option(containers(api)[0], "--port")
             )
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert [t["secretName"] for t in ingress["spec"]["tls"]] == ["tandem-api-tls"]
     notes = ingress["metadata"]["annotations"]
     assert notes["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
     assert int(notes["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 3600
 
 
-def test_the_host_table_matches_the_base_allow_list() -> None:
+def test_the_base_allow_list_answers_the_callers_of_the_docs_table() -> None:
     objs = render("base")
     api = named(objs, "Deployment", "tandem-api")
     allowed = env_of(objs, api, containers(api)[0])["TANDEM_API_ALLOWED_HOSTS"]
-    assert allowed == "tandem-api,.svc,.svc.cluster.local,localhost,127.0.0.1"
-    cases = {
-        "tandem-api:8000": True,
-        "tandem-api.team-b.svc:8000": True,
-        "tandem-api.team-b.svc.cluster.local:8000": True,
-        "tandem-api.team-b:8000": False,
-        "localhost:8000": True,
-        "127.0.0.1:8000": True,
-    }
-    assert {h: _allowed(h, allowed) for h in cases} == cases
+    assert allowed == documented_allow_list()
+    callers = documented_callers()
+    assert len(callers) == 6 and callers["tandem-api.tandem:8000"] is False, callers
+    for host, want in callers.items():
+        assert _allowed(host, allowed) is bool(want), (
+            f"{host}: the docs say {want}, the base's list says otherwise"
+        )
 
 
 # -- the quick start is self-contained -------------------------------------------------------------
