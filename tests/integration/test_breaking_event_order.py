@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.tasks import JobHandle
 from tests.integration import event_faults as faults
 from tests.integration.breaking import ended, poll
 from tests.integration.conftest import Cluster
