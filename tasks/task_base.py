@@ -89,7 +89,9 @@ def _plain(value: Any) -> bool:
 
 class TandemTask(Task):
     """Every tandem task: its requests are ``RedactingRequest``, its arguments are checked before
-    it runs (``tandem.tasks.task_args``)."""
+    it runs (``tandem.tasks.task_args``), and a control task's message whose id names a job (or
+    has its answer already) is only logged, so its answer never stands for a job's result
+    (``tandem.tasks.call_answers``)."""
 
     Request = RedactingRequest
     throws = (TaskCallError,)
