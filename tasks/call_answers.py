@@ -15,7 +15,9 @@ an answer under its task id, the Celery result the caller waits on. Two rules:
   headers name a public task and an id, the caller gets the answer a call that does not fit gets
   (``tandem.infer``: ``TaskCallError``; a control task: ``{"job_id", "accepted": false, "error",
   "reason": "invalid"}``), naming what was wrong and the call's shape, unless the message asked
-  for no result (``ignore_result``).
+  for no result (``ignore_result``). With message signing on (``accept_content`` is ``["auth"]``)
+  nothing is answered: a message the worker could not read is one it could not verify, and its
+  headers are never signed, so nothing of it is trusted (docs/security.md).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def may_store_answer(task_id: Any, backend: Any) -> bool:
 def answer_dropped(app: Any, headers: Mapping[str, Any], reason: str) -> None:
     """Answer the caller of a message the worker dropped unread (see the module docstring); a
     message of another task, with no usable id, or whose id names a job, gets nothing."""
+    if list(app.conf.accept_content or ()) == ["auth"]:  # signed messages only: trust none of it
+        return
     task, task_id = headers.get("task"), headers.get("id")
     if not isinstance(task, str) or task not in PUBLIC_TASKS or task not in app.tasks:
         return

@@ -15,6 +15,7 @@ from celery.exceptions import Ignore
 import tandem.tasks.control.decide
 import tandem.tasks.control.resume
 import tandem.tasks.steps.finalize
+import tandem.tasks.steps.intake
 import tandem.tasks.steps.model
 import tandem.tasks.steps.tools  # noqa: F401
 from tandem.tasks.app import app
@@ -416,3 +417,15 @@ def test_a_dropped_message_is_not_answered_where_no_answer_belongs(
     task_id = headers.get("id")
     if isinstance(task_id, str):
         assert backend.get_task_meta(task_id)["status"] == "PENDING"
+
+
+def test_with_message_signing_a_dropped_message_is_never_answered(
+    job_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Signing does not cover a message's headers: one the worker could not read is not trusted."""
+    from tandem.tasks.call_answers import answer_dropped
+
+    monkeypatch.setitem(app.conf, "accept_content", ["auth"])
+    task_id = str(uuid.uuid4())
+    answer_dropped(app, {"task": "tandem.infer", "id": task_id}, "content disallowed")
+    assert app.tasks["tandem.infer"].backend.get_task_meta(task_id)["status"] == "PENDING"
