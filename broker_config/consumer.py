@@ -8,6 +8,14 @@ report fail with ``KeyError``. Here any error of the handler that is not a lost 
 the one message instead: it is logged, dead-lettered where the channel keeps dead letters
 (``tandem.broker_config.transport``), rejected without requeue, and the worker goes on.
 
+A task message whose body Celery would hand to the task unread (protocol 2 defers that to the
+pool) but that cannot call it, since it is not ``[args, kwargs, embed]`` with ``args`` a list and
+``kwargs`` an object (a JSON object, ``"kwargs": null``, ``"args": null``), is dropped the same way
+before it reaches the pool, where it would fail with nobody told (``unfit_body``).
+
+Every message dropped here is also told to the listeners of ``tandem.broker_config.dropped`` with
+its headers, so the caller of a public task still gets an answer.
+
 Celery uses this consumer through ``worker_consumer`` (see ``tandem.broker_config.celery_config``).
 """
 
@@ -20,6 +28,8 @@ from typing import Any
 
 from celery.worker.consumer import Consumer as CeleryConsumer
 from vine import promise
+
+from tandem.broker_config import dropped
 
 log = logging.getLogger("tandem.broker")
 
@@ -58,6 +68,10 @@ class Consumer(CeleryConsumer):
 
         def on_task_received(message: Any) -> Any:
             try:
+                unfit = unfit_body(message)
+                if unfit is not None:
+                    drop(message, unfit, connection_errors)
+                    return None
                 return handle(message)
             except connection_errors:
                 raise
@@ -66,6 +80,40 @@ class Consumer(CeleryConsumer):
                 return None
 
         return on_task_received
+
+
+def _kind(value: Any) -> str:
+    """What JSON value ``value`` is: ``null``, ``a JSON object``, ``a JSON string``, ..."""
+    if value is None:
+        return "null"
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return f"a JSON {names.get(type(value), type(value).__name__)}"
+
+
+def unfit_body(message: Any) -> str | None:
+    """Why a protocol-2 task message's body cannot call its task (``None``: it can, or it is not
+    such a message, or its body cannot be decoded: Celery's own handling reports that). The body
+    must be ``[args, kwargs, embed]``: ``args`` a list, ``kwargs`` an object, ``embed`` an object or
+    null. A body object with ``args`` (the hybrid protocol 1/2) is Celery's to convert."""
+    headers = message.headers
+    if not isinstance(headers, dict) or not isinstance(headers.get("task"), str):
+        return None
+    try:
+        body = message.payload  # decoded once: Celery's strategy reads the same cached value
+    except Exception:
+        return None
+    if isinstance(body, dict) and "args" in body:
+        return None
+    if not isinstance(body, list | tuple) or len(body) != 3:
+        return f"its body is {_kind(body)}, not [args, kwargs, embed]"
+    args, kwargs, embed = body
+    if not isinstance(args, list | tuple):
+        return f"its args are {_kind(args)}, not a list"
+    if not isinstance(kwargs, dict):
+        return f"its kwargs are {_kind(kwargs)}, not an object"
+    if embed is not None and not isinstance(embed, dict):
+        return f"its embed is {_kind(embed)}, not an object"
+    return None
 
 
 def lost_connection_errors(errors: Any) -> tuple[type[BaseException], ...]:
@@ -79,7 +127,13 @@ def lost_connection_errors(errors: Any) -> tuple[type[BaseException], ...]:
 
 def keep(message: Any, reason: str) -> None:
     """Log ``message`` as malformed, and keep it in the dead-letter list where its channel keeps
-    one (tandem's Redis channel; on RabbitMQ it is logged only). Never raises."""
+    one (tandem's Redis channel; on RabbitMQ it is logged only); then tell the listeners of dropped
+    messages (``tandem.broker_config.dropped``). Never raises."""
+    _keep(message, reason)
+    dropped.tell(getattr(message, "headers", None), reason)
+
+
+def _keep(message: Any, reason: str) -> None:
     try:
         info = message.delivery_info or {}
         queue = str(info.get("routing_key") or "?")
@@ -94,9 +148,9 @@ def keep(message: Any, reason: str) -> None:
         log.warning("could not keep a malformed message", exc_info=True)
 
 
-def drop(message: Any, exc: Exception, connection_errors: tuple[type[BaseException], ...] = ()) -> None:
+def drop(message: Any, exc: Exception | str, connection_errors: tuple[type[BaseException], ...] = ()) -> None:
     """Log ``message`` as malformed (``exc`` says why), dead-letter it where its channel keeps
     dead letters, and reject it without requeue unless it was acknowledged already."""
-    keep(message, f"{type(exc).__name__}: {exc}")
+    keep(message, exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}")
     if not message.acknowledged:
         message.reject_log_error(log, connection_errors)

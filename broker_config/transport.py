@@ -29,7 +29,8 @@ The channel also survives what kombu's does not:
 - **A malformed message** (not JSON, not a kombu envelope, a body it cannot decode). kombu's
   ``loads`` would raise into the worker's event loop and end the worker; here the message is
   logged, kept in a capped dead-letter list (transport option ``dead_letter_key``, when set) and
-  dropped.
+  dropped, and the listeners of ``tandem.broker_config.dropped`` are told (with its headers, when
+  the envelope has readable ones: the caller of a public task is answered).
 
 Celery uses this transport for every ``redis://``, ``rediss://`` and ``redis+socket://`` broker
 (``broker_transport`` names ``Transport``; see ``tandem.broker_config.celery_config``).
@@ -48,7 +49,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tandem.broker_config import capture
+from tandem.broker_config import capture, dropped
 
 log = logging.getLogger("tandem.broker")
 
@@ -72,6 +73,16 @@ def dead_letter_entry(text: str, queue: str, reason: str) -> bytes:
         if len(encoded) <= DEAD_LETTER_EXCERPT + 512 or not excerpt:
             return encoded
         excerpt = excerpt[: len(excerpt) // 2]  # escapes (control characters) made it longer
+
+
+def headers_of(raw: Any) -> dict[str, Any]:
+    """The headers of a message as it lies in a Redis list, as far as they can be read (``{}``)."""
+    try:
+        payload = loads(bytes_to_str(raw)) if isinstance(raw, bytes | str) else raw
+    except Exception:
+        return {}
+    headers = payload.get("headers") if isinstance(payload, dict) else None
+    return headers if isinstance(headers, dict) else {}
 
 
 class MalformedMessage(ValueError):
@@ -251,6 +262,7 @@ class Channel(redis.Channel):
             payload = envelope(raw)
         except MalformedMessage as exc:
             self.dead_letter(raw, queue, str(exc))
+            dropped.tell(headers_of(raw), str(exc))
             return
         self._deliver_checked(payload, queue, raw)
 
@@ -264,6 +276,7 @@ class Channel(redis.Channel):
             if tag in self.qos._delivered:
                 self.qos.reject(tag, requeue=False)
             self.dead_letter(raw, queue, f"{type(exc).__name__}: {exc}")
+            dropped.tell(headers_of(payload), f"{type(exc).__name__}: {exc}")
 
     def dead_letter(self, raw: Any, queue: str, reason: str) -> None:
         """Log a malformed message and keep an excerpt in the dead-letter list (capped, with a
@@ -301,6 +314,7 @@ class Channel(redis.Channel):
                         payload = envelope(item)
                     except MalformedMessage as exc:
                         self.dead_letter(item, queue, str(exc))
+                        dropped.tell(headers_of(item), str(exc))
                         continue
                     self._maybe_update_queues_expire(client, queue)
                     return payload

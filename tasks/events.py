@@ -97,12 +97,17 @@ class EventHooks(ReasonerHooks):
     ``live``: whether the model streams its replies. A reply that is not streamed reaches its
     listener once, whole, when it has ended: its ``model_reply`` carries the same text, so no
     ``model_delta`` is published for it (one ``XADD`` and one copy of the text less per call).
+    ``epoch``: the epoch of the claim of the step these hooks serve; its ``model_delta`` events are
+    written only while that claim is the job's latest (``JobStore.append_delta``), so a worker cut
+    off past its lease writes no token once another took its step over. ``None``: not fenced (a
+    reasoner run in-process).
     """
 
-    def __init__(self, store: JobStore, job_id: str, *, live: bool = True) -> None:
+    def __init__(self, store: JobStore, job_id: str, *, live: bool = True, epoch: int | None = None) -> None:
         self.store = store
         self.job_id = job_id
         self.live = live
+        self.epoch = epoch
         self._streams: dict[tuple[int, str], DeltaCoalescer] = {}
         self._batch: list[JobEvent] | None = None
         self._opening: RoundStarted | None = None
@@ -110,7 +115,7 @@ class EventHooks(ReasonerHooks):
     def open_with_first_delta(self, round_no: int, max_rounds: int) -> None:
         """Round ``round_no`` starts with the next model call, whose ``round_started`` a step holds
         until its commit: if that call streams, its first ``model_delta`` is written after the
-        round's ``round_started`` in the same round trip (``JobStore.append_opening``, which
+        round's ``round_started`` in the same round trip (``JobStore.append_delta``, which
         writes it only once per round), so no token of a round comes before the round."""
         self._opening = RoundStarted(round=round_no, max_rounds=max_rounds)
 
@@ -163,9 +168,9 @@ class EventHooks(ReasonerHooks):
                 round=round_no, role=role, attempt=attempt, seq=seq, reasoning=reasoning, content=content
             )
             seq += 1
-            if opening is not None:
+            if opening is not None or self.epoch is not None:
                 first, opening = opening, None
-                self.store.append_opening(self.job_id, first, delta)
+                self.store.append_delta(self.job_id, delta, epoch=self.epoch, opening=first)
             else:
                 self.store.append(self.job_id, delta)
 

@@ -4,10 +4,11 @@ Anyone who can write to the broker can send any task name with any arguments, an
 them over as JSON decoded them: ``run_tool(J, 0, 1.0)`` or ``run_tool(J, 0, "2")`` would reach the
 state machine's scripts, where Lua's ``tonumber`` reads ``"2"`` and ``1.0`` as call numbers, and a
 call would be claimed, failed or counted under a name the real call never uses. So every tandem task
-states what each of its arguments must be, and a message whose arguments do not bind to the task's
-signature, or whose values have another type (no ``float`` or ``str`` for an ``int``, no ``bool``
-either) or lie out of range, is refused before anything is read or written: one WARNING line naming
-the task, the argument and the value (redacted, cut), and nothing else happens.
+states what each of its arguments must be (its annotations, and ``CHECKS`` by name), and a message
+whose arguments do not bind to the task's signature, or whose values have another type (no
+``float`` or ``str`` for an ``int``, no ``bool`` either, no list for a string) or lie out of range,
+is refused before anything is read or written: one WARNING line naming the task, the argument and
+the value (redacted, cut), and nothing else happens.
 
 The public tasks (``PUBLIC_TASKS``: ``tandem.infer`` and the control tasks) are called by name from
 other services, so a message of theirs must also name its arguments (``kwargs``): positional
@@ -38,8 +39,9 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from tandem.broker_config.tokens import TENANT_ID
 
@@ -80,9 +82,63 @@ def shown_value(value: Any) -> str:
 
 
 def _a(value: Any) -> str:
-    """``value``'s type with its article: ``a str``, ``an int``."""
+    """``value``'s type with its article: ``a str``, ``an int`` (``null`` for ``None``)."""
+    if value is None:
+        return "null"
     name = type(value).__name__
     return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
+_NAMES: dict[Any, tuple[str, str]] = {
+    str: ("a string", "strings"),
+    int: ("an integer", "integers"),
+    bool: ("a boolean (true or false)", "booleans"),
+    float: ("a number", "numbers"),
+    dict: ("an object", "objects"),
+    list: ("a list", "lists"),
+    type(None): ("null", "nulls"),
+}
+"""How a refusal names a type (one value, and several in a list)."""
+
+
+def _alternatives(hint: Any) -> tuple[Any, ...]:
+    return get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (as JSON decoded it) is of the type ``hint`` annotates: ``str``, ``int``
+    (never a ``bool`` or a ``float``), ``bool``, ``float``, ``None``, ``list[...]`` (each item
+    too), ``dict[...]``, and unions of these; ``Any`` and any other type fit (the task checks
+    those itself)."""
+    alternatives = _alternatives(hint)
+    if len(alternatives) > 1:
+        return any(fits(value, h) for h in alternatives)
+    origin = get_origin(hint) or hint
+    if hint in (str, int, bool):
+        return type(value) is hint
+    if hint is float:
+        return type(value) in (int, float)
+    if hint in (None, type(None)):
+        return value is None
+    if origin is dict:
+        return isinstance(value, dict)
+    if origin is list:
+        items = get_args(hint)
+        return isinstance(value, list) and (not items or all(fits(v, items[0]) for v in value))
+    return True
+
+
+def described(hint: Any) -> str:
+    """``hint`` as a refusal says it: ``a string or null``, ``a list of objects or true or false``."""
+    parts = []
+    for h in _alternatives(hint):
+        origin = get_origin(h) or h
+        items = get_args(h) if origin is list else ()
+        if items and (get_origin(items[0]) or items[0]) in _NAMES:
+            parts.append(f"a list of {_NAMES[get_origin(items[0]) or items[0]][1]}")
+        else:
+            parts.append(_NAMES.get(origin, (getattr(h, "__name__", str(h)), ""))[0])
+    return " or ".join(parts)
 
 
 def _integer(low: int, high: int, *, optional: bool = False) -> Callable[[Any], str | None]:
@@ -128,9 +184,10 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "text": _text,
     "owner": _tenant,
 }
-"""What an argument of a tandem task must be, by its name in the task's signature. Arguments not
-named here (``tandem.infer``'s ``spec``, ``tandem.decide``'s ``decisions``) are checked by the
-task itself, which answers with the field and the reason."""
+"""What an argument of a tandem task must be, by its name in the task's signature, beyond the type
+its annotation says (``fits``): a job id's form, a range. What an annotation leaves open
+(``tandem.infer``'s ``spec``, ``tandem.answer``'s ``answer``: ``Any``) is checked by the task
+itself, which answers with the field and the reason."""
 
 STEP_TASKS = frozenset(
     {
@@ -172,6 +229,7 @@ SHAPE_VALUES: dict[str, str] = {
 
 
 _SIGNATURES: dict[str, inspect.Signature] = {}
+_HINTS: dict[str, dict[str, Any]] = {}
 
 
 def _signature(task: str, run: Callable[..., Any]) -> inspect.Signature:
@@ -179,6 +237,19 @@ def _signature(task: str, run: Callable[..., Any]) -> inspect.Signature:
     if signature is None:  # a bound task's ``run`` is a bound method: no ``self`` to pass
         signature = _SIGNATURES[task] = inspect.signature(run)
     return signature
+
+
+def _hints(task: str, run: Callable[..., Any]) -> dict[str, Any]:
+    """The annotations of ``run``'s arguments (what each must be), read once per task."""
+    hints = _HINTS.get(task)
+    if hints is None:
+        try:
+            hints = get_type_hints(run)
+        except Exception:  # an annotation that does not resolve: the names' checks only
+            hints = {}
+        hints.pop("return", None)
+        _HINTS[task] = hints
+    return hints
 
 
 def call_shape(task: str, run: Callable[..., Any]) -> str:
@@ -231,10 +302,11 @@ def check_arguments(
     keywords_only: bool = False,
 ) -> dict[str, Any]:
     """The arguments by name; ``InvalidArgument`` unless ``args``/``kwargs`` bind to ``run``'s
-    signature and every argument named in ``CHECKS`` has a value it allows (a public task's
-    refusal also names its call's shape). ``keywords_only``: a message of a public task, whose
-    arguments must all be named. Extra positional arguments a step takes as ``*_`` (kept for
-    messages of earlier versions) are not checked: the step never reads them."""
+    signature, every argument named in ``CHECKS`` has a value it allows and every argument has
+    the type its annotation in ``run`` says (``fits``; a public task's refusal also names its
+    call's shape). ``keywords_only``: a message of a public task, whose arguments must all be
+    named. Extra positional arguments a step takes as ``*_`` (kept for messages of earlier
+    versions) are not checked: the step never reads them."""
     public = task in PUBLIC_TASKS
     if keywords_only or (public and not args):
         _refuse_shape(task, run, args, kwargs)
@@ -246,11 +318,13 @@ def check_arguments(
         raise InvalidArgument(
             task, "arguments", given, f"they do not fit the task's signature ({exc})", message=message
         ) from None
+    hints = _hints(task, run)
     for name, value in bound.arguments.items():
         check = CHECKS.get(name)
-        if check is None:
-            continue
-        reason = check(value)
+        reason = None if check is None else check(value)
+        hint = hints.get(name, Any)
+        if reason is None and not fits(value, hint):
+            reason = f"must be {described(hint)}, not {_a(value)}"
         if reason is not None:
             if public:
                 reason += f"; {task} takes {call_shape(task, run)}"
@@ -308,6 +382,8 @@ __all__ = [
     "call_shape",
     "check_arguments",
     "check_job_id",
+    "described",
+    "fits",
     "refusal_of",
     "shown_value",
 ]

@@ -9,17 +9,21 @@ redacted (``tandem.toolkit.redaction``), and the text is cut to ``REPR_CHARS``.
 
 from __future__ import annotations
 
+import logging
 from contextvars import copy_context
 from reprlib import Repr
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Ignore
 from celery.worker.request import Request
 
+from tandem.tasks.call_answers import may_store_answer
 from tandem.tasks.errors import TaskCallError
 from tandem.tasks.replay import SEAL, Replayed, check_seal
 from tandem.tasks.signers import SIGNER, ForeignTenant, bind_tenant
 from tandem.tasks.task_args import (
+    CONTROL_TASKS,
     INTAKE,
     PUBLIC_TASKS,
     InvalidArgument,
@@ -28,6 +32,8 @@ from tandem.tasks.task_args import (
     refusal_of,
 )
 from tandem.toolkit.redaction import MASK, enter_scope, redact, redact_data
+
+log = logging.getLogger("tandem.tasks")
 
 REPR_CHARS = 1024
 _repr = Repr()
@@ -83,7 +89,9 @@ def _plain(value: Any) -> bool:
 
 class TandemTask(Task):
     """Every tandem task: its requests are ``RedactingRequest``, its arguments are checked before
-    it runs (``tandem.tasks.task_args``)."""
+    it runs (``tandem.tasks.task_args``), and a control task's message whose id names a job (or
+    has its answer already) is only logged, so its answer never stands for a job's result
+    (``tandem.tasks.call_answers``)."""
 
     Request = RedactingRequest
     throws = (TaskCallError,)
@@ -97,6 +105,12 @@ class TandemTask(Task):
         name = self.name or ""
         if name.startswith("tandem."):
             direct = self.request.called_directly
+            if name in CONTROL_TASKS and not direct and not self._may_store():
+                # Its answer would overwrite a job's result (or this message's first answer).
+                log.warning(
+                    "%s message under the id %r of a job or an answer: only logged", name, self.request.id
+                )
+                raise Ignore()
             try:
                 if name == INTAKE and not direct:
                     check_job_id(name, self.request.id)  # the new job's id, which its steps carry
@@ -137,14 +151,15 @@ class TandemTask(Task):
             return True
         if self.request.ignore_result:  # nobody waits: Celery would store nothing anyway
             return False
-        from tandem.tasks.runtime import get_runtime  # the runtime imports the app: only when run
+        return may_store_answer(self.request.id, self.backend)
 
-        job_id = self.request.id
-        if not isinstance(job_id, str):
-            return False
-        if get_runtime().machine.record(job_id):
-            return False
-        return self.backend.get_task_meta(job_id).get("status") == "PENDING"
+    def _may_store(self) -> bool:
+        """Whether a control task's answer may be stored under its task id: ``may_store_answer``
+        (``tandem.tasks.call_answers``); always, when Celery stores none (run eagerly, or sent
+        with ``ignore_result``)."""
+        if self.request.is_eager or self.request.ignore_result:
+            return True
+        return may_store_answer(self.request.id, self.backend)
 
     def _signed(self) -> bool:
         return list(self.app.conf.accept_content or ()) == ["auth"]

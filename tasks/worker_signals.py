@@ -27,10 +27,11 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, process_metrics
+from tandem.broker_config import ROLE_QUEUES, TASK_QUEUES, dropped, process_metrics
 from tandem.reasoner import tracing
 from tandem.reasoner.loop.step import Step
 from tandem.tasks.app import app
+from tandem.tasks.call_answers import answer_dropped
 from tandem.tasks.control.approvals import ApprovalStore
 from tandem.tasks.control.questions import QuestionStore
 from tandem.tasks.hosts.budgets import message_priority
@@ -50,6 +51,14 @@ log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
 _streams_to_warm: tuple[str, bool] | None = None
 """The model whose streamed path a thread-pool worker warms up once ready, and whether on a loop."""
+
+
+def _answer_dropped(headers: Mapping[str, Any], reason: str) -> None:
+    """The caller of a public task whose message the worker dropped unread gets an answer."""
+    answer_dropped(app, headers, reason)
+
+
+dropped.listen(_answer_dropped)
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:

@@ -63,7 +63,7 @@ def decide_job(
 @app.task(name="tandem.decide", acks_late=True)
 def decide(
     job_id: str,
-    decisions: Any,
+    decisions: list[dict[str, Any]] | bool,
     pause_id: str | None = None,
     idempotency_key: str | None = None,
     owner: str | None = None,

@@ -46,7 +46,7 @@ from celery import Task as CeleryTask
 
 from tandem.reasoner.loop.replay import ResumePoint, resume_point, rounds_used
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
-from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.app import app
 from tandem.tasks.control.owners import requester
 from tandem.tasks.errors import JobError, ResumeRefused
@@ -57,7 +57,7 @@ from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reo
 from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
 from tandem.tasks.steps.messages import step_messages
-from tandem.tasks.steps.tools import CANCELLED_CALL
+from tandem.tasks.steps.tools import never_ran
 from tandem.tasks.tracing import control_span
 from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
@@ -71,7 +71,7 @@ _DONE = {"resume": "resumed", "fork": "forked"}
 
 def ran(result: FunctionCallResult) -> bool:
     """False for the placeholder a cancelled job stores for a call it never ran."""
-    return not (result.status == FunctionCallStatus.FAILED and result.output == CANCELLED_CALL)
+    return not never_ran(result)
 
 
 def _ended_job(rt: Runtime, job_id: Any, doing: str, owner: Any = None) -> tuple[dict[str, str], JobSpec]:

@@ -467,9 +467,10 @@ class JobStore:
     def append(self, job_id: str, event: JobEvent) -> str:
         """``publish`` for a running job's steps, written once (``append_all``). A ``model_delta``
         is one plain ``XADD`` instead (the cheapest write, for the most frequent event: a reader
-        tells its attempt and place by ``attempt`` and ``seq``). Neither creates the stream (the
-        intake made it, with its TTL); a stream that is not there (expired, or the intake died
-        before its first event) is made by ``publish``."""
+        tells its attempt and place by ``attempt`` and ``seq``); a step's own deltas go through
+        ``append_delta``, fenced by its claim. Neither creates the stream (the intake made it,
+        with its TTL); a stream that is not there (expired, or the intake died before its first
+        event) is made by ``publish``."""
         if not isinstance(event, ModelDelta):
             return self.append_all(job_id, [event])[0]
         entry_id = self.redis.xadd(
@@ -500,18 +501,30 @@ class JobStore:
             return [self.publish(job_id, event) for event in events]
         return [_text(entry_id) for entry_id in ids]
 
-    def append_opening(self, job_id: str, opening: RoundStarted, delta: ModelDelta) -> list[str]:
-        """Write ``delta``, the first ``model_delta`` of round ``opening.round``, after ``opening``
-        (its ``round_started``) in one round trip, unless the job's record says that round was
-        announced already (``opened``; then the delta only): a round's tokens never come before
-        it, and it is written once (``append_opening.lua``)."""
-        args: list[Any] = [opening.round, self.stream.maxlen]
-        for event in (opening, delta):
-            entry = self.entry(event)
-            args += [entry["type"], entry["data"], entry["at"]]
-        ids = self._append_opening(keys=[self.key(job_id, "state"), self.key(job_id, "events")], args=args)
+    def append_delta(
+        self, job_id: str, delta: ModelDelta, *, epoch: int | None = None, opening: RoundStarted | None = None
+    ) -> list[str]:
+        """Write ``delta`` in one round trip (``append_delta.lua``), after ``opening`` (its round's
+        ``round_started``) when given, unless the job's record says that round was announced
+        already (``opened``): a round's tokens never come before it, and it is written once.
+
+        ``epoch``: the epoch of the claim of the step whose model call wrote the tokens. A delta
+        whose claim is older than the record's (another worker took the step over, or the job
+        moved on) or whose job has ended is fenced: nothing is written and ``[]`` is returned, so
+        a worker cut off past its lease never puts its tokens amid or after the takeover's.
+        ``None`` (a reasoner run in-process, with no claim): nothing is fenced."""
+        entry = self.entry(delta)
+        args: list[Any] = ["" if epoch is None else epoch, self.stream.maxlen]
+        args += [entry["type"], entry["data"], entry["at"]]
+        if opening is not None:
+            entry = self.entry(opening)
+            args += [opening.round, entry["type"], entry["data"], entry["at"]]
+        ids = self._append_delta(keys=[self.key(job_id, "state"), self.key(job_id, "events")], args=args)
+        if isinstance(ids, bytes | str):  # 'fenced': nothing written
+            return []
         if not ids:  # no stream: ``publish`` makes it (the record cannot say the round is written)
-            return [self.publish(job_id, opening), self.publish(job_id, delta)]
+            first = [] if opening is None else [self.publish(job_id, opening)]
+            return [*first, self.publish(job_id, delta)]
         return [_text(entry_id) for entry_id in ids]
 
     @cached_property
@@ -519,8 +532,8 @@ class JobStore:
         return self.redis.register_script(lua("append_events"))
 
     @cached_property
-    def _append_opening(self) -> Any:
-        return self.redis.register_script(lua("append_opening"))
+    def _append_delta(self) -> Any:
+        return self.redis.register_script(lua("append_delta"))
 
     @staticmethod
     def entry(typed: JobEvent) -> dict[str, str]:

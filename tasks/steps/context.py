@@ -103,7 +103,9 @@ class StepContext:
         messages = ask.messages
         asked = list(messages) if messages and messages is not True else None
         stored = rt.store.memory(job_id)
-        events = EventHooks(rt.store, job_id)
+        # A step's tokens are fenced by its claim's epoch (from 1; a tool call's claim has none).
+        fence = claim.epoch if claim.index == 0 and claim.epoch > 0 else None
+        events = EventHooks(rt.store, job_id, epoch=fence)
         hooks = DeferredHooks(events)
         memory = PendingMemory(stored, view.messages, asked=asked)
         if view.spec_json is None:

@@ -40,9 +40,10 @@ log = logging.getLogger("tandem.tasks")
 
 
 @app.task(name="tandem.infer", bind=True)
-def infer(self: CeleryTask, spec: dict[str, Any]) -> Any:
+def infer(self: CeleryTask, spec: Any) -> Any:
     """Start a job from its spec; the id of this task is the job id, its result the JobResult
-    (stored when the job ends)."""
+    (stored when the job ends). ``spec`` is annotated ``Any``: a spec that is not a JSON object is
+    the job's refusal (a failed ``JobResult``), not the call's."""
     job_id = self.request.id
     trace = spec.get("trace_context") if isinstance(spec, dict) else None
     parent = tracing.extract(trace) if isinstance(trace, dict) else None  # ``submit``'s job span

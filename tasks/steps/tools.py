@@ -42,6 +42,12 @@ INTERRUPTED = (
 )
 
 
+def never_ran(result: FunctionCallResult) -> bool:
+    """True for the placeholder a cancelled job stores for a call it never ran (no ``tool_call``
+    and no ``tool_result`` event is published for it; a resume runs the call)."""
+    return result.status == FunctionCallStatus.FAILED and result.output == CANCELLED_CALL
+
+
 def _call_failed(index: int, name: str, output: str) -> FunctionCallResult:
     return FunctionCallResult(index=index, name=name, status=FunctionCallStatus.FAILED, output=output)
 
@@ -93,8 +99,10 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
         collect = step_messages(job_id, Step(round_no, "collect"))
         outbox_id = uuid.uuid4().hex
         # The tool_result event is stored with the result, in the commit's script: a cancel ending
-        # the job right after cannot put its ``final`` before it.
-        entry = rt.store.entry(tool_result_event(round_no, result))
+        # the job right after cannot put its ``final`` before it. A call its cancelled job never
+        # ran gets none (nor a tool_call): its placeholder only tells a resume to run it, and the
+        # run's ``final`` says why it did not; a resumed run announces it and publishes its result.
+        entry = None if never_ran(result) else rt.store.entry(tool_result_event(round_no, result))
         maxlen = rt.store.stream.maxlen
         moved = retrying(
             rt,

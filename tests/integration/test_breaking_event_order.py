@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tandem.tasks.client import JobHandle
+from tandem.tasks import JobHandle
 from tests.integration import event_faults as faults
 from tests.integration.breaking import ended, poll
 from tests.integration.conftest import Cluster
@@ -424,7 +424,10 @@ def test_a_worker_paused_past_its_lease_writes_only_late_tokens(faulty: Setup) -
         faults.idle(cluster, *faults.process_of(cluster, pid))
         raw = check(cluster, handle, readers, late_tokens=True)
         assert rounds_started(raw) == [0, 1, 2], compact(raw)
-        assert len(attempts(raw, round_no, role)) == 2, compact(raw)
+        # The paused worker's tokens are fenced once its step was taken over (docs/events.md,
+        # point 4): its attempt shows only by the tokens it wrote before the pause, and one paused
+        # before its first may have written none.
+        assert len(attempts(raw, round_no, role)) in ({2} if text else {1, 2}), compact(raw)
         assert len(hosts.requests(label, role, round_no)) == 2
     assert cluster.exited() == []
 

@@ -234,14 +234,16 @@ def test_a_round_is_announced_once_however_often_its_first_token_is_written(mach
     _started(machine)
     opening = RoundStarted(round=0, max_rounds=3)
     for attempt in ("a", "b"):  # a step run again: its new call's first token
-        store.append_opening(JOB, opening, ModelDelta(round=0, role="thinker", attempt=attempt, content="x"))
+        store.append_delta(
+            JOB, ModelDelta(round=0, role="thinker", attempt=attempt, content="x"), opening=opening
+        )
     assert _types(machine) == [
         ("job_started", 0),
         ("round_started", 0),
         ("model_delta", 0),
         ("model_delta", 0),
     ]
-    store.append_opening(JOB, RoundStarted(round=1, max_rounds=3), ModelDelta(round=1, role="thinker"))
+    store.append_delta(JOB, ModelDelta(round=1, role="thinker"), opening=RoundStarted(round=1, max_rounds=3))
     assert _types(machine)[-2:] == [("round_started", 1), ("model_delta", 1)]
 
 
@@ -249,7 +251,7 @@ def test_an_ended_job_gets_no_round_started_after_its_final(machine: JobMachine)
     store = machine.store
     _started(machine)
     machine.redis.hset(store.key(JOB, "state"), "state", "cancelled")
-    store.append_opening(JOB, RoundStarted(round=0, max_rounds=3), ModelDelta(round=0, role="thinker"))
+    store.append_delta(JOB, ModelDelta(round=0, role="thinker"), opening=RoundStarted(round=0, max_rounds=3))
     assert _types(machine) == [("job_started", 0), ("model_delta", 0)]
 
 
@@ -259,7 +261,7 @@ def test_the_first_token_and_its_round_started_cost_one_round_trip() -> None:
     machine = store.machine
     assert machine.create(JOB, "{}", "dual", (0, "thinker"), [], timeout=60, ttl_after=60)
     store.publish(JOB, RoundStarted(round=0, max_rounds=1))  # the stream exists
-    redis.script_load(store._append_opening.script)  # loaded: no NOSCRIPT round trip below
+    redis.script_load(store._append_delta.script)  # loaded: no NOSCRIPT round trip below
     commands = count_commands(redis)
     pipelines = count_pipelines(redis)
     hooks = EventHooks(store, JOB)
@@ -271,11 +273,63 @@ def test_the_first_token_and_its_round_started_cost_one_round_trip() -> None:
     assert (commands, pipelines) == (["EVALSHA", "XADD"], [])  # the opening's script, then a plain XADD
 
 
+def _deltas(machine: JobMachine) -> list[tuple[str, int, str]]:
+    events = machine.store.read_events(JOB, count=1000)
+    return [(e.attempt, e.seq, e.content[:1]) for e in events if isinstance(e, ModelDelta)]
+
+
+def test_a_workers_tokens_are_fenced_once_another_took_its_step_over(machine: JobMachine) -> None:
+    """A worker paused past its lease (its claim's epoch now older than the record's) writes no
+    token amid or after the takeover's, nor after the job's end (docs/events.md, point 4)."""
+    store = machine.store
+    first = _started(machine)
+    paused = EventHooks(store, JOB, epoch=first.epoch)
+    late = paused.model_streaming(0, "thinker")
+    assert late is not None
+    late("", "a" * 600)  # over the size bound: written at once
+    machine.redis.hset(store.key(JOB, "state"), "lease_until", "1.0")  # nobody renewed it
+    second = machine.claim(JOB, 0, "thinker", 30.0, 5)
+    assert isinstance(second, Claim) and second.epoch > first.epoch
+    takeover = EventHooks(store, JOB, epoch=second.epoch).model_streaming(0, "thinker")
+    assert takeover is not None
+    takeover("", "b" * 600)
+    late("", "c" * 600)  # the paused worker goes on: fenced
+    paused.model_streamed(0, "thinker")
+    takeover("", "d" * 600)
+    assert machine.finish(JOB, f'{{"job_id": "{JOB}", "status": "cancelled"}}', "cancelled", "", 60)
+    takeover("", "e" * 600)  # after the end: fenced too
+    attempts = [a for a, _, _ in _deltas(machine)]
+    assert [(seq, text) for _, seq, text in _deltas(machine)] == [(0, "a"), (0, "b"), (1, "d")]
+    assert attempts[1] == attempts[2] != attempts[0]
+
+
+def test_a_token_fenced_by_its_claim_costs_one_round_trip() -> None:
+    redis = fakeredis.FakeRedis()
+    store = JobStore(redis, ttl=600)
+    machine = store.machine
+    assert machine.create(JOB, "{}", "dual", (0, "thinker"), [], timeout=60, ttl_after=60)
+    claim = machine.claim(JOB, 0, "thinker", 30.0, 5)
+    assert isinstance(claim, Claim)
+    store.publish(JOB, JobStarted(spec={"goal": "g"}))  # the stream exists
+    redis.script_load(store._append_delta.script)
+    commands = count_commands(redis)
+    pipelines = count_pipelines(redis)
+    hooks = EventHooks(store, JOB, epoch=claim.epoch)
+    hooks.open_with_first_delta(0, 3)
+    listener = hooks.model_streaming(0, "thinker")
+    assert listener is not None
+    listener("", "a" * 600)
+    listener("", "b" * 600)
+    assert (commands, pipelines) == (["EVALSHA", "EVALSHA"], [])  # the script checks the epoch
+    kinds = [e.type for e in store.read_events(JOB)]
+    assert kinds == ["job_started", "round_started", "model_delta", "model_delta"]
+
+
 def test_a_job_started_with_no_record_of_its_stream_is_still_announced() -> None:
     """No stream (it expired, or the intake never made it): the round and its token are published
     anyway, the stream made with a TTL."""
     store = JobStore(fakeredis.FakeRedis(), ttl=600)
-    store.append_opening(JOB, RoundStarted(round=0, max_rounds=1), ModelDelta(round=0, role="actor"))
+    store.append_delta(JOB, ModelDelta(round=0, role="actor"), opening=RoundStarted(round=0, max_rounds=1))
     assert [e.type for e in store.read_events(JOB)] == ["round_started", "model_delta"]
     assert store.redis.ttl(store.key(JOB, "events")) > 0
 
@@ -285,7 +339,7 @@ def test_a_resumed_run_inside_a_started_round_does_not_announce_it_again(machine
 
     store = machine.store
     _started(machine)
-    store.append_opening(JOB, RoundStarted(round=0, max_rounds=3), ModelDelta(round=0, role="thinker"))
+    store.append_delta(JOB, ModelDelta(round=0, role="thinker"), opening=RoundStarted(round=0, max_rounds=3))
     assert machine.finish(JOB, f'{{"job_id": "{JOB}", "status": "failed"}}', "failed", "boom", 60)
     at = Placement(0, "thinker", [{"task": "tandem.thinker_turn", "args": [JOB, 0]}])
     updated = machine.record(JOB).get("updated_at", "")
@@ -293,6 +347,6 @@ def test_a_resumed_run_inside_a_started_round_does_not_announce_it_again(machine
         Reopener(machine).reopen(JOB, updated, '{"goal": "g"}', "dual", at, timeout=60, ttl_after=60).outcome
         == "ok"
     )
-    store.append_opening(JOB, RoundStarted(round=0, max_rounds=3), ModelDelta(round=0, role="thinker"))
+    store.append_delta(JOB, ModelDelta(round=0, role="thinker"), opening=RoundStarted(round=0, max_rounds=3))
     assert [t for t in _types(machine) if t[0] == "round_started"] == [("round_started", 0)]
     assert _types(machine)[-1] == ("model_delta", 0)

@@ -15,6 +15,7 @@ from celery.exceptions import Ignore
 import tandem.tasks.control.decide
 import tandem.tasks.control.resume
 import tandem.tasks.steps.finalize
+import tandem.tasks.steps.intake
 import tandem.tasks.steps.model
 import tandem.tasks.steps.tools  # noqa: F401
 from tandem.tasks.app import app
@@ -295,3 +296,136 @@ def test_a_bad_control_message_answers_not_accepted_with_the_call(
     assert says in answer["error"]
     assert f"{task} takes kwargs={{" in answer["error"] or "keyword arguments only" in answer["error"]
     assert answer["job_id"] == (JOB if kwargs.get("job_id") == JOB or args[:1] == [JOB] else None)
+
+
+@pytest.mark.parametrize(
+    ("task", "kwargs", "name", "says"),
+    [
+        ("tandem.message", {"text": "hi", "idempotency_key": ["k"]}, "idempotency_key", "a string or null"),
+        ("tandem.answer", {"pause_id": 7}, "pause_id", "must be a string or null, not an int"),
+        ("tandem.decide", {"decisions": 42}, "decisions", "a list of objects or a boolean"),
+        ("tandem.decide", {"decisions": "yes"}, "decisions", "not a str"),
+        ("tandem.decide", {"decisions": [1, 2]}, "decisions", "a list of objects"),
+        ("tandem.follow_up", {"goal": None}, "goal", "must be a string, not null"),
+        ("tandem.follow_up", {"goal": ["next"]}, "goal", "must be a string"),
+        ("tandem.fork", {"round": 1, "goal": 5}, "goal", "must be a string"),
+    ],
+)
+def test_a_control_message_of_a_wrong_type_is_refused_before_it_acts(
+    task: str, kwargs: dict[str, Any], name: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every keyword's type is its annotation in the task's signature, checked in one place."""
+    import tandem.tasks.control.answer
+    import tandem.tasks.control.follow_up
+    import tandem.tasks.control.messages  # noqa: F401
+    import tandem.tasks.runtime as runtime
+
+    def no_runtime() -> None:
+        raise AssertionError("a refused message must not reach the job's state")
+
+    monkeypatch.setattr(runtime, "get_runtime", no_runtime)
+    answer = app.tasks[task].apply(kwargs={"job_id": JOB, **kwargs}).result
+    assert (answer["accepted"], answer["reason"], answer["job_id"]) == (False, "invalid", JOB)
+    assert f"{task}: argument {name!r}" in answer["error"] and says in answer["error"]
+    assert f"{task} takes kwargs={{" in answer["error"]
+
+
+@pytest.mark.parametrize("decisions", [True, False, [], [{"index": 1, "approve": True}]])
+def test_every_documented_form_of_decisions_passes_the_type_check(decisions: Any) -> None:
+    check_arguments(
+        "tandem.decide",
+        app.tasks["tandem.decide"].run,
+        (),
+        {"job_id": JOB, "decisions": decisions},
+        keywords_only=True,
+    )
+
+
+def _as_a_worker_runs(task: Any, task_id: str, **kwargs: Any) -> Any:
+    """Run ``task`` as a worker does for a message with id ``task_id`` (not eagerly)."""
+    task.push_request(id=task_id, is_eager=False, called_directly=False)
+    try:
+        return task(**kwargs)
+    finally:
+        task.pop_request()
+
+
+def test_a_control_message_under_a_jobs_id_is_only_logged(
+    job_store: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its answer would become the job's Celery result while the job runs: it does nothing."""
+    resume = app.tasks["tandem.resume"]
+    monkeypatch.setattr(resume, "backend", app.tasks["tandem.infer"].backend)
+    job_store.store.mark_queued(JOB)
+    with caplog.at_level(logging.WARNING, "tandem.tasks"), pytest.raises(Ignore):
+        _as_a_worker_runs(resume, JOB)
+    assert "only logged" in caplog.text
+    answered = str(uuid.uuid4())  # an id that has an answer already: the first one stands
+    resume.backend.store_result(answered, {"accepted": False, "reason": "unknown"}, "SUCCESS")
+    with pytest.raises(Ignore):
+        _as_a_worker_runs(resume, answered, job_id=JOB)
+    fresh = _as_a_worker_runs(resume, str(uuid.uuid4()))  # an id that names nothing is answered
+    assert (fresh["accepted"], fresh["reason"]) == (False, "invalid")
+
+
+# -- messages a worker drops unread: answered under their id when it names no job ----------------
+
+
+def test_a_dropped_public_message_is_answered_with_the_calls_shape(
+    job_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tandem.tasks.call_answers import answer_dropped
+
+    backend = app.tasks["tandem.infer"].backend
+    monkeypatch.setattr(app.tasks["tandem.fork"], "backend", backend)
+    infer_id, fork_id = str(uuid.uuid4()), str(uuid.uuid4())
+    answer_dropped(app, {"task": "tandem.infer", "id": infer_id}, "its kwargs are null, not an object")
+    answer_dropped(app, {"task": "tandem.fork", "id": fork_id}, "a body that cannot be decoded")
+    failed = backend.get_task_meta(infer_id)
+    assert failed["status"] == "FAILURE" and isinstance(failed["result"], TaskCallError)
+    assert str(failed["result"]) == (
+        f"tandem.infer takes {INFER}: the message could not be read (its kwargs are null, not an "
+        "object); nothing was done"
+    )
+    refused = backend.get_task_meta(fork_id)["result"]
+    assert (refused["job_id"], refused["accepted"], refused["reason"]) == (None, False, "invalid")
+    assert refused["error"].startswith('tandem.fork takes kwargs={"job_id": "<job id>", "round": <int>}')
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({"task": "tandem.infer", "id": "<queued job>"}, id="a-jobs-id"),
+        pytest.param({"task": "tandem.infer", "id": "x" * 2000}, id="an-id-too-long"),
+        pytest.param({"task": "tandem.infer", "id": 7}, id="an-id-not-a-string"),
+        pytest.param({"task": "tandem.infer", "id": "n-1", "ignore_result": True}, id="no-result-asked"),
+        pytest.param({"task": "tandem.run_tool", "id": "n-2"}, id="an-internal-step"),
+        pytest.param({"task": "celery.ping", "id": "n-3"}, id="not-tandems"),
+        pytest.param({}, id="no-headers"),
+    ],
+)
+def test_a_dropped_message_is_not_answered_where_no_answer_belongs(
+    job_store: Any, headers: dict[str, Any]
+) -> None:
+    from tandem.tasks.call_answers import answer_dropped
+
+    backend = app.tasks["tandem.infer"].backend
+    if headers.get("id") == "<queued job>":  # submitted, not yet taken: it has no result yet
+        headers = {**headers, "id": str(uuid.uuid4())}
+        job_store.store.mark_queued(headers["id"])
+    answer_dropped(app, headers, "a body that cannot be decoded")
+    task_id = headers.get("id")
+    if isinstance(task_id, str):
+        assert backend.get_task_meta(task_id)["status"] == "PENDING"
+
+
+def test_with_message_signing_a_dropped_message_is_never_answered(
+    job_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Signing does not cover a message's headers: one the worker could not read is not trusted."""
+    from tandem.tasks.call_answers import answer_dropped
+
+    monkeypatch.setitem(app.conf, "accept_content", ["auth"])
+    task_id = str(uuid.uuid4())
+    answer_dropped(app, {"task": "tandem.infer", "id": task_id}, "content disallowed")
+    assert app.tasks["tandem.infer"].backend.get_task_meta(task_id)["status"] == "PENDING"

@@ -9,7 +9,7 @@
 -- run again with the same tx returns before writing or pushing anything). A ``round_started`` among
 -- them is the claimed round's: it is written only if the record's ``opened`` (the last round whose
 -- round_started is in the stream) is below that round, and ``opened`` moves to it, so a round that
--- a streamed reply opened with its first token (``append_opening.lua``) is not announced twice.
+-- a streamed reply opened with its first token (``append_delta.lua``) is not announced twice.
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'epoch', 'holder', 'tx', 'deadline',
   'ttl_after', 'calls', 'opened')
