@@ -600,6 +600,14 @@ function onMessage(ev) {
   box.append(el("div", "who", "Message from you"), el("pre", "content", ev.text || ""));
   const round = roundBox(ev.round);
   round.insertBefore(box, round.querySelector(".turn:not(.person)"));
+  // The message this page is sending may show here before the API's answer to it comes back.
+  if (state.sending && ev.text === state.sending) messageSent(ev.round);
+}
+
+function messageSent(round) {
+  if ($("#message-text").value.trim() === state.sending) $("#message-text").value = "";
+  state.sending = null;
+  notice(`message sent: read at the start of round ${round + 1}`);
 }
 
 async function sendMessage(event) {
@@ -609,6 +617,7 @@ async function sendMessage(event) {
   if (!state.jobId || !text) return;
   const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
   $("#send-message").disabled = true;
+  state.sending = text;
   try {
     const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/messages`, {
       method: "POST",
@@ -617,12 +626,12 @@ async function sendMessage(event) {
     });
     if (response.ok) {
       const sent = await jsonOf(response);
-      $("#message-text").value = "";
-      notice(`message sent: read at the start of round ${sent.round + 1}`);
+      if (state.sending === text) messageSent(sent.round); // else its event said so already
     } else {
       notice(await refused(response));
     }
   } finally {
+    state.sending = null;
     $("#send-message").disabled = false;
   }
 }
@@ -835,6 +844,7 @@ function closeJob() {
   state.maxRounds = 0;
   state.threadId = null;
   state.lastEventId = null;
+  state.sending = null;
   endPause();
   approval.schemas = {};
   view.outcome = false;
