@@ -428,7 +428,7 @@ function onFinal(ev) {
 // are checked here against the tool's schema (GET /v1/jobs/{id}: approval.schemas), and the API
 // checks them again: its refusal is shown next to the call.
 
-const approval = { pauseId: null, calls: [], schemas: {} };
+const approval = { pauseId: null, calls: [], schemas: {}, loaded: null };
 
 // The job's pause is over (decided, answered, ended, or another job opened): nothing to ask.
 function endPause() {
@@ -442,6 +442,7 @@ function endPause() {
 
 // Calls wait for a decision: their cards are built here and shown while the job is parked on them.
 function askApproval(pending, pauseId, round) {
+  if (showing("approval", pauseId)) return; // its cards stay as the person left them
   endPause();
   if (!pending || !pending.length) return; // nothing left to decide
   state.asked = state.asked || {};
@@ -454,7 +455,13 @@ function askApproval(pending, pauseId, round) {
     "arguments before approving it.";
   if (approval.pauseId) $("#approval-head").append(el("code", "pause muted", `pause ${approval.pauseId}`));
   for (const call of pending) $("#approval-calls").append(callCard(call));
-  loadApproval(state.jobId);
+  approval.loaded = loadApproval(state.jobId).catch(() => {});
+}
+
+// Whether the page shows that pause already: the same pause asked again (its event replayed
+// after the status showed it, a stream resumed) leaves what the person typed or decided alone.
+function showing(kind, pauseId) {
+  return !!pauseId && !!view.pause && view.pause.kind === kind && view.pause.id === pauseId;
 }
 
 // The schemas and the decisions made so far (a person may have decided some calls already).
@@ -554,7 +561,9 @@ async function decideCall(call, approve) {
   const reason = card.querySelector(".call-reason").value.trim();
   if (reason) decision.reason = reason;
   if (approve) {
-    const checked = checkArgs(card.querySelector(".call-args").value, approval.schemas[call.tool]);
+    const edited = card.querySelector(".call-args").value;
+    await approval.loaded; // the tool's schema comes with the pause's record
+    const checked = checkArgs(edited, approval.schemas[call.tool]);
     if (checked.problem) { error.textContent = `Arguments: ${checked.problem}`; return; }
     if (JSON.stringify(checked.args) !== JSON.stringify(call.args || {})) decision.args = checked.args;
   }
@@ -673,6 +682,7 @@ async function followUp(event) {
 
 // A question a tool (or the model's ask_person) asks: shown with its schema while the job waits on it.
 function askQuestion(pauseId, text, schema) {
+  if (showing("question", pauseId)) return; // the answer typed so far stays
   endPause();
   if (!text) return;
   view.pause = { kind: "question", id: pauseId || null, text, schema: schema || null };
@@ -882,8 +892,8 @@ function showStatus(job) {
     onFinal(job.result);
     return;
   }
-  if (status.state !== "awaiting_approval") endPause();
-  else if (!view.pause || view.pause.id !== status.pause_id) askFromStatus(status); // a new pause
+  if (status.state === "awaiting_approval") askFromStatus(status); // a pause already shown stays
+  else endPause();
   setState(status.state);
 }
 
