@@ -293,5 +293,15 @@ class ConsolePage:
         """Disconnect; a tab opened by ``new_tab`` is closed too."""
         self.page.close()
         if self.target is not None:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/close/{self.target}", timeout=10):
+            base = f"http://127.0.0.1:{self.port}/json"
+            with urllib.request.urlopen(f"{base}/close/{self.target}", timeout=10):
                 pass
+            # Closing is asynchronous: until the tab is gone, /json/list may still name it first,
+            # and the next test's first tab would be this closing one.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(f"{base}/list", timeout=10) as response:
+                    if not any(t.get("id") == self.target for t in json.load(response)):
+                        return
+                time.sleep(0.1)
+            raise AssertionError(f"chromium never closed the tab {self.target}")

@@ -106,6 +106,8 @@ def page(browser: Browser, console: Console, shots: Path) -> Iterator[ConsolePag
     """The first tab, signed in with team-a's full token, showing the console."""
     tab = ConsolePage.first_tab(browser, shots)
     tab.goto(f"{console.api.url}/")
+    # The page names the stored token's tenant once GET /v1/me answers, after the document loaded.
+    tab.wait("V.buttons.includes('Sign out') || V.buttons.includes('Use')", 60, "signed in, or a token asked")
     if "tenant team-a · approve, control, read, submit" not in tab.text():
         sign_in(tab, FULL)
     yield tab

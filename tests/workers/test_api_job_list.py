@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tandem.tasks.spec import JobSpec
-from tandem.workers.api.job_list import GOAL_CHARS, goal_of
+from tandem.workers.api.job_list import GOAL_CHARS, STATUS_GOAL_CHARS, goal_of
 from tests.workers.test_api import Fixture
 
 
@@ -53,3 +53,22 @@ def test_the_job_list_shows_each_goal(api: Fixture) -> None:
     jobs = {j["job_id"]: j for j in api.client.get("/v1/jobs").json()["jobs"]}
     assert jobs["job-1"]["goal"] == "Count the words" and jobs["job-1"]["state"] == "queued"
     assert jobs[queued]["goal"] == "A queued job's goal"  # from its intake message
+
+
+def test_a_jobs_status_gives_its_goal_queued_stored_and_long(api: Fixture) -> None:
+    # A job no worker took has no spec key and no job_started event: its intake message has the goal.
+    queued = api.client.post("/v1/jobs", json={"goal": "Nobody took me yet"}).json()["id"]
+    assert api.store.spec(queued) is None
+    assert api.client.get(f"/v1/jobs/{queued}").json()["goal"] == "Nobody took me yet"
+    long = "word " * 4000  # 20,000 characters, more than one status gives
+    api.store.create("job-long", JobSpec(goal=long, context="x" * 500_000))
+    shown = api.client.get("/v1/jobs/job-long").json()["goal"]
+    assert len(shown) == STATUS_GOAL_CHARS and shown.endswith("…") and long.startswith(shown[:-1])
+    listed = {j["job_id"]: j["goal"] for j in api.client.get("/v1/jobs").json()["jobs"]}
+    assert len(listed["job-long"]) == GOAL_CHARS  # the list keeps its short goals
+
+
+def test_a_status_whose_spec_expired_has_no_goal(api: Fixture) -> None:
+    api.store.create("job-gone", JobSpec(goal="soon gone"))
+    api.store.redis.delete(api.store.key("job-gone", "spec"))
+    assert api.client.get("/v1/jobs/job-gone").json()["goal"] is None

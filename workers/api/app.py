@@ -5,7 +5,8 @@
 
 * ``POST /v1/jobs``: a ``JobSpec``; 202 with the job's id and status; 422 naming the field.
 * ``GET /v1/jobs``: the recent jobs' statuses, newest first (``?limit=``, at most 200).
-* ``GET /v1/jobs/{id}``: status and, once it ended, the ``JobResult``.
+* ``GET /v1/jobs/{id}``: status, the goal (its first 8,000 characters) and, once it ended, the
+  ``JobResult``.
 * ``GET /v1/jobs/{id}/events``: the job's events as ``text/event-stream``; each SSE ``id`` is the
   Redis stream id, so ``Last-Event-ID`` (or ``?after=``) resumes right after it. Comment lines keep
   an idle connection alive; the stream ends after the ``final`` event.
@@ -83,7 +84,7 @@ from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
 from tandem.workers.api.headers import SecurityHeaders
 from tandem.workers.api.host_header import AllowedHosts, default_hosts
-from tandem.workers.api.job_list import listed
+from tandem.workers.api.job_list import listed, status_goal
 from tandem.workers.api.openapi import openapi_document
 from tandem.workers.api.origins import OriginGuard
 from tandem.workers.api.streams import EventHub, EventStreamResponse, StreamsFull, StreamSlots
@@ -178,6 +179,7 @@ class Api:
         return {
             "id": job_id,
             "status": handle.status().model_dump(mode="json"),
+            "goal": status_goal(self.store, job_id),
             "result": None if result is None else result.model_dump(mode="json"),
             "approval": None if approval is None else approval.model_dump(mode="json"),
             "links": _links(job_id),

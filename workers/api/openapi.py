@@ -83,6 +83,11 @@ def openapi_document() -> dict[str, Any]:
         "properties": {
             "id": {"type": "string"},
             "status": _ref("JobStatus"),
+            "goal": {
+                "type": ["string", "null"],
+                "description": "The job's goal, its first 8,000 characters (ending with … when cut); "
+                "null once its spec expired.",
+            },
             "result": {"anyOf": [_ref("JobResult"), {"type": "null"}]},
             "approval": {"type": ["object", "null"], "description": "Tool calls awaiting a decision."},
             "links": links,

@@ -3,7 +3,9 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { token: localStorage.getItem("tandem.token") || "", jobId: null, stream: null, turns: {}, pauseId: null };
+// `session` counts the tokens the page has used: an answer to a request sent under an earlier
+// token (before Sign out, or another token entered) is dropped, never shown (see `api`).
+const state = { token: localStorage.getItem("tandem.token") || "", session: 0, jobId: null, stream: null, turns: {}, pauseId: null };
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -14,10 +16,23 @@ function el(tag, cls, text) {
 
 function notice(text) { $("#notice").textContent = text || ""; }
 
+// Thrown by `api` for an answer that came back after the token changed: whatever asked for it
+// stops there (its `finally` still runs), and nothing of it reaches the page.
+class StaleSession extends Error {}
+window.addEventListener("unhandledrejection", (event) => {
+  if (event.reason instanceof StaleSession) event.preventDefault();
+});
+
+function current(session) {
+  if (session !== state.session) throw new StaleSession("the token changed meanwhile");
+}
+
 async function api(path, options = {}) {
+  const session = state.session;
   const headers = Object.assign({ Accept: "application/json" }, options.headers || {});
   if (state.token) headers.Authorization = "Bearer " + state.token;
   const response = await fetch(path, Object.assign({}, options, { headers }));
+  current(session);
   if (response.status === 401) {
     $("#token-form").hidden = false;
     $("#who").hidden = true;
@@ -28,35 +43,77 @@ async function api(path, options = {}) {
   return response;
 }
 
+// The JSON body of an answer `api` gave, unless the token changed while it was read.
+async function jsonOf(response) {
+  const session = state.session;
+  const read = await response.json();
+  current(session);
+  return read;
+}
+
 // Whom the token acts for: its tenant's jobs are the only ones the API lists and shows.
 async function showWho() {
   const response = await api("/v1/me");
   if (!response.ok) return;
-  const me = await response.json();
+  const me = await jsonOf(response);
   $("#tenant").textContent = `tenant ${me.tenant}${me.admin ? " (admin: every tenant)" : ""} · ${me.scopes.join(", ")}`;
   $("#who").hidden = false;
   $("#sign-out").hidden = !state.token;
 }
 
+// Another token (or none): nothing read with the one before stays on the page or on its way to
+// it. The open job, its stream, its pause, the forms typed into for it and the job list go;
+// answers still under way are dropped when they come (`session`).
+function newSession() {
+  state.session += 1;
+  closeJob();
+  $("#jobs").replaceChildren();
+  $("#tenant").textContent = "";
+  notice("");
+}
+
 function signOut() {
   state.token = "";
   localStorage.removeItem("tandem.token");
-  state.jobId = null;
-  if (state.stream) state.stream.abort();
-  $("#jobs").replaceChildren();
+  newSession();
+  history.replaceState(null, "", location.pathname); // the job in the address was the old token's
   $("#who").hidden = true;
   $("#token-form").hidden = false;
   notice("Signed out: enter a token.");
 }
 
+function useToken(event) {
+  event.preventDefault();
+  newSession();
+  state.token = $("#token").value.trim();
+  $("#token").value = "";
+  localStorage.setItem("tandem.token", state.token);
+  $("#token-form").hidden = true;
+  $("#jobs").append(el("li", "muted", "loading…"));
+  showWho();
+  refreshJobs();
+  // A job named in the address (a link, or the page opened before a token was entered) is
+  // opened for this token: the API shows it only if this token may read it.
+  const wanted = new URLSearchParams(location.search).get("job");
+  if (wanted) openJob(wanted);
+}
+
 async function errorText(response) {
+  const session = state.session;
+  let text;
   try {
-    const body = await response.json();
-    const fields = (body.error.fields || []).map((f) => `${f.field}: ${f.message}`).join("\n");
-    return fields ? `${body.error.message}\n${fields}` : body.error.message;
+    const error = (await response.json()).error;
+    // A field's message the main message already says (an answer that does not fit its schema)
+    // is not said twice.
+    const fields = (error.fields || [])
+      .filter((f) => !error.message.includes(f.message))
+      .map((f) => `${f.field}: ${f.message}`).join("\n");
+    text = fields ? `${error.message}\n${fields}` : error.message;
   } catch (e) {
-    return `HTTP ${response.status}`;
+    text = `HTTP ${response.status}`;
   }
+  current(session);
+  return text;
 }
 
 // -- text helpers (the same tags the CLI display reads) ------------------------------------------
@@ -147,9 +204,10 @@ function actionText(content) {
 // -- recent jobs -------------------------------------------------------------------------------------
 
 async function refreshJobs() {
+  if (!$("#token-form").hidden) return; // signed out, or the token was refused: none to list with
   const response = await api("/v1/jobs?limit=30");
   if (!response.ok) return;
-  const { jobs } = await response.json();
+  const { jobs } = await jsonOf(response);
   const list = $("#jobs");
   list.replaceChildren();
   if (!jobs.length) list.append(el("li", "muted", "no jobs yet"));
@@ -248,7 +306,7 @@ function recheckAfter(seconds) {
     if (jobId !== state.jobId || view.state !== "waiting") return;
     const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
     if (!response.ok) return;
-    const now = (await response.json()).status.state;
+    const now = (await jsonOf(response)).status.state;
     if (jobId === state.jobId && view.state === "waiting" && now === "running") working();
   }, Math.max(1, seconds) * 1000 + 500);
 }
@@ -326,8 +384,18 @@ function callText(name, args) {
   return `→ ${name}(${Object.entries(args || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})`;
 }
 
+const SHOWN_CHARS = 400;
+// `text` in `node`: whole up to SHOWN_CHARS; past that its start, and the rest one click away
+// (a closed <details>), so a long call or result neither floods the round nor widens the page.
+function clipped(node, text) {
+  if (text.length <= SHOWN_CHARS) { node.textContent = text; return; }
+  const more = el("details", "more");
+  more.append(el("summary", "", `show all ${text.length.toLocaleString("en")} characters`), el("pre", "full", text));
+  node.replaceChildren(`${text.slice(0, SHOWN_CHARS)}…`, more);
+}
+
 function onToolCall(ev) {
-  toolRow(ev).querySelector(".call").textContent = callText(ev.name, ev.args) + (ev.error ? ` ✗ ${ev.error}` : "");
+  clipped(toolRow(ev).querySelector(".call"), callText(ev.name, ev.args) + (ev.error ? ` ✗ ${ev.error}` : ""));
 }
 
 function onToolResult(ev) {
@@ -335,11 +403,11 @@ function onToolResult(ev) {
   const call = row.querySelector(".call");
   if (!call.textContent) { // a call that never ran (rejected): as it was asked, if it was
     const asked = (state.asked || {})[`${ev.round}:${ev.index}`];
-    call.textContent = asked ? callText(ev.name, asked.args) : `→ ${ev.name}`;
+    clipped(call, asked ? callText(ev.name, asked.args) : `→ ${ev.name}`);
   }
   const result = row.querySelector(".result");
   result.className = "result " + (ev.status === "succeeded" ? "ok" : "bad");
-  result.textContent = `  ← ${String(ev.output).slice(0, 400)}`;
+  clipped(result, `  ← ${String(ev.output)}`);
 }
 
 function onFinal(ev) {
@@ -360,7 +428,7 @@ function onFinal(ev) {
 // are checked here against the tool's schema (GET /v1/jobs/{id}: approval.schemas), and the API
 // checks them again: its refusal is shown next to the call.
 
-const approval = { pauseId: null, calls: [], schemas: {} };
+const approval = { pauseId: null, calls: [], schemas: {}, loaded: null };
 
 // The job's pause is over (decided, answered, ended, or another job opened): nothing to ask.
 function endPause() {
@@ -374,6 +442,7 @@ function endPause() {
 
 // Calls wait for a decision: their cards are built here and shown while the job is parked on them.
 function askApproval(pending, pauseId, round) {
+  if (showing("approval", pauseId)) return; // its cards stay as the person left them
   endPause();
   if (!pending || !pending.length) return; // nothing left to decide
   state.asked = state.asked || {};
@@ -386,14 +455,20 @@ function askApproval(pending, pauseId, round) {
     "arguments before approving it.";
   if (approval.pauseId) $("#approval-head").append(el("code", "pause muted", `pause ${approval.pauseId}`));
   for (const call of pending) $("#approval-calls").append(callCard(call));
-  loadApproval(state.jobId);
+  approval.loaded = loadApproval(state.jobId).catch(() => {});
+}
+
+// Whether the page shows that pause already: the same pause asked again (its event replayed
+// after the status showed it, a stream resumed) leaves what the person typed or decided alone.
+function showing(kind, pauseId) {
+  return !!pauseId && !!view.pause && view.pause.kind === kind && view.pause.id === pauseId;
 }
 
 // The schemas and the decisions made so far (a person may have decided some calls already).
 async function loadApproval(jobId) {
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   if (!response.ok || jobId !== state.jobId) return;
-  const record = (await response.json()).approval;
+  const record = (await jsonOf(response)).approval;
   if (!record || record.pause_id !== approval.pauseId) return;
   approval.schemas = record.schemas || {};
   markDecided(record.decisions || []);
@@ -486,24 +561,26 @@ async function decideCall(call, approve) {
   const reason = card.querySelector(".call-reason").value.trim();
   if (reason) decision.reason = reason;
   if (approve) {
-    const checked = checkArgs(card.querySelector(".call-args").value, approval.schemas[call.tool]);
+    const edited = card.querySelector(".call-args").value;
+    await approval.loaded; // the tool's schema comes with the pause's record
+    const checked = checkArgs(edited, approval.schemas[call.tool]);
     if (checked.problem) { error.textContent = `Arguments: ${checked.problem}`; return; }
     if (JSON.stringify(checked.args) !== JSON.stringify(call.args || {})) decision.args = checked.args;
   }
   card.querySelectorAll("button").forEach((b) => { b.disabled = true; });
   const response = await sendDecisions([decision]);
   if (!response.ok) {
-    error.textContent = (await errorText(response)).replace(/^job '[^']*': /, ""); // the job is this one
+    error.textContent = (await refused(response)).replace(/^job '[^']*': /, ""); // the job is this one
     card.querySelectorAll("button").forEach((b) => { b.disabled = false; });
     return;
   }
-  markDecided((await response.json()).decisions || []);
+  markDecided((await jsonOf(response)).decisions || []);
 }
 
 async function decideAll(approve) {
   const response = await sendDecisions(approve); // true/false: every call still undecided
-  notice(response.ok ? (approve ? "approved" : "rejected") : await errorText(response));
-  if (response.ok) markDecided((await response.json()).decisions || []);
+  notice(response.ok ? (approve ? "approved" : "rejected") : await refused(response));
+  if (response.ok) markDecided((await jsonOf(response)).decisions || []);
 }
 
 // Every call of the pause is decided: the panel goes (the rounds show each call's result).
@@ -532,6 +609,14 @@ function onMessage(ev) {
   box.append(el("div", "who", "Message from you"), el("pre", "content", ev.text || ""));
   const round = roundBox(ev.round);
   round.insertBefore(box, round.querySelector(".turn:not(.person)"));
+  // The message this page is sending may show here before the API's answer to it comes back.
+  if (state.sending && ev.text === state.sending) messageSent(ev.round);
+}
+
+function messageSent(round) {
+  if ($("#message-text").value.trim() === state.sending) $("#message-text").value = "";
+  state.sending = null;
+  notice(`message sent: read at the start of round ${round + 1}`);
 }
 
 async function sendMessage(event) {
@@ -541,6 +626,7 @@ async function sendMessage(event) {
   if (!state.jobId || !text) return;
   const key = window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
   $("#send-message").disabled = true;
+  state.sending = text;
   try {
     const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/messages`, {
       method: "POST",
@@ -548,13 +634,13 @@ async function sendMessage(event) {
       body: JSON.stringify({ text, idempotency_key: key }),
     });
     if (response.ok) {
-      const sent = await response.json();
-      $("#message-text").value = "";
-      notice(`message sent: read at the start of round ${sent.round + 1}`);
+      const sent = await jsonOf(response);
+      if (state.sending === text) messageSent(sent.round); // else its event said so already
     } else {
-      notice(await errorText(response));
+      notice(await refused(response));
     }
   } finally {
+    state.sending = null;
     $("#send-message").disabled = false;
   }
 }
@@ -564,7 +650,7 @@ async function loadThread() {
   const jobId = state.jobId;
   const response = await api(`/v1/threads/${encodeURIComponent(state.threadId || jobId)}`);
   if (jobId !== state.jobId) return;
-  const jobs = response.ok ? (await response.json()).jobs : [];
+  const jobs = response.ok ? (await jsonOf(response)).jobs : [];
   $("#thread").hidden = jobs.length < 2;
   $("#thread-jobs").replaceChildren(...jobs.map((job) => {
     const item = el("li", job.job_id === jobId ? "current" : "");
@@ -586,9 +672,9 @@ async function followUp(event) {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ goal, idempotency_key: key }),
     });
-    if (!response.ok) { notice(await errorText(response)); return; }
+    if (!response.ok) { notice(await refused(response)); return; }
     $("#follow-up-goal").value = "";
-    openJob((await response.json()).id);
+    openJob((await jsonOf(response)).id);
   } finally {
     $("#send-follow-up").disabled = false;
   }
@@ -596,6 +682,7 @@ async function followUp(event) {
 
 // A question a tool (or the model's ask_person) asks: shown with its schema while the job waits on it.
 function askQuestion(pauseId, text, schema) {
+  if (showing("question", pauseId)) return; // the answer typed so far stays
   endPause();
   if (!text) return;
   view.pause = { kind: "question", id: pauseId || null, text, schema: schema || null };
@@ -629,13 +716,13 @@ async function answerQuestion(event) {
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body),
   });
-  notice(response.ok ? "answered" : await errorText(response));
+  notice(response.ok ? "answered" : await refused(response));
 }
 
 function handle(ev) {
   switch (ev.type) {
     case "job_started":
-      $("#job-goal").textContent = (ev.spec && ev.spec.goal) || "";
+      if (ev.spec && ev.spec.goal) showGoal(ev.spec.goal, true);
       state.maxRounds = (ev.spec && ev.spec.max_rounds) || 0;
       if (ev.resumed) view.outcome = false; // the stream goes on after the earlier final
       if (ev.forked_from) showForkOrigin(ev.forked_from, ev.forked_round || 0);
@@ -717,7 +804,7 @@ async function follow(jobId) {
       }
       if (!ended) {
         const check = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
-        const body = check.ok ? await check.json() : {};
+        const body = check.ok ? await jsonOf(check) : {};
         if (body.result) { ended = true; onFinal(body.result); } // e.g. a spec the workers refused
       }
     } catch (err) {
@@ -726,36 +813,129 @@ async function follow(jobId) {
     }
     if (!ended) await new Promise((resolve) => setTimeout(resolve, 1000));
   }
-  notice("");
+  // The stream's own notices (a wait, a reconnection) end with it; an answer to an action stays.
+  if (/^(waiting: |event stream interrupted)/.test($("#notice").textContent)) notice("");
 }
 
-async function openJob(jobId) {
+// The goal: its first lines, and all of it on "show all" (a goal may hold 100,000 characters).
+// `full`: the whole goal (from the job's spec), which the status's shortened one does not replace.
+function showGoal(text, full) {
+  const goal = $("#job-goal");
+  if (full) goal.dataset.full = "1";
+  else delete goal.dataset.full;
+  if (goal.textContent === text) return;
+  goal.textContent = text;
+  goal.classList.remove("open");
+  fitGoal();
+}
+
+function fitGoal() {
+  const goal = $("#job-goal"), toggle = $("#goal-toggle");
+  const open = goal.classList.contains("open");
+  toggle.hidden = !open && goal.scrollHeight <= goal.clientHeight + 1;
+  toggle.textContent = open ? "show less" : "show the whole goal";
+}
+
+function toggleGoal(event) {
+  event.preventDefault();
+  $("#job-goal").classList.toggle("open");
+  fitGoal();
+}
+
+// Nothing of a job on the page: no panel, no stream, no pause, no timer, no text typed for it.
+function closeJob() {
   if (state.stream) state.stream.abort();
-  state.jobId = jobId;
+  state.stream = null;
+  clearTimeout(recheck);
+  state.jobId = null;
   state.turns = {};
   state.asked = {};
   state.rounds = 0;
-  $("#fork-form").hidden = true;
+  state.maxRounds = 0;
+  state.threadId = null;
+  state.lastEventId = null;
+  state.sending = null;
   endPause();
+  approval.schemas = {};
   view.outcome = false;
   view.started = false;
+  view.state = "";
+  render();
+  $("#job-id").textContent = "";
+  showGoal("");
+  $("#rounds").replaceChildren();
+  $("#thread").hidden = true;
+  $("#thread-jobs").replaceChildren();
+  $("#deliverable").textContent = "";
+  $("#outcome-error").textContent = "";
+  $("#usage").textContent = "";
+  $("#fork-form").hidden = true;
+  $("#fork-round").replaceChildren();
+  $("#fork-goal").value = "";
+  $("#fork-error").textContent = "";
+  $("#question-pause").textContent = "";
+  $("#question-schema").textContent = "";
+  $("#question-schema-line").hidden = true;
+  $("#message-text").value = "";
+  $("#follow-up-goal").value = "";
+  $("#job").hidden = true;
+  $("#empty").hidden = false;
+}
+
+// The job as GET /v1/jobs/{id} reports it (`job`: its body), rendered: its state, what it waits
+// for, its outcome once it ended. Its events move it on from there.
+function showStatus(job) {
+  const status = job.status;
+  if (job.goal && !$("#job-goal").dataset.full) showGoal(job.goal);
+  view.started = view.started || status.epoch > 0;
+  if (ENDED.includes(status.state) && job.result) {
+    onFinal(job.result);
+    return;
+  }
+  if (status.state === "awaiting_approval") askFromStatus(status); // a pause already shown stays
+  else endPause();
+  setState(status.state);
+}
+
+// An action refused for the job's state (a pause that ended, a job that ended, ...): what the
+// page showed came from events that may lag behind the API (a stream held up by a proxy), so the
+// job's state is read again and the page renders what the API reports.
+async function refused(response) {
+  const said = await errorText(response);
+  if (response.status >= 400 && response.status < 500 && ![401, 403, 429].includes(response.status)) {
+    resync(state.jobId);
+  }
+  return said;
+}
+
+async function resync(jobId) {
+  if (!jobId) return;
+  const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+  if (!response.ok || jobId !== state.jobId) return;
+  const job = await jsonOf(response);
+  if (jobId === state.jobId) showStatus(job);
+}
+
+async function openJob(jobId) {
+  closeJob();
+  state.jobId = jobId;
   setState(""); // nothing is shown for the job until its status comes
   history.replaceState(null, "", `?job=${encodeURIComponent(jobId)}`);
   $("#empty").hidden = true;
   $("#job").hidden = false;
   $("#job-id").textContent = jobId;
-  $("#job-goal").textContent = "";
-  $("#rounds").replaceChildren();
-  state.threadId = null;
-  $("#thread").hidden = true;
-  $("#deliverable").textContent = "";
   const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
-  if (!response.ok) { notice(await errorText(response)); return; }
-  const job = await response.json();
   if (jobId !== state.jobId) return; // another job was opened meanwhile
-  askFromStatus(job.status);
-  view.started = job.status.epoch > 0;
-  setState(job.status.state);
+  if (!response.ok) {
+    const said = await errorText(response);
+    if (jobId !== state.jobId) return;
+    closeJob(); // unknown, expired, or not this token's tenant's: nothing to show
+    notice(said);
+    return;
+  }
+  const job = await jsonOf(response);
+  if (jobId !== state.jobId) return;
+  showStatus(job);
   refreshJobs();
   follow(jobId);
 }
@@ -776,7 +956,7 @@ async function startJob(event) {
       body: JSON.stringify(spec),
     });
     if (!response.ok) { $("#form-error").textContent = await errorText(response); return; }
-    const job = await response.json();
+    const job = await jsonOf(response);
     openJob(job.id);
   } finally {
     $("#submit").disabled = false;
@@ -786,7 +966,7 @@ async function startJob(event) {
 async function cancelJob() {
   if (!state.jobId) return;
   const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/cancel`, { method: "POST" });
-  notice(response.ok ? "cancellation requested" : await errorText(response));
+  notice(response.ok ? "cancellation requested" : await refused(response));
 }
 
 $("#new-job").addEventListener("submit", startJob);
@@ -801,7 +981,7 @@ async function resumeJob() {
     options.body = JSON.stringify({ max_rounds: Number(raised) });
   }
   const response = await api(`/v1/jobs/${encodeURIComponent(state.jobId)}/resume`, options);
-  notice(response.ok ? "resumed" : await errorText(response));
+  notice(response.ok ? "resumed" : await refused(response));
   if (response.ok) openJob(state.jobId); // follow the new run (its stream goes on after the old final)
 }
 
@@ -840,8 +1020,8 @@ async function forkJob(event) {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
-    if (!response.ok) { $("#fork-error").textContent = await errorText(response); return; }
-    const forked = await response.json();
+    if (!response.ok) { $("#fork-error").textContent = await refused(response); return; }
+    const forked = await jsonOf(response);
     $("#fork-form").hidden = true;
     $("#fork-goal").value = "";
     notice(`forked from ${state.jobId.slice(0, 8)} at round ${body.round}`);
@@ -873,17 +1053,9 @@ $("#resume").addEventListener("click", resumeJob);
 $("#approve").addEventListener("click", () => decideAll(true));
 $("#reject").addEventListener("click", () => decideAll(false));
 $("#question").addEventListener("submit", answerQuestion);
-$("#token-form").addEventListener("submit", (event) => {
-  event.preventDefault();
-  state.token = $("#token").value.trim();
-  localStorage.setItem("tandem.token", state.token);
-  $("#token-form").hidden = true;
-  notice("");
-  showWho();
-  refreshJobs();
-  if (state.jobId) openJob(state.jobId);
-});
-
+$("#token-form").addEventListener("submit", useToken);
+$("#goal-toggle").addEventListener("click", toggleGoal);
+window.addEventListener("resize", fitGoal);
 $("#sign-out").addEventListener("click", signOut);
 
 const wanted = new URLSearchParams(location.search).get("job");
