@@ -97,7 +97,7 @@ from tandem.reasoner.models.litellm_setup import import_litellm, wait_for_warm_u
 from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
 from tandem.reasoner.models.model_service import BaseModelService
 from tandem.reasoner.models.retry_policy import RetryPolicy
-from tandem.reasoner.models.token_count import TokenCounter
+from tandem.reasoner.models.token_count import TokenCounter, needs_count
 from tandem.reasoner.models.wire import (
     DEFAULT_TOOL_CHOICE,
     TOOL_CHOICES,
@@ -263,7 +263,7 @@ class LiteLlmModelService(BaseModelService):
                         reply = await self._astreamed(self._attempt(request, attempts), on_delta)
                     else:
                         reply = await self._acomplete(self._attempt(request, attempts), on_delta)
-                if reply.usage.prompt_tokens or reply.usage.completion_tokens:
+                if not needs_count(reply.usage):
                     return reply
                 return await asyncio.to_thread(self._counted, request, reply)  # tokenize requests
             except Exception as exc:
@@ -283,10 +283,15 @@ class LiteLlmModelService(BaseModelService):
     def _counted(self, request: dict[str, Any], reply: ModelMessage) -> ModelMessage:
         """``reply`` with tandem's own count of its tokens when the host reported none
         (``tandem.reasoner.models.token_count``; blocks for the host's tokenize requests)."""
-        if reply.usage.prompt_tokens or reply.usage.completion_tokens:
+        if not needs_count(reply.usage):
             return reply
         usage = self._counter.usage(
-            request["messages"], request.get("tools"), reply.content, reply.reasoning, reply.tool_calls
+            request["messages"],
+            request.get("tools"),
+            reply.content,
+            reply.reasoning,
+            reply.tool_calls,
+            streamed=reply.usage.completion_tokens if reply.usage.counted_calls else None,
         )
         cost = self._cost(usage.prompt_tokens, usage.completion_tokens)
         return reply.model_copy(update={"usage": usage.model_copy(update={"cost_usd": cost})})

@@ -18,8 +18,12 @@ with the first of these that it has:
 
 The prompt is counted as its messages' text (role, content, tool calls) and the tool schemas,
 plus ``MESSAGE_FRAMING`` tokens a message and ``REPLY_FRAMING`` for the reply (the host's chat
-template is not known here: these stand for its markers); the reply as its reasoning, content and
-tool calls. Such a usage is marked: ``Usage.counted_calls`` is 1.
+template is not known here: these stand for its markers). A streamed reply counts a token for
+each chunk that brought text or tool-call pieces: hosts send a token a chunk (llama.cpp, vLLM,
+SGLang, TGI, Ollama), and that is what the model wrote, where its text tokenized anew may differ
+(a small model's odd token choices: by a fifth for SmolLM2-135M). A plain reply counts its
+reasoning, content and tool calls by the tokenizer. Such a usage is marked:
+``Usage.counted_calls`` is 1.
 
 Only a reply with no token counts at all is counted here; a host that reports usage (OpenAI,
 vLLM, the test hosts) never costs a tokenize request.
@@ -37,7 +41,7 @@ from typing import Any
 
 from tandem.reasoner.messages import NativeToolCall, Usage
 
-__all__ = ["CHARS_PER_TOKEN", "MESSAGE_FRAMING", "REPLY_FRAMING", "TokenCounter", "estimate"]
+__all__ = ["CHARS_PER_TOKEN", "MESSAGE_FRAMING", "REPLY_FRAMING", "TokenCounter", "estimate", "needs_count"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +64,12 @@ ENDPOINTS: tuple[tuple[str, _Body], ...] = (
 
 _UNKNOWN = -1
 _OPENAI_NAMES = re.compile(r"^(?:gpt-|chatgpt-|o\d)")
+
+
+def needs_count(usage: Usage) -> bool:
+    """Whether a reply's ``usage`` is for tandem to count: the host reported no tokens, or a
+    stream's reader marked it counted (its chunks only)."""
+    return bool(usage.counted_calls) or not (usage.prompt_tokens or usage.completion_tokens)
 
 
 def estimate(text: str) -> int:
@@ -119,14 +129,19 @@ class TokenCounter:
         content: str,
         reasoning: str,
         tool_calls: Sequence[NativeToolCall],
+        streamed: int | None = None,
     ) -> Usage:
         """The counted ``Usage`` of one call: the request's ``messages`` and ``tools`` (as sent),
-        the reply's ``content``, ``reasoning`` and ``tool_calls``. Blocks for the tokenize
-        requests (a few milliseconds on a local host): await it in a thread from asyncio code."""
-        prompt, reply = prompt_text(messages, tools), reply_text(content, reasoning, tool_calls)
+        the reply's ``content``, ``reasoning`` and ``tool_calls``; for a stream, the chunks that
+        brought them (``streamed``: the reply's tokens). Blocks for the tokenize requests (a few
+        milliseconds on a local host): await it in a thread from asyncio code."""
+        prompt = prompt_text(messages, tools)
+        reply = "" if streamed is not None else reply_text(content, reasoning, tool_calls)
         counts = self._tokenized(prompt, reply)
         prompt_tokens, completion_tokens = counts or (estimate(prompt), estimate(reply))
         prompt_tokens += MESSAGE_FRAMING * len(messages) + REPLY_FRAMING
+        if streamed is not None:
+            completion_tokens = streamed
         return Usage(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,

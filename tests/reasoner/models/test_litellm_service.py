@@ -462,16 +462,17 @@ def test_no_retry_statuses_are_raised_at_once_with_retry_after() -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_usage_missing_from_the_host_is_estimated_and_marked(stream: bool) -> None:
-    """A host with no usage and no tokenize endpoint: a token per 3 characters, rounded up
-    (``tests/reasoner/models/test_token_count.py`` has the tokenizers)."""
-    with OpenAIServer(Reply("four words of answer", usage=None)) as server:
+    """A host with no usage and no tokenize endpoint: a token per 3 characters, rounded up, and a
+    stream's reply a token a chunk (``tests/reasoner/models/test_token_count.py`` has the tokenizers)."""
+    with OpenAIServer(Reply("four words of answer", usage=None), chunk_size=8) as server:
         service, _ = make(server, stream=stream)
         message = service.generate("", USER)
     prompt = 7 + 4 + 3  # "user\nWhat is 2 + 2?" (19 characters), one message's framing, the reply's
+    completion = 3 if stream else 7  # 20 characters: 3 chunks of 8, or 7 tokens of 3
     assert message.usage.model_dump() == {
         "prompt_tokens": prompt,
-        "completion_tokens": 7,  # 20 characters
-        "total_tokens": prompt + 7,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "calls": 1,
         "cost_usd": 0.0,
         "counted_calls": 1,

@@ -1,7 +1,8 @@
 """Replies without usage are counted by tandem (``tandem.reasoner.models.token_count``).
 
-The local server plays each host's tokenize endpoint (it counts words); a reply whose host
-reported usage never costs a tokenize request.
+The local server plays each host's tokenize endpoint (it counts words). The prompt is counted by
+the host's tokenizer; a plain reply too, a streamed one a token a chunk (the server sends
+``CHUNK`` characters a chunk). A reply whose host reported usage never costs a tokenize request.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.reasoner.models.test_litellm_async import USER, ASleeps
 
 KEY = "sk-count"
 REPLY = "The answer is four, as two and two make four."
+CHUNK = 8
 
 PATHS: dict[str, tuple[bool, Callable[[LiteLlmModelService], ModelMessage]]] = {
     "litellm": (False, lambda s: s.generate("sys", USER)),
@@ -51,26 +53,30 @@ def words(text: str) -> int:
 @pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("host", ["llama-cpp-python", "llama.cpp", "vllm"])
 def test_a_reply_without_usage_is_counted_by_the_hosts_tokenizer(path: str, host: str) -> None:
-    with OpenAIServer(Reply(REPLY, usage=None), tokenize=host) as server:
+    streamed = PATHS[path][0]
+    with OpenAIServer(Reply(REPLY, usage=None), tokenize=host, chunk_size=CHUNK) as server:
         service = make(server, path)
         first = PATHS[path][1](service)
         probes = list(server.tokenize_requests)
         second = PATHS[path][1](service)
         again = server.tokenize_requests[len(probes) :]
     prompt = words(prompt_text(SENT, None)) + MESSAGE_FRAMING * 2 + REPLY_FRAMING
+    completion = -(-len(REPLY) // CHUNK) if streamed else words(REPLY)  # chunks, or the tokenizer's
     assert first.usage.model_dump() == {
         "prompt_tokens": prompt,
-        "completion_tokens": words(REPLY),
-        "total_tokens": prompt + words(REPLY),
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "calls": 1,
         "cost_usd": 0.0,
         "counted_calls": 1,
     }
     assert second.usage == first.usage
-    # the endpoints are tried in order once; then only the one that answered is asked
+    # the endpoints are tried in order once (the last one counting the prompt); then only the one
+    # that answered is asked, for the prompt and for a plain reply
     tried = {"llama-cpp-python": 1, "llama.cpp": 2, "vllm": 3}[host]
-    assert len(probes) == tried + 1  # the probes (the last one counting the prompt), then the reply
-    assert [path for path, _ in again] == [probes[-1][0]] * 2
+    per_call = 1 if streamed else 2
+    assert len(probes) == tried + per_call - 1
+    assert [path for path, _ in again] == [probes[-1][0]] * per_call
     if host == "vllm":
         assert again[0][1] == {"model": "smollm2", "prompt": prompt_text(SENT, None)}
 
@@ -84,6 +90,15 @@ def test_a_reply_with_usage_costs_no_tokenize_request(path: str) -> None:
     assert (reply.usage.prompt_tokens, reply.usage.counted_calls) == (11, 0)
 
 
+@pytest.mark.parametrize("path", ["litellm-stream", "direct-stream"])
+def test_a_stream_counts_a_token_a_chunk(path: str) -> None:
+    """Five chunks of one word: the tokenizer would make one token of the text, the host sent five."""
+    reply = Reply("abcde", usage=None, content_chunks=["a", "b", "c", "d", "e"])
+    with OpenAIServer(reply, tokenize="llama-cpp-python") as server:
+        got = PATHS[path][1](make(server, path))
+    assert (got.usage.completion_tokens, got.usage.counted_calls) == (5, 1)
+
+
 def test_a_host_without_a_tokenize_endpoint_is_asked_once_then_estimated() -> None:
     with OpenAIServer(Reply(REPLY, usage=None)) as server:
         service = make(server, "direct-stream")
@@ -95,13 +110,17 @@ def test_a_host_without_a_tokenize_endpoint_is_asked_once_then_estimated() -> No
         ]
         second = PATHS["direct-stream"][1](service)
         assert len(server.tokenize_requests) == 3
+        plain = PATHS["direct"][1](make(server, "direct"))
     assert first.usage == second.usage
-    assert first.usage.completion_tokens == estimate(REPLY) and first.usage.counted_calls == 1
+    assert (
+        first.usage.prompt_tokens == estimate(prompt_text(SENT, None)) + MESSAGE_FRAMING * 2 + REPLY_FRAMING
+    )
+    assert plain.usage.completion_tokens == estimate(REPLY) and plain.usage.counted_calls == 1
 
 
 def test_an_openai_model_is_counted_by_its_own_tokenizer() -> None:
     with OpenAIServer(Reply(REPLY, usage=None), tokenize="llama-cpp-python") as server:
-        reply = PATHS["direct-stream"][1](make(server, "direct-stream", model="openai/gpt-4o-mini"))
+        reply = PATHS["direct"][1](make(server, "direct", model="openai/gpt-4o-mini"))
         assert server.tokenize_requests == []
     count = import_litellm().token_counter
     prompt = count(model="gpt-4o-mini", text=prompt_text(SENT, None)) + MESSAGE_FRAMING * 2 + REPLY_FRAMING

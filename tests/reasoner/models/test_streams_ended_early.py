@@ -1,14 +1,20 @@
-"""A stream that brings no chunk at all is asked again at once without streaming.
+"""Streams a host ends early, as llama-cpp-python's server does.
 
-llama-cpp-python's server fails a streamed request after its headers: for a conversation longer
-than its context, or tools it cannot stream, it answers 200 with an event stream that ends
-without a chunk, and says why only to a plain request. The fake host here does the same.
+* It fails a streamed request after its headers: for a conversation longer than its context, or
+  tools it cannot stream, it answers 200 with an event stream that ends without a chunk, and says
+  why only to a plain request. Such a stream is asked again at once without streaming.
+* It interrupts a stream when another request comes (``--interrupt_requests``, on by default):
+  ``data: [DONE]`` after the chunks so far, none with a ``finish_reason``. Such a stream is cut
+  off, on the direct path as through LiteLLM: retried before any text reached the listener, a
+  ``TransientModelError`` after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -75,3 +81,32 @@ def test_a_host_that_never_answers_with_a_completion_is_given_up_on_as_before() 
         with pytest.raises(ModelCallError, match="no chat completion in 5 tries in a row"):
             PATHS["direct-stream"](make(server), lambda r, c: None)
         assert [bool(r.get("stream")) for r in server.requests] == [True, False, False, False, False]
+
+
+def interrupted(pieces: list[str]) -> Reply:
+    """An event stream of a role chunk and ``pieces``, then ``[DONE]``: no ``finish_reason``."""
+    chunks: list[dict[str, Any]] = [{"role": "assistant"}, *({"content": p} for p in pieces)]
+    lines = []
+    for delta in chunks:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+        lines.append(f"data: {json.dumps(chunk)}\n")
+    return Reply(body="\n".join(lines) + "\ndata: [DONE]\n\n", content_type="text/event-stream")
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_stream_interrupted_before_any_text_is_retried(path: str) -> None:
+    deltas: list[tuple[str, str]] = []
+    with OpenAIServer([interrupted([]), Reply("The answer is 4.")]) as server:
+        reply = PATHS[path](make(server), lambda r, c: deltas.append((r, c)))
+        assert server.request_count == 2 and all(r["stream"] for r in server.requests)
+    assert reply.content == "The answer is 4." == "".join(c for _, c in deltas)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_stream_interrupted_after_text_is_not_taken_for_the_reply(path: str) -> None:
+    deltas: list[tuple[str, str]] = []
+    with OpenAIServer([interrupted(["The ans"]), Reply("The answer is 4.")]) as server:
+        with pytest.raises(TransientModelError, match="not retried here"):
+            PATHS[path](make(server), lambda r, c: deltas.append((r, c)))
+        assert server.request_count == 1
+    assert "".join(c for _, c in deltas) == "The ans"
