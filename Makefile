@@ -1,5 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-# Both create the virtual environment (.venv) on first use (with the dev and viz extras).
+# Both create the virtual environment (.venv) on first use (with the dev, viz and realmodel extras:
+# realmodel builds llama.cpp from source the first time, which needs a C compiler and cmake).
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed-dev
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.installed-dev
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev,viz]'
+	$(VENV)/bin/pip install --quiet -e '.[dev,viz,realmodel]'
 	touch $(STAMP)
 
 demo: $(STAMP)
