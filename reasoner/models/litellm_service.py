@@ -126,7 +126,8 @@ class LiteLlmModelService(BaseModelService):
     ``model`` is a LiteLLM model string (``"hosted_vllm/Qwen3-32B"``, ``"openai/any"`` with
     ``api_base``); it is also ``name``. ``reasoning_parser`` is a parser name (see
     ``tandem.reasoner.parsing``) or a parser object; ``None`` uses ``"think"``. ``temperature`` and
-    ``max_tokens`` are sent only when set. ``timeout`` is seconds per attempt. ``extra_body`` is
+    ``max_tokens`` are sent only when set. ``timeout`` is seconds for one call, all its attempts
+    and the waits between them included. ``tool_choice`` goes with tools (``wire``). ``extra_body`` is
     merged into the request body (its ``chat_template_kwargs`` win over those ``thinking``
     sets). ``tool_runner`` runs prompt-mode calls (``call_function``); a default one is made on
     first use. ``no_retry_statuses`` (e.g. ``{429, 503}``) are raised at once as
@@ -135,8 +136,8 @@ class LiteLlmModelService(BaseModelService):
     the seconds one call waits between its attempts, in all (``None``: only ``backoff_max``
     bounds each wait); a longer wait is left to the caller (see the module docstring). ``role``
     (``"thinker"``/``"actor"``) only makes error advice name the right
-    ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``) and
-    ``rng`` are injectable for tests.
+    ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``),
+    ``rng`` and ``clock`` (the monotonic clock of the call's deadline) are injectable for tests.
     """
 
     def __init__(
@@ -224,8 +225,10 @@ class LiteLlmModelService(BaseModelService):
     ) -> ModelMessage:
         """Call the model once (retrying transient failures) and return its reply.
 
-        The request is the system prompt (when not empty) followed by ``messages`` unchanged.
-        Raises ``TransientModelError`` when retries are spent, ``ModelCallError`` otherwise.
+        The request is the system prompt (when not empty) followed by ``messages`` as they are,
+        but for an assistant turn without content, sent with ``""`` (``wire.chat_messages``).
+        Raises ``TransientModelError`` when retries or the call's time are spent,
+        ``ModelCallError`` otherwise.
         """
         request = self._request(sys_prompt, messages, tools)
         import_litellm()  # (once a process) not counted against the call's time

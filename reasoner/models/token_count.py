@@ -25,8 +25,9 @@ SGLang, TGI, Ollama), and that is what the model wrote, where its text tokenized
 reasoning, content and tool calls by the tokenizer. Such a usage is marked:
 ``Usage.counted_calls`` is 1.
 
-Only a reply with no token counts at all is counted here; a host that reports usage (OpenAI,
-vLLM, the test hosts) never costs a tokenize request.
+Only a reply its host sent without usage is counted here (``needs_count``); one with usage
+(OpenAI, vLLM, the test hosts) never costs a tokenize request. The prompt's tokenize request goes
+to the host that read the prompt, with the same key.
 """
 
 from __future__ import annotations
