@@ -1,8 +1,11 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-# Both create the virtual environment (.venv) on first use (with the worker, dev and viz extras).
+# Both create the virtual environment (.venv) on first use (with the worker, dev and viz extras);
+# `make test` adds the realmodel extra (a real llama.cpp server for the tests: built from source the
+# first time, which needs a C compiler and cmake; pip's cache keeps the wheel afterwards).
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed-dev
+MODEL_STAMP := $(VENV)/.installed-realmodel
 
 .PHONY: demo test lint bench clean
 
@@ -13,13 +16,17 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[worker,dev,viz]'
 	touch $(STAMP)
 
+$(MODEL_STAMP): $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[worker,dev,viz,realmodel]'
+	touch $(MODEL_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/tandem demo
 
 # The suite on TEST_WORKERS pytest processes, a module whole on one (see tests/conftest.py): most
 # of a test's time is spent waiting for celery workers, so more processes than the 2 cores pay.
 TEST_WORKERS ?= 6
-test: $(STAMP)
+test: $(MODEL_STAMP)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)

@@ -113,6 +113,18 @@ def _function_calling(env: Mapping[str, str], name: str) -> Literal["native", "p
     )
 
 
+def _tool_choice(env: Mapping[str, str], name: str) -> str:
+    from tandem.reasoner.models.wire import DEFAULT_TOOL_CHOICE, TOOL_CHOICES  # (no import of its own)
+
+    raw = env.get(name, "").strip() or DEFAULT_TOOL_CHOICE
+    if raw not in TOOL_CHOICES:
+        raise SettingsError(
+            f"{name}={raw!r} must be one of {', '.join(TOOL_CHOICES)} (the tool_choice sent with tools; "
+            "'omit' sends none)"
+        )
+    return raw
+
+
 def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...]) -> str:
     raw = env.get(name, "").strip() or default
     if not raw.startswith(tuple(f"{s}://" for s in schemes)):
@@ -184,6 +196,7 @@ class RoleSettings:
     temperature: float | None = None
     max_tokens: int | None = None
     timeout: float = 120.0
+    """Seconds one model call may take, all its attempts and the waits between them included."""
     thinking: bool | None = None
     function_calling: Literal["native", "prompt"] | None = None
     """How ReAct jobs ask for tools: the host's native tool calls, or ``<function_call>`` blocks."""
@@ -195,12 +208,15 @@ class RoleSettings:
     """Fleet-wide tokens per minute to this role's model host (``None``: no budget)."""
     stream: bool = False
     """Ask the host for a streamed reply, so its tokens reach the job's events as they come."""
+    tool_choice: str = "auto"
+    """The ``tool_choice`` sent whenever a request offers tools (``"omit"``: none is sent)."""
 
     @classmethod
     def from_env(cls, role: RoleName, env: Mapping[str, str]) -> RoleSettings:
         """Read ``TANDEM_<ROLE>_MODEL``, ``_API_BASE``, ``_API_KEY``, ``_REASONING_PARSER``,
         ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING``, ``_FUNCTION_CALLING``,
-        ``_STREAM`` and the fleet-wide capacity of the role's host: ``_MAX_IN_FLIGHT``, ``_RPM``, ``_TPM``."""
+        ``_STREAM``, ``_TOOL_CHOICE`` and the fleet-wide capacity of the role's host: ``_MAX_IN_FLIGHT``,
+        ``_RPM``, ``_TPM``."""
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
@@ -237,6 +253,7 @@ class RoleSettings:
             rpm=_optional_integer(env, f"{p}RPM"),
             tpm=_optional_integer(env, f"{p}TPM"),
             stream=bool(_flag(env, f"{p}STREAM")),
+            tool_choice=_tool_choice(env, f"{p}TOOL_CHOICE"),
         )
 
     @property

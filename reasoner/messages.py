@@ -26,6 +26,11 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
     """Price of the calls in US dollars from LiteLLM's local cost map (0 for models it does not
     price, such as self-hosted ones)."""
+    counted_calls: int = 0
+    """Of ``calls``, those whose host reported no usage (a stream from a host that ignores
+    ``stream_options.include_usage``): their tokens are tandem's own count, by the host's tokenizer
+    or an estimate (``tandem.reasoner.models.token_count``), not the host's. 0: every count is the
+    host's own."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -34,6 +39,7 @@ class Usage(BaseModel):
             total_tokens=self.total_tokens + other.total_tokens,
             calls=self.calls + other.calls,
             cost_usd=self.cost_usd + other.cost_usd,
+            counted_calls=self.counted_calls + other.counted_calls,
         )
 
 

@@ -311,6 +311,7 @@ class Runtime:
             # Longer waits park the step (no thread held) instead of sleeping in this thread.
             retry_hold=self.settings.retry_hold_seconds,
             stream=conf.stream,
+            tool_choice=conf.tool_choice,
         )
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:

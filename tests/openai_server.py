@@ -4,7 +4,8 @@ It speaks just enough of the OpenAI REST API for LiteLLM and the ``openai`` SDK 
 
 * ``POST /v1/chat/completions``: a JSON ``chat.completion`` or, when the request says
   ``"stream": true``, server-sent events (``data: {chunk}`` lines ending with ``data: [DONE]``);
-* ``GET /v1/models``: the model list (any ``model`` value is accepted in requests anyway).
+* ``GET /v1/models``: the model list (any ``model`` value is accepted in requests anyway);
+* with ``tokenize=``, one host's tokenize endpoint (``TOKENIZE``), counting a text's words.
 
 Replies are scripted with ``Reply`` objects::
 
@@ -170,6 +171,15 @@ MALFORMED: dict[str, tuple[str, str]] = {
 """``Reply.malformed`` kinds: ``(body, content type)`` of 200 answers a proxy or a broken host sends."""
 
 
+TOKENIZE: dict[str, tuple[str, str, str]] = {
+    "llama-cpp-python": ("/extras/tokenize/count", "input", "count"),
+    "llama.cpp": ("/tokenize", "content", "tokens"),
+    "vllm": ("/tokenize", "prompt", "count"),
+}
+"""Hosts' tokenize endpoints: path, the body's field holding the text, and what the answer holds
+(``{"count": n}`` or ``{"tokens": [...]}``)."""
+
+
 class RecordedRequest(dict[str, Any]):
     """The JSON body of a request received by the server, with where and when it came.
 
@@ -228,6 +238,11 @@ class OpenAIServer:
     API does); ``storm(seconds, retry_after)`` answers every chat request 429 for a while.
     ``in_flight_max`` is the most requests answered at once so far, ``rejected`` the requests
     refused with 429 by either rule, ``rejected_at`` when (``time.monotonic()``).
+
+    ``tokenize``: a key of ``TOKENIZE`` (``"llama-cpp-python"``, ``"llama.cpp"``, ``"vllm"``) to
+    serve that host's tokenize endpoint, which counts a text's words (``_word_count``); the other
+    tokenize paths answer 404 as on that host. ``tokenize_requests`` are the bodies it received
+    (every path, answered or not).
     """
 
     def __init__(
@@ -243,7 +258,12 @@ class OpenAIServer:
         host: str = "127.0.0.1",
         max_concurrency: int | None = None,
         overload_retry_after: float = 1.0,
+        tokenize: str | None = None,
     ) -> None:
+        if tokenize is not None and tokenize not in TOKENIZE:
+            raise ValueError(f"tokenize must be one of {sorted(TOKENIZE)!r} or None, not {tokenize!r}")
+        self.tokenize = tokenize
+        self.tokenize_requests: list[tuple[str, dict[str, Any]]] = []
         if when_exhausted not in ("repeat", "error"):
             raise ValueError(f"when_exhausted must be 'repeat' or 'error', not {when_exhausted!r}")
         self.when_exhausted = when_exhausted
@@ -602,6 +622,9 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             raw = self._read_body()
+            if self.path.rstrip("/") in ("/extras/tokenize/count", "/tokenize"):
+                self._tokenize(raw)
+                return
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 self._send_json(404, _error_body(404, f"no route POST {self.path}"))
                 return
@@ -625,6 +648,17 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(request, body)
             finally:
                 server._leave()
+
+        def _tokenize(self, raw: bytes) -> None:
+            body = json.loads(raw or b"{}")
+            server.tokenize_requests.append((self.path, body))
+            path, field, answer = TOKENIZE.get(server.tokenize or "", ("", "", ""))
+            if self.path.rstrip("/") != path or not isinstance(body.get(field), str):
+                status = 404 if self.path.rstrip("/") != path else 422
+                self._send_json(status, _error_body(status, f"no tokenizer at {self.path} for this body"))
+                return
+            words = _word_count(body[field])
+            self._send_json(200, {"count": words} if answer == "count" else {"tokens": list(range(words))})
 
         def _answer(self, request: RecordedRequest, body: dict[str, Any]) -> None:
             try:

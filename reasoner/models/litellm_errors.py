@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.models.direct_http import HostReplyError, UnreadableReply, json_failure
+from tandem.reasoner.models.refusals import refusal, summary
 
 if TYPE_CHECKING:
     from tandem.reasoner.models.retry_policy import RetryPolicy
@@ -37,7 +38,8 @@ _PROVIDER_PREFIX = re.compile(
     r"^\s*(?:litellm\.\w+:\s*|\w+(?: Error)?:\s*|\w+Error\s+-\s*|[\w.\-]+Exception\s*-\s*)"
 )
 _ERROR_CODE = re.compile(r"Error code: \d+ - (.*)$", re.DOTALL)
-TRANSIENT_STATUSES = frozenset({408, 429})
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+"""The 4xx answers retried (a time-out, a conflict, a rate limit); other 4xx fail the call at once."""
 _CALL_FAILURES = (ModelCallError, HostReplyError, UnreadableReply, ConnectionError, TimeoutError)
 
 
@@ -170,12 +172,21 @@ def is_call_failure(exc: BaseException) -> bool:
     )
 
 
-def advice(kind: str, status: int | None, exc: BaseException, *, role: str | None, timeout: float) -> str:
-    """What to do about a failure, naming the ``TANDEM_<ROLE>_*`` setting (or argument) to check."""
+def advice(
+    kind: str,
+    status: int | None,
+    exc: BaseException,
+    *,
+    role: str | None,
+    timeout: float,
+    refused: str | None = None,
+) -> str:
+    """What to do about a failure, naming the ``TANDEM_<ROLE>_*`` setting (or argument) to check;
+    ``refused``: the kind of refusal the host's words are (``tandem.reasoner.models.refusals``)."""
     setting = f"TANDEM_{role.upper()}" if role else "TANDEM_<ROLE>"
     if kind == "timeout" or status == 408:
         return (
-            f"no answer within {timeout:g}s: raise {setting}_TIMEOUT (timeout=) "
+            f"no answer within the call's {timeout:g}s: raise {setting}_TIMEOUT (timeout=) "
             "or check how loaded the host is"
         )
     if kind == "connection":
@@ -183,11 +194,8 @@ def advice(kind: str, status: int | None, exc: BaseException, *, role: str | Non
             "the connection failed or broke: check that the host is running and reachable and "
             f"that {setting}_API_BASE (api_base=) is right"
         )
-    if type(exc).__name__ == "ContextWindowExceededError":
-        return (
-            "the conversation does not fit the model's context window: shorten the task or its "
-            f"context, lower {setting}_MAX_TOKENS, or use a model with a longer context"
-        )
+    if refused is not None:
+        return _REFUSAL_ADVICE[refused].format(setting=setting)
     if status == 401:
         return f"the host refused the credentials: check {setting}_API_KEY (api_key=)"
     if status == 403:
@@ -236,9 +244,6 @@ def translate(
     raw_status = getattr(exc, "status_code", None)
     status = raw_status if kind == "http" and isinstance(raw_status, int) else None
     transient = kind != "http" or (status is not None and (status in TRANSIENT_STATUSES or status >= 500))
-    no_key = not api_key and _NO_KEY.search(provider_message(exc)) is not None
-    if no_key:  # LiteLLM found no key for the provider: no retry (or wait) brings one
-        transient = False
     if kind == "http" and status is None:
         # no status at all: a LiteLLM-internal failure class; connection-like ones may pass
         transient = type(exc).__name__ in (
@@ -246,17 +251,26 @@ def translate(
             "ServiceUnavailableError",
             "InternalServerError",
         )
+    said = summary(provider_message(exc)).rstrip(". ")
+    refused = refusal(said, status, type(exc).__name__) if kind == "http" else None
+    if refused is not None:  # the host's words say no retry will change its answer
+        transient = False
+    no_key = not api_key and _NO_KEY.search(said) is not None
+    if no_key:  # LiteLLM found no key for the provider: no retry (or wait) brings one
+        transient = False
     what = {
         "timeout": "timed out",
         "connection": "connection failed",
     }.get(kind, f"HTTP {status}" if status is not None else type(exc).__name__)
-    said = provider_message(exc).rstrip(". ")
     if len(said) > 600:
         said = said[:600] + "…"
-    message = f"model {model!r} at {host}: {what}: {said or '(no message)'}"
+    if not said and kind == "timeout":  # the advice says what: no answer in time
+        message = f"model {model!r} at {host}: {what}"
+    else:
+        message = f"model {model!r} at {host}: {what}: {said or '(no message)'}"
     if transient and attempts > 1:
         message += f" (after {attempts} attempts)"
-    todo = advice(kind, status, exc, role=role, timeout=timeout)
+    todo = advice(kind, status, exc, role=role, timeout=timeout, refused=refused)
     if no_key:
         setting = f"TANDEM_{role.upper()}" if role else "TANDEM_<ROLE>"
         todo = (
@@ -277,6 +291,30 @@ def translate(
         )
     return ModelCallError(message, model=model, api_base=api_base, status_code=status)
 
+
+_REFUSAL_ADVICE = {
+    "context": (
+        "the conversation does not fit the model's context window: shorten the job's goal or "
+        "context, lower {setting}_MAX_TOKENS, start the host with a larger context (llama.cpp: "
+        "--n_ctx or -c; vLLM: --max-model-len), or use a model with a larger window"
+    ),
+    "validation": (
+        "the host's request schema refused the request (a retry sends the same): check that "
+        "{setting}_API_BASE is an OpenAI-compatible chat API and the host's version, and report "
+        "the message above to tandem if it names a field tandem sent"
+    ),
+    "template": (
+        "the host's chat template failed on the request (a retry sends the same): start the host "
+        "with a chat format that takes tool calls (llama-cpp-python: --chat_format "
+        "chatml-function-calling), or set {setting}_FUNCTION_CALLING=prompt"
+    ),
+    "unsupported": (
+        "the host does not serve what the request asks (a retry sends the same): see its words "
+        "above; {setting}_STREAM, {setting}_TOOL_CHOICE and {setting}_FUNCTION_CALLING change "
+        "what tandem asks"
+    ),
+}
+"""What to do about each kind of refusal (``tandem.reasoner.models.refusals``)."""
 
 _NO_KEY = re.compile(r"Missing credentials|api_key client option must be set", re.IGNORECASE)
 """How LiteLLM (and the OpenAI SDK under it) say that no API key was found for the provider: it

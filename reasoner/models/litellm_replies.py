@@ -1,4 +1,5 @@
-"""Reading a LiteLLM reply: raw host bodies, streamed tool-call deltas, usage.
+"""Reading a LiteLLM reply: the reasoning parser, raw host bodies, streamed tool-call deltas,
+prompt-mode calls written while thinking, usage.
 
 The pieces of ``LiteLlmModelService`` that turn what a host sent into ``ModelMessage`` parts; no
 request is made here and LiteLLM is not imported.
@@ -9,9 +10,43 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tandem.reasoner.errors import ConfigurationError
 from tandem.reasoner.messages import NativeToolCall, Usage
+
+if TYPE_CHECKING:
+    from tandem.reasoner.parsing.base import ReasoningParser
+
+
+def resolve_parser(parser: str | ReasoningParser | None) -> ReasoningParser:
+    """The reasoning parser named ``parser`` (``None``: ``"think"``), or ``parser`` itself when it
+    is an object with ``parse()`` and ``stream()``."""
+    from tandem.reasoner.parsing import get_reasoning_parser
+
+    if parser is None:
+        return get_reasoning_parser("think")
+    if isinstance(parser, str):
+        return get_reasoning_parser(parser)
+    if not (callable(getattr(parser, "parse", None)) and callable(getattr(parser, "stream", None))):
+        raise ConfigurationError(
+            f"reasoning_parser must be a parser name or an object with parse() and stream(), not {parser!r}"
+        )
+    return parser
+
+
+def calls_from_reasoning(reasoning: str, content: str) -> str:
+    """The text to append to ``content``: the ``<function_call>`` blocks found in ``reasoning``
+    that read cleanly (reasoning holds drafts, and a draft's broken block is no request)."""
+    if "<function_call>" not in reasoning:
+        return ""
+    from tandem.reasoner.function_calling import parse_function_calls
+
+    blocks = [f"<function_call>{c.raw}</function_call>" for c in parse_function_calls(reasoning) if c.ok]
+    if not blocks:
+        return ""
+    separator = "\n" if content and not content.endswith("\n") else ""
+    return separator + "\n".join(blocks)
 
 
 def new_call_id() -> str:

@@ -8,8 +8,11 @@ through ``api_base``, or any provider LiteLLM knows by its model prefix.
 
 Contracts:
 
+* **One deadline a call.** ``timeout`` bounds the whole call, all its attempts and the waits
+  between them (``tandem.reasoner.models.attempts``): each attempt gets what is left, and a
+  retry that would find none left is not made (the last failure is raised as it is).
 * **Retries are ours.** LiteLLM's and the OpenAI SDK's own retries are switched off
-  (``num_retries=0``, ``max_retries=0``). Transient failures (HTTP 408, 429, 5xx, time-outs,
+  (``num_retries=0``, ``max_retries=0``). Transient failures (HTTP 408, 409, 429, 5xx, time-outs,
   refused or dropped connections) are retried up to ``max_retries`` times with exponential
   backoff and full jitter (``uniform(0, min(backoff_max, backoff_base * 2**attempt))``). A
   ``Retry-After`` header (seconds or an HTTP date; ``retry-after-ms`` too) replaces the jittered
@@ -21,9 +24,12 @@ Contracts:
   A success answer that holds no chat completion (an HTML page, JSON cut short, an empty body)
   is retried the same way, ``max_retries`` times at most, its waits shortened to fit
   ``retry_hold`` (never handed on), then raises ``ModelCallError`` saying what came
-  (``tandem.reasoner.models.litellm_errors.MalformedReplyError``). Other failures (400, 401, 403, 404,
-  422, context window exceeded) raise ``ModelCallError`` at once. Messages name the model, the
-  host, the HTTP status, the provider's words and what to do; they never hold the API key.
+  (``tandem.reasoner.models.litellm_errors.MalformedReplyError``); a stream that brings no chunk
+  at all is asked again at once without streaming, since some hosts (llama-cpp-python) fail a
+  streamed request after its headers and say why only in a plain answer. Other failures (other
+  4xx, a context window exceeded, a 5xx whose words say a retry will not change it:
+  ``tandem.reasoner.models.refusals``) raise ``ModelCallError`` at once. Messages name the
+  model, the host, the HTTP status, the provider's words and what to do; never the API key.
 * **Reasoning.** A reasoning field returned by the host (``reasoning_content``, or vLLM's newer
   ``reasoning``) is the reasoning and the content is kept as sent. Otherwise the configured
   parser (default ``"think"``) splits the content. ``thinking`` is passed to the host as
@@ -36,14 +42,18 @@ Contracts:
   ``content``. With ``stream=False`` it is called once with the whole reply. A stream that
   breaks after text reached ``on_delta`` is not retried (the listener would see text twice):
   ``TransientModelError`` is raised instead.
+* **The request** is built to the shape the most hosts accept (``tandem.reasoner.models.wire``):
+  an assistant turn's ``content`` is ``""``, never ``null``; ``tool_choice`` goes with tools.
 * **Native tool calls**: with ``tools``, the OpenAI ``tools=`` schemas are sent and the reply's
   ``tool_calls`` (aggregated by index when streamed) become ``NativeToolCall``; so do tool calls
   a Harmony parser (gpt-oss) finds in the text, with generated ids.
 * **``tool_calls_in_reasoning=True``** copies every ``<function_call>`` block found in the
   reasoning to the end of the content (the reasoning keeps them), because prompt-mode call
   parsing ignores thinking sections and some models write their calls while thinking.
-* **Usage** of each call is in ``ModelMessage.usage`` (``calls=1``); tokens the host did not
-  report count 0 (LiteLLM's own estimate for a stream without usage is not used).
+* **Usage** of each call is in ``ModelMessage.usage`` (``calls=1``). A reply the host sent
+  without usage is counted by tandem (``tandem.reasoner.models.token_count``: the model's or the
+  host's tokenizer, else an estimate) and marked so (``counted_calls=1``); LiteLLM's own estimate
+  for a stream without usage is not used.
   ``usage.cost_usd`` is the price from LiteLLM's local cost map (0 for a model it does not price).
 
 LiteLLM is imported on first use, not with this module (``litellm_setup.import_litellm``): workers
@@ -64,6 +74,7 @@ from tandem.reasoner import tracing
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.attempts import Attempts
 from tandem.reasoner.models.cost_map import listed
 from tandem.reasoner.models.litellm_errors import (
     MalformedReplyError,
@@ -74,16 +85,26 @@ from tandem.reasoner.models.litellm_errors import (
     translate,
 )
 from tandem.reasoner.models.litellm_replies import (
+    calls_from_reasoning,
     message_text,
     new_call_id,
     parsed_tool_call,
     raw_message,
+    resolve_parser,
     usage_of,
 )
 from tandem.reasoner.models.litellm_setup import import_litellm, wait_for_warm_up
 from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
 from tandem.reasoner.models.model_service import BaseModelService
 from tandem.reasoner.models.retry_policy import RetryPolicy
+from tandem.reasoner.models.token_count import TokenCounter, needs_count
+from tandem.reasoner.models.wire import (
+    DEFAULT_TOOL_CHOICE,
+    TOOL_CHOICES,
+    chat_messages,
+    merged_extra_body,
+    tool_fields,
+)
 
 if TYPE_CHECKING:  # kept out of the import path: ``toolkit`` pulls in MCP and takes ~1 s to import
     from tandem.reasoner.models.model_service import ChatMessage, DeltaListener
@@ -105,7 +126,8 @@ class LiteLlmModelService(BaseModelService):
     ``model`` is a LiteLLM model string (``"hosted_vllm/Qwen3-32B"``, ``"openai/any"`` with
     ``api_base``); it is also ``name``. ``reasoning_parser`` is a parser name (see
     ``tandem.reasoner.parsing``) or a parser object; ``None`` uses ``"think"``. ``temperature`` and
-    ``max_tokens`` are sent only when set. ``timeout`` is seconds per attempt. ``extra_body`` is
+    ``max_tokens`` are sent only when set. ``timeout`` is seconds for one call, all its attempts
+    and the waits between them included. ``tool_choice`` goes with tools (``wire``). ``extra_body`` is
     merged into the request body (its ``chat_template_kwargs`` win over those ``thinking``
     sets). ``tool_runner`` runs prompt-mode calls (``call_function``); a default one is made on
     first use. ``no_retry_statuses`` (e.g. ``{429, 503}``) are raised at once as
@@ -114,8 +136,8 @@ class LiteLlmModelService(BaseModelService):
     the seconds one call waits between its attempts, in all (``None``: only ``backoff_max``
     bounds each wait); a longer wait is left to the caller (see the module docstring). ``role``
     (``"thinker"``/``"actor"``) only makes error advice name the right
-    ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``) and
-    ``rng`` are injectable for tests.
+    ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``),
+    ``rng`` and ``clock`` (the monotonic clock of the call's deadline) are injectable for tests.
     """
 
     def __init__(
@@ -139,9 +161,11 @@ class LiteLlmModelService(BaseModelService):
         no_retry_statuses: Collection[int] = (),
         retry_hold: float | None = None,
         role: str | None = None,
+        tool_choice: str = DEFAULT_TOOL_CHOICE,
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError(
@@ -149,11 +173,16 @@ class LiteLlmModelService(BaseModelService):
             )
         if timeout is None or timeout <= 0:
             raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if tool_choice not in TOOL_CHOICES:
+            choices = ", ".join(TOOL_CHOICES)
+            raise ConfigurationError(f"tool_choice must be one of {choices}, not {tool_choice!r}")
         super().__init__(tool_runner)
         self.retry = RetryPolicy(
             max_retries, backoff_base, backoff_max, sleep, rng or random.Random(), max_hold=retry_hold
         )
         self.asleep = asleep
+        self.clock = clock
+        self.tool_choice = tool_choice
         self.no_retry_statuses = frozenset(no_retry_statuses)
         self.model = model
         self.name = model
@@ -166,45 +195,18 @@ class LiteLlmModelService(BaseModelService):
         self.thinking = thinking
         self.tool_calls_in_reasoning = tool_calls_in_reasoning
         self.role = role
-        self.parser = self._resolve_parser(reasoning_parser)
-        self.extra_body = self._merged_extra_body(extra_body, thinking)
+        self.parser = resolve_parser(reasoning_parser)
+        self.extra_body = merged_extra_body(extra_body, thinking)
         self._unpriced = False
         """True once the cost map gave this model no price: its calls cost 0 without a lookup."""
         self._direct_name = direct_http.direct_model(model, self.api_base, self._api_key)
         """The model's name at its host when non-streamed calls on a loop that allows it may skip
         LiteLLM (``tandem.reasoner.models.direct_http``); ``None``: always through LiteLLM."""
+        self._counter = TokenCounter(model, self.api_base, self._api_key)
+        """Counts the tokens of replies the host sent without usage."""
 
     def __repr__(self) -> str:
         return f"LiteLlmModelService(model={self.model!r}, api_base={self.host!r}, stream={self.stream!r})"
-
-    # -- configuration -----------------------------------------------------------------
-
-    @staticmethod
-    def _resolve_parser(parser: str | ReasoningParser | None) -> ReasoningParser:
-        from tandem.reasoner.parsing import get_reasoning_parser
-
-        if parser is None:
-            return get_reasoning_parser("think")
-        if isinstance(parser, str):
-            return get_reasoning_parser(parser)
-        if not (callable(getattr(parser, "parse", None)) and callable(getattr(parser, "stream", None))):
-            raise ConfigurationError(
-                "reasoning_parser must be a parser name or an object with parse() and stream(), "
-                f"not {parser!r}"
-            )
-        return parser
-
-    @staticmethod
-    def _merged_extra_body(extra_body: Mapping[str, Any] | None, thinking: bool | None) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        if thinking is not None:
-            merged["chat_template_kwargs"] = {"enable_thinking": thinking, "thinking": thinking}
-        for key, value in (extra_body or {}).items():
-            if key == "chat_template_kwargs" and isinstance(value, Mapping):
-                merged["chat_template_kwargs"] = {**merged.get("chat_template_kwargs", {}), **value}
-            else:
-                merged[key] = value
-        return merged
 
     @property
     def host(self) -> str:
@@ -223,20 +225,25 @@ class LiteLlmModelService(BaseModelService):
     ) -> ModelMessage:
         """Call the model once (retrying transient failures) and return its reply.
 
-        The request is the system prompt (when not empty) followed by ``messages`` unchanged.
-        Raises ``TransientModelError`` when retries are spent, ``ModelCallError`` otherwise.
+        The request is the system prompt (when not empty) followed by ``messages`` as they are,
+        but for an assistant turn without content, sent with ``""`` (``wire.chat_messages``).
+        Raises ``TransientModelError`` when retries or the call's time are spent,
+        ``ModelCallError`` otherwise.
         """
         request = self._request(sys_prompt, messages, tools)
-        attempt, held = 0, 0.0
+        import_litellm()  # (once a process) not counted against the call's time
+        attempts = Attempts(self.timeout, self.clock)
         while True:
             try:
-                if self.stream:
-                    return self._streamed(request, on_delta)
-                return self._complete(request, on_delta)
+                if self.stream and not attempts.plain:
+                    reply = self._streamed(self._attempt(request, attempts), on_delta, attempts)
+                else:
+                    reply = self._complete(self._attempt(request, attempts), on_delta)
+                return self._counted(request, reply)
             except Exception as exc:
-                wait = self._retry_wait(exc, attempt, held)
+                wait = self._retry_wait(exc, attempts)
             self.retry.sleep(wait)
-            attempt, held = attempt + 1, held + wait
+            attempts.next(wait)
 
     async def agenerate(
         self,
@@ -249,22 +256,57 @@ class LiteLlmModelService(BaseModelService):
         """``generate`` for asyncio, over ``litellm.acompletion`` (streamed too): the same request,
         reply, retries and errors; waiting for a reply or a back-off never blocks the loop."""
         request = self._request(sys_prompt, messages, tools)
-        attempt, held = 0, 0.0
+        if self._direct_name is None or direct_http.session() is None:
+            import_litellm()  # (once a process) blocks the loop: not counted against the call's time
+        attempts = Attempts(self.timeout, self.clock)
         while True:
             try:
-                if self.stream:
-                    return await self._astreamed(request, on_delta)
-                return await self._acomplete(request, on_delta)
+                async with asyncio.timeout(attempts.left()):  # the attempt, stream and all
+                    if self.stream and not attempts.plain:
+                        reply = await self._astreamed(self._attempt(request, attempts), on_delta)
+                    else:
+                        reply = await self._acomplete(self._attempt(request, attempts), on_delta)
+                if not needs_count(reply.usage):
+                    return reply
+                return await asyncio.to_thread(self._counted, request, reply)  # tokenize requests
             except Exception as exc:
-                wait = self._retry_wait(exc, attempt, held)
+                wait = self._retry_wait(exc, attempts)
             await self.asleep(wait)
-            attempt, held = attempt + 1, held + wait
+            attempts.next(wait)
 
-    def _retry_wait(self, exc: Exception, attempt: int, held: float) -> float:
-        """Seconds to wait before retrying after attempt ``attempt`` failed with ``exc``, the call
-        having waited ``held`` seconds so far; raises the error to give up with (not a call
-        failure, not transient, retries spent, a wait too long for this call to hold, or a stream
-        that broke after text reached the listener)."""
+    def _attempt(self, request: dict[str, Any], attempts: Attempts) -> dict[str, Any]:
+        """``request`` for the next attempt: its ``timeout`` what is left of the call's, and not
+        streamed once ``attempts.plain``."""
+        sent = {**request, "timeout": attempts.left()}
+        if attempts.plain:
+            sent.pop("stream", None)
+            sent.pop("stream_options", None)
+        return sent
+
+    def _counted(self, request: dict[str, Any], reply: ModelMessage) -> ModelMessage:
+        """``reply`` with tandem's own count of its tokens when the host reported none
+        (``tandem.reasoner.models.token_count``; blocks for the host's tokenize requests)."""
+        if not needs_count(reply.usage):
+            return reply
+        usage = self._counter.usage(
+            request["messages"],
+            request.get("tools"),
+            reply.content,
+            reply.reasoning,
+            reply.tool_calls,
+            streamed=reply.usage.completion_tokens if reply.usage.counted_calls else None,
+        )
+        cost = self._cost(usage.prompt_tokens, usage.completion_tokens)
+        return reply.model_copy(update={"usage": usage.model_copy(update={"cost_usd": cost})})
+
+    def _retry_wait(self, exc: Exception, attempts: Attempts) -> float:
+        """Seconds to wait before retrying after attempt ``attempts.number`` failed with ``exc``;
+        raises the error to give up with (not a call failure, not transient, retries spent, a
+        wait too long for this call to hold or past its deadline, or a stream that broke after
+        text reached the listener). A stream with no chunk at all is asked again at once without
+        streaming: hosts that fail a streamed request after its headers (llama-cpp-python) say
+        why only in a plain answer."""
+        attempt, held = attempts.number, attempts.held
         if isinstance(exc, PartialStreamError):
             error = self._translate(exc.cause, attempts=attempt + 1)
             raise TransientModelError(
@@ -278,17 +320,26 @@ class LiteLlmModelService(BaseModelService):
             raise exc
         error = self._translate(exc, attempts=attempt + 1)
         if isinstance(error, MalformedReplyError):  # retried here only, a bounded number of times
-            return error.next_wait(self.retry, attempt, held)
+            if error.reply.kind == "no-chunks" and not attempts.plain and self.retry.can_retry(attempt):
+                attempts.plain = True
+                wait = 0.0
+                logger.warning("%s; asking again without streaming", error)
+            else:
+                wait = error.next_wait(self.retry, attempt, held)
+            if not attempts.fits(wait):
+                raise error.final(attempt + 1) from exc
+            return wait
         if (
             not isinstance(error, TransientModelError)
             or not self.retry.can_retry(attempt)
             or error.status_code in self.no_retry_statuses
         ):
             raise error from exc
-        wait = self.retry.delay(attempt, error.retry_after, held)
-        if wait is None:
+        delay = self.retry.delay(attempt, error.retry_after, held)
+        if delay is None or not attempts.fits(delay):
+            why = self.retry.refusal(error.retry_after, held) if delay is None else attempts.ran_out()
             raise TransientModelError(
-                f"{error} {self.retry.refusal(error.retry_after, held)}",
+                f"{error} {why}",
                 retry_after=error.retry_after,
                 model=self.model,
                 api_base=self.api_base,
@@ -301,28 +352,26 @@ class LiteLlmModelService(BaseModelService):
             attempt + 1,
             self.retry.max_retries + 1,
             error.status_code or failure_kind(exc),
-            wait,
+            delay,
         )
         tracing.event(
             "gen_ai.retry",
             {
                 "tandem.attempt": attempt + 1,
-                "tandem.retry_in": wait,
+                "tandem.retry_in": delay,
                 "error.type": str(error.status_code or failure_kind(exc)),
             },
         )
-        return wait
+        return delay
 
     # -- requests ----------------------------------------------------------------------
 
     def _request(
         self, sys_prompt: str, messages: Sequence[ChatMessage], tools: Sequence[Tool] | None
     ) -> dict[str, Any]:
-        chat: list[ChatMessage] = [{"role": "system", "content": sys_prompt}] if sys_prompt else []
-        chat.extend(messages)
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": chat,
+            "messages": chat_messages(sys_prompt, messages),
             "timeout": self.timeout,
             "num_retries": 0,  # LiteLLM's retry loop: ours replaces it
             "max_retries": 0,  # the OpenAI SDK client's retries (2 by default)
@@ -337,7 +386,7 @@ class LiteLlmModelService(BaseModelService):
         if self.max_tokens is not None:
             request["max_tokens"] = self.max_tokens
         if tools:
-            request["tools"] = [tool.openai_schema() for tool in tools]
+            request.update(tool_fields([tool.openai_schema() for tool in tools], self.tool_choice))
         if self.extra_body:
             request["extra_body"] = dict(self.extra_body)
         if self.stream:
@@ -410,7 +459,7 @@ class LiteLlmModelService(BaseModelService):
         (``tandem.reasoner.models.direct_http``), the same reply."""
         body = self._direct_body(request)
         assert self.api_base is not None
-        data = await direct_http.post_chat(client, self.api_base, self._api_key, body, self.timeout)
+        data = await direct_http.post_chat(client, self.api_base, self._api_key, body, request["timeout"])
         message = data["choices"][0]["message"]  # a chat completion: post_chat checked its shape
         content, provider_reasoning = message_text(message) or ("", "")
         tool_calls = [
@@ -424,7 +473,9 @@ class LiteLlmModelService(BaseModelService):
         ]
         return self._reply(content, provider_reasoning, tool_calls, usage_of(data.get("usage")), on_delta)
 
-    def _streamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
+    def _streamed(
+        self, request: dict[str, Any], on_delta: DeltaListener | None, attempts: Attempts
+    ) -> ModelMessage:
         wait_for_warm_up()  # a worker's warm-up in progress: else this reply would pause mid-stream
         stream = import_litellm().completion(**request)
         reader = self._reader(on_delta)
@@ -438,6 +489,8 @@ class LiteLlmModelService(BaseModelService):
                 reader.broke(exc)
                 raise
             reader.feed(chunk)
+            if not attempts.left():  # a host that trickles: each read has its own time-out only
+                raise TimeoutError(f"the call's {self.timeout:g}s ran out while the reply streamed")
         return self._message(*reader.finish(stream))
 
     async def _astreamed(self, request: dict[str, Any], on_delta: DeltaListener | None) -> ModelMessage:
@@ -475,14 +528,14 @@ class LiteLlmModelService(BaseModelService):
         )
         assert self.api_base is not None
         async with direct_http.open_stream(
-            client, self.api_base, self._api_key, body, self.timeout
+            client, self.api_base, self._api_key, body, request["timeout"]
         ) as stream:
             return await self._read(stream, self._reader(on_delta))
 
     def _direct_body(self, request: dict[str, Any]) -> dict[str, Any]:
         """The body a direct call posts for ``request`` (what LiteLLM would send the host)."""
         body: dict[str, Any] = {"model": self._direct_name, "messages": request["messages"]}
-        for key in ("temperature", "max_tokens", "tools"):
+        for key in ("temperature", "max_tokens", "tools", "tool_choice"):
             if key in request:
                 body[key] = request[key]
         body.update(request.get("extra_body") or {})
@@ -493,17 +546,7 @@ class LiteLlmModelService(BaseModelService):
 
     def _calls_from_reasoning(self, reasoning: str, content: str) -> str:
         """The text to append to ``content``: reasoning's ``<function_call>`` blocks, if enabled."""
-        if not self.tool_calls_in_reasoning or "<function_call>" not in reasoning:
-            return ""
-        from tandem.reasoner.function_calling import parse_function_calls
-
-        # Only blocks that read cleanly: reasoning holds drafts, and a draft's broken block is
-        # not a request the model made.
-        blocks = [f"<function_call>{c.raw}</function_call>" for c in parse_function_calls(reasoning) if c.ok]
-        if not blocks:
-            return ""
-        separator = "\n" if content and not content.endswith("\n") else ""
-        return separator + "\n".join(blocks)
+        return calls_from_reasoning(reasoning, content) if self.tool_calls_in_reasoning else ""
 
     def _message(
         self, content: str, reasoning: str, tool_calls: list[NativeToolCall], usage: Usage

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner.messages import NativeToolCall, Usage
-from tandem.reasoner.models.direct_http import UnreadableReply
+from tandem.reasoner.models.direct_http import ChatStream, UnreadableReply
 from tandem.reasoner.models.litellm_errors import is_call_failure
 from tandem.reasoner.models.litellm_replies import (
     ToolCallAccumulator,
@@ -72,6 +72,10 @@ class StreamReader:
         self.parser_stream: Any = None
         self.provider_reasoning = False
         self.usage: Any = None
+        self.pieces = 0
+        """Chunks that brought text or tool-call pieces: hosts send a token a chunk."""
+        self.finished = False
+        """Whether a chunk carried a ``finish_reason``: a stream without one was cut off."""
         self.delivered = 0
         """Characters handed to the listener so far."""
 
@@ -98,7 +102,9 @@ class StreamReader:
         choices = getattr(chunk, "choices", None) or []
         if not choices:
             return
-        delta = choices[0].delta
+        if getattr(choices[0], "finish_reason", None):
+            self.finished = True
+        delta = getattr(choices[0], "delta", None)
         if delta is None:
             return
         # ``reasoning``: vLLM's newer name, which LiteLLM maps (a direct stream reads it as sent).
@@ -121,15 +127,22 @@ class StreamReader:
                 self.parsed_calls.extend(getattr(split, "tool_calls", ()) or ())
         if getattr(delta, "tool_calls", None):
             self.native.add(delta.tool_calls)
+        if reasoning_piece or content_piece or getattr(delta, "tool_calls", None):
+            self.pieces += 1
         self.emit(out_reasoning, out_content)
 
     def finish(self, stream: Any) -> tuple[str, str, list[NativeToolCall], Usage]:
-        """Flush the parser; the reply's ``(content, reasoning, tool_calls, usage)``.
+        """Flush the parser; the reply's ``(content, reasoning, tool_calls, usage)``. A stream the
+        host sent without usage gives ``counted_calls=1`` and the chunks that brought text or
+        tool-call pieces as ``completion_tokens``, for the model service to complete the count.
 
         ``UnreadableReply`` when the host sent no chunk at all: LiteLLM skips the lines of an
         event stream that are not ``data:`` chunks and ends the stream with one of its own, so
         an HTML page or a JSON object answered to a streamed request would otherwise read as an
-        empty reply.
+        empty reply. On the direct path (a ``ChatStream``), ``UnreadableReply`` (``cut-stream``)
+        too when no chunk carried a ``finish_reason``, as LiteLLM says of such a stream
+        (llama-cpp-python ends a stream it interrupts for another request with ``[DONE]`` and no
+        ``finish_reason``); ``PartialStreamError`` around it once text reached the listener.
         """
         received = getattr(stream, "chunks", None)  # what LiteLLM received from the host
         if isinstance(received, list) and not received and not self.delivered:
@@ -138,6 +151,11 @@ class StreamReader:
             content_type = str(found[0]) if found else ""
             stream_type = not content_type or "event-stream" in content_type
             raise UnreadableReply("no-chunks" if stream_type else "not-stream", "", content_type)
+        if isinstance(stream, ChatStream) and not self.finished:
+            cut = UnreadableReply("cut-stream", "", stream.content_type)
+            if self.delivered:
+                raise PartialStreamError(cut, self.delivered) from cut
+            raise cut
         if self.parser_stream is not None:
             tail = self.parser_stream.finish()
             self.parsed_calls.extend(getattr(tail, "tool_calls", ()) or ())
@@ -148,4 +166,11 @@ class StreamReader:
         if usage is not None and not host_reported_usage(stream):
             usage = None
         tool_calls = self.native.calls() + [parsed_tool_call(call) for call in self.parsed_calls]
+        if usage is None:  # tandem counts it (``token_count``), from the chunks the host sent
+            return (
+                "".join(self.content_parts),
+                reasoning,
+                tool_calls,
+                Usage(completion_tokens=self.pieces, total_tokens=self.pieces, calls=1, counted_calls=1),
+            )
         return "".join(self.content_parts), reasoning, tool_calls, usage_of(usage)

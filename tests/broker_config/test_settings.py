@@ -321,6 +321,16 @@ def test_function_calling_mode_of_a_role() -> None:
         Settings.from_env({"TANDEM_ACTOR_FUNCTION_CALLING": "xml"})
 
 
+def test_tool_choice_of_a_role() -> None:
+    assert Settings.from_env({}).actor.tool_choice == "auto"
+    settings = Settings.from_env(
+        {"TANDEM_ACTOR_TOOL_CHOICE": "omit", "TANDEM_THINKER_TOOL_CHOICE": "required"}
+    )
+    assert (settings.actor.tool_choice, settings.thinker.tool_choice) == ("omit", "required")
+    with pytest.raises(SettingsError, match=r"TANDEM_ACTOR_TOOL_CHOICE='any' must be one of auto, required"):
+        Settings.from_env({"TANDEM_ACTOR_TOOL_CHOICE": "any"})
+
+
 def test_each_role_caps_its_replies_by_default() -> None:
     settings = Settings.from_env({})
     assert (settings.thinker.reply_tokens, settings.actor.reply_tokens) == (8192, 4096)

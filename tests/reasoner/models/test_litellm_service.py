@@ -308,11 +308,14 @@ def test_dropped_connection_is_retried() -> None:
         assert server.request_count == 2 and len(sleeps) == 1
 
 
-def test_timeout_is_transient() -> None:
+def test_a_timeout_is_transient_and_spends_the_calls_time() -> None:
+    """``timeout`` is the whole call's: an attempt that used it all is not followed by another
+    (the caller reschedules the transient error)."""
     with OpenAIServer([Reply("slow", delay=1.0), Reply("4")]) as server:
-        service, sleeps = make(server, timeout=0.2)
-        assert service.generate("", USER).content == "4"
-        assert len(sleeps) == 1
+        service, sleeps = make(server, timeout=0.3)
+        with pytest.raises(TransientModelError, match=r"timed out: .*The call's time ran out \(timeout=0.3s"):
+            service.generate("", USER)
+        assert server.request_count == 1 and sleeps == []
 
 
 def test_stream_broken_after_deltas_is_not_retried() -> None:
@@ -431,7 +434,7 @@ def test_usage_is_recorded(stream: bool) -> None:
     with OpenAIServer(Reply("4", usage=usage)) as server:
         service, _ = make(server, stream=stream)
         message = service.generate("", USER)
-    assert message.usage.model_dump() == {**usage, "calls": 1, "cost_usd": 0.0}  # an unpriced model
+    assert message.usage.model_dump() == {**usage, "calls": 1, "cost_usd": 0.0, "counted_calls": 0}
 
 
 def test_cost_comes_from_litellms_local_cost_map() -> None:
@@ -458,16 +461,21 @@ def test_no_retry_statuses_are_raised_at_once_with_retry_after() -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_usage_missing_from_the_host_counts_zero(stream: bool) -> None:
-    with OpenAIServer(Reply("four words of answer", usage=None)) as server:
+def test_usage_missing_from_the_host_is_estimated_and_marked(stream: bool) -> None:
+    """A host with no usage and no tokenize endpoint: a token per 3 characters, rounded up, and a
+    stream's reply a token a chunk (``tests/reasoner/models/test_token_count.py`` has the tokenizers)."""
+    with OpenAIServer(Reply("four words of answer", usage=None), chunk_size=8) as server:
         service, _ = make(server, stream=stream)
         message = service.generate("", USER)
+    prompt = 7 + 4 + 3  # "user\nWhat is 2 + 2?" (19 characters), one message's framing, the reply's
+    completion = 3 if stream else 7  # 20 characters: 3 chunks of 8, or 7 tokens of 3
     assert message.usage.model_dump() == {
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "total_tokens": 0,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "calls": 1,
         "cost_usd": 0.0,
+        "counted_calls": 1,
     }
 
 
