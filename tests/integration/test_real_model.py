@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tandem.client import JobHandle
 from tandem.reasoner.messages import ModelMessage
-from tandem.tasks.client import JobHandle
 from tandem.tasks.job_events import ModelDelta, ModelReply
 from tandem.tasks.spec import JobResult
 from tests.integration.conftest import Cluster, _make_cluster
