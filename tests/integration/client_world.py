@@ -180,8 +180,8 @@ def parked_job(url: str, token: str = FULL) -> str:
 @contextmanager
 def hold_stream(url: str, job_id: str, token: str = FULL) -> Iterator[httpx.Response]:
     """An event stream of ``job_id`` opened with plain httpx and held while the block runs. An API
-    holding one stream notices a stream closed before it only when it next writes to it, so a 429
-    or 503 is asked again, up to 60 s; the response yielded is the last one (200 unless it gave up)."""
+    may notice a stream closed before only at its next write to it (a heartbeat, every 15 s), so a
+    429 or 503 is asked again, up to 60 s; the response yielded is the last (200 unless it gave up)."""
     deadline = time.monotonic() + 60
     headers = {"Authorization": f"Bearer {token}"}
     while True:
