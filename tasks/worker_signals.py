@@ -50,6 +50,8 @@ log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
 _streams_to_warm: tuple[str, bool] | None = None
 """The model whose streamed path a thread-pool worker warms up once ready, and whether on a loop."""
+_ready_file: str | None = None
+"""Where this worker says it is ready (``tandem worker --ready-file``), or nowhere."""
 
 
 def _resend(job_id: str, verdict: Reconciled) -> None:
@@ -368,7 +370,8 @@ def _freeze_startup_objects(**_: Any) -> None:
 @worker_ready.connect
 def _start_warm_up(**_: Any) -> None:
     """Start the warm-up ``_warm_up_streams`` left for this moment: the last of the ready
-    handlers (its thread would slow theirs down), before any message is taken."""
+    handlers but the ready file's (its thread would slow theirs down), before any message is
+    taken."""
     global _streams_to_warm
     if _streams_to_warm is None:
         return
@@ -376,6 +379,26 @@ def _start_warm_up(**_: Any) -> None:
 
     (model, on_loop), _streams_to_warm = _streams_to_warm, None
     start_streaming_warm_up(model, use_async=on_loop)
+
+
+def announce_ready_in(path: str | None) -> None:
+    """Have this worker write ``path`` (its pid) once it takes work: after every other ready
+    handler (its reconciler, its metrics), as its event loop starts (``tandem worker
+    --ready-file``; ``tandem.workers.embedded.WorkerGroup`` waits for it)."""
+    global _ready_file
+    _ready_file = path
+
+
+@worker_ready.connect
+def _write_ready_file(sender: Any = None, **_: Any) -> None:
+    """The last ready handler: write the ready file, if asked (the worker's pid and node name,
+    ``thinker@gpu-1``), in one step: a reader never sees it half written."""
+    if _ready_file is None:
+        return
+    partial = f"{_ready_file}.{os.getpid()}.partial"
+    with open(partial, "w") as out:
+        out.write(f"{os.getpid()}\n{getattr(sender, 'hostname', '')}\n")
+    os.replace(partial, _ready_file)
 
 
 @worker_shutdown.connect

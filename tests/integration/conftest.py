@@ -34,6 +34,11 @@ TEST_DBS = (1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15)
 """The databases clusters take, one each: not 0 (the default URL, and unit tests under their own
 key prefixes), 4 (``bench``, flushed by every benchmark) or 8 (the state-machine unit tests).
 Parallel runs (``make test`` runs several pytest processes) and other engineers' runs share them."""
+READY_SECONDS = 600.0
+"""How long a cluster waits for its workers' ready signals (``WorkerGroup.wait_ready``): a worker
+that imports LiteLLM needs 2-5 s of CPU to start, and ``make test`` starts several clusters at once
+on a machine other work shares. Waiting costs nothing when they are ready sooner; a worker that
+exits fails the wait at once."""
 DB_WAIT_SECONDS = 600.0
 """How long a cluster waits for a free database before the test fails: on a machine where every
 database is taken, one frees when another test ends, so waiting beats failing."""
@@ -120,7 +125,7 @@ class Cluster:
         )
         group.start()
         self.groups.append(group)
-        group.wait_ready(self.app, timeout=90)
+        group.wait_ready(self.app, timeout=READY_SECONDS)
         return group
 
     def submit(self, **spec: Any) -> JobHandle:

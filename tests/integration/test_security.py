@@ -31,7 +31,7 @@ from redis import Redis
 
 from tandem.workers.embedded import free_port
 from tests.integration import plan_model
-from tests.integration.conftest import Cluster, _exclusive_db, actor_host
+from tests.integration.conftest import READY_SECONDS, Cluster, _exclusive_db, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -552,11 +552,7 @@ def test_signed_messages_run_and_unsigned_or_forged_ones_are_refused(redis_base:
         group = WorkerGroup(("thinker", "actor", "tools"), env={**os.environ, **env}, loglevel="INFO")
         group.start()
         try:
-            deadline = time.monotonic() + 90
-            logs = ""
-            while time.monotonic() < deadline and "ready" not in logs:
-                time.sleep(1)
-                logs = "".join(p.read_text(errors="replace") for p in group.log_dir.glob("*.log"))
+            group.wait_ready(timeout=READY_SECONDS)
             goal = goal_with_plan("signed", [[{"name": "add", "args": {"a": 1, "b": 2}}]])
             signed = subprocess.run(
                 [sys.executable, "-c", SIGNED_CLIENT, goal],
