@@ -39,6 +39,10 @@ READY_SECONDS = 600.0
 that imports LiteLLM needs 2-5 s of CPU to start, and ``make test`` starts several clusters at once
 on a machine other work shares. Waiting costs nothing when they are ready sooner; a worker that
 exits fails the wait at once."""
+RESULT_SECONDS = 600.0
+"""How long a test waits for a job it expects to end (``JobHandle.result(timeout=...)``): the wait
+ends with the job, so a generous bound costs nothing on a quiet machine and spares a loaded one
+a failure that says only "slow"."""
 DB_WAIT_SECONDS = 600.0
 """How long a cluster waits for a free database before the test fails: on a machine where every
 database is taken, one frees when another test ends, so waiting beats failing."""

@@ -31,7 +31,7 @@ from redis import Redis
 
 from tandem.workers.embedded import free_port
 from tests.integration import plan_model
-from tests.integration.conftest import READY_SECONDS, Cluster, _exclusive_db, actor_host
+from tests.integration.conftest import READY_SECONDS, RESULT_SECONDS, Cluster, _exclusive_db, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -589,11 +589,13 @@ def test_signed_messages_run_and_unsigned_or_forged_ones_are_refused(redis_base:
                 cwd=ROOT,
             )
             assert forged.returncode != 0  # the worker never ran it: the client times out
-            time.sleep(1)
-            logs = "".join(p.read_text(errors="replace") for p in group.log_dir.glob("*.log"))
-            assert re.search(r"(?i)content.*disallow|not.*trusted|certificate|SecurityError", logs), logs[
-                -3000:
-            ]
+            refusal = re.compile(r"(?i)content.*disallow|not.*trusted|certificate|SecurityError")
+            deadline = time.monotonic() + RESULT_SECONDS  # the worker logs its refusal when it takes it
+            logs = ""
+            while not refusal.search(logs):
+                assert time.monotonic() < deadline, logs[-3000:]
+                time.sleep(0.2)
+                logs = "".join(p.read_text(errors="replace") for p in group.log_dir.glob("*.log"))
             assert all(p.poll() is None for p in group.processes.values())
             specs = [Redis.from_url(url).get(k) for k in Redis.from_url(url).scan_iter("tandem:*:spec")]
             assert all(b"unsigned" not in (s or b"") and b"forged" not in (s or b"") for s in specs)

@@ -70,7 +70,7 @@ def test_a_worker_that_said_it_was_ready_but_answers_no_ping_is_named(
         assert workers.processes["tools"].poll() is None, "the tools worker exited"
         time.sleep(0.05)
     os.kill(workers.processes["tools"].pid, signal.SIGSTOP)
-    with pytest.raises(RuntimeStartError, match=r"the tools worker .* said it was ready but answered no ping"):
+    with pytest.raises(RuntimeStartError, match=r"the tools worker .* said it was ready but answered no"):
         workers.wait_ready(cluster.app, timeout=3)
 
 
