@@ -43,6 +43,10 @@ RESULT_SECONDS = 600.0
 """How long a test waits for a job it expects to end (``JobHandle.result(timeout=...)``): the wait
 ends with the job, so a generous bound costs nothing on a quiet machine and spares a loaded one
 a failure that says only "slow"."""
+EVENT_SECONDS = 120.0
+"""How long a test waits for one thing a worker does (a message taken, a queue drained, a log
+line, a step parked): seconds on a quiet machine, so this bound only ends a wait that would never
+end, with a message saying what did not happen."""
 DB_WAIT_SECONDS = 600.0
 """How long a cluster waits for a free database before the test fails: on a machine where every
 database is taken, one frees when another test ends, so waiting beats failing."""

@@ -355,7 +355,7 @@ def test_a_job_with_a_hosted_vllm_actor_and_no_key_completes(
         cluster, _thinker, actor = next(gen)
         try:
             cluster.start("thinker", "actor", "tools")
-            result = cluster.submit(goal="add 2 and 2", max_rounds=3).result(timeout=60)
+            result = cluster.submit(goal="add 2 and 2", max_rounds=3).result(timeout=RESULT_SECONDS)
             assert actor.request_count >= 1
             assert result.status == "completed", result
         finally:
