@@ -9,8 +9,8 @@ Thinker (what a client following the job sees). The figures are the medians over
 
 - ``first_stream_ttft_s_first``: the first job on a fresh worker;
 - ``first_stream_ttft_s_later``: the later jobs (the median of their medians);
-- ``first_stream_submit_to_token_s_first`` / ``_later``: the same from the job's submission (a first
-  job sent right after the workers are ready also waits for what is left of the warm-up);
+- ``first_stream_submit_to_token_s_first`` / ``_later``: the same from the job's submission (the
+  workers warm up before they are ready, so a first job sent then waits for no warm-up);
 - ``first_stream_worker_ready_s``: from launching the three workers together to the slowest of them
   answering a ping (the goal of issue 27: at most 3 s).
 

@@ -49,8 +49,8 @@ from tandem.toolkit.redaction import install_log_redaction, redact
 
 log = logging.getLogger("tandem.worker")
 _reconciler: Reconciler | None = None
-_streams_to_warm: tuple[str, bool] | None = None
-"""The model whose streamed path a thread-pool worker warms up once ready, and whether on a loop."""
+_ready_file: str | None = None
+"""Where this worker says it is ready (``tandem worker --ready-file``), or nowhere."""
 
 
 def _answer_dropped(headers: Mapping[str, Any], reason: str) -> None:
@@ -207,7 +207,7 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
     )
 
     import_litellm()
-    _warm_up_streams(settings, [r for r in models if through_litellm(r)], sender)
+    _warm_up_streams(settings, [r for r in models if through_litellm(r)])
     threads = get_runtime().concurrency
     if not on_loop:
         # Calls in the step threads: one connection per thread (and a few for the in-call
@@ -226,14 +226,13 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
         )
 
 
-def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
+def _warm_up_streams(settings: Any, models: list[str]) -> None:
     """Have LiteLLM set up its streaming before the first streamed reply of a role that streams
-    (``warm_up_streaming``: no request leaves the process). A prefork worker does it here, before
-    its processes fork, so each inherits it. Any other starts it in a thread once it is ready
-    (``_start_warm_up``), so its start does not wait for it; a streamed call that comes sooner
-    waits for what is left of it before sending its request, and its reply still streams from
-    its first chunk."""
-    global _streams_to_warm
+    (``warm_up_streaming``: no request leaves the process), before the worker takes work; a
+    prefork worker's processes inherit what it loaded. Not in a thread beside the first steps: it
+    holds the GIL up to a second at a time on a quiet machine (loading a tokenizer), several on a
+    loaded one, and the lease keeper of the process could not renew the steps' leases meanwhile
+    (a streamed step was sent again and its model called twice)."""
     from tandem.reasoner.models.litellm_setup import warm_up_streaming
     from tandem.tasks.hosts.model_loop import threads_are_green
 
@@ -242,9 +241,6 @@ def _warm_up_streams(settings: Any, models: list[str], worker: Any) -> None:
         return
     model = settings.role(streamed[0]).model or ""
     on_loop = bool(settings.model_loop) and not threads_are_green()
-    if "prefork" not in str(getattr(worker, "pool_cls", "")):
-        _streams_to_warm = (model, on_loop)
-        return
     started = time.monotonic()
     try:
         warm_up_streaming(model, use_async=on_loop)
@@ -374,17 +370,24 @@ def _freeze_startup_objects(**_: Any) -> None:
     gc.collect()  # counts the (now small) old generation afresh
 
 
-@worker_ready.connect
-def _start_warm_up(**_: Any) -> None:
-    """Start the warm-up ``_warm_up_streams`` left for this moment: the last of the ready
-    handlers (its thread would slow theirs down), before any message is taken."""
-    global _streams_to_warm
-    if _streams_to_warm is None:
-        return
-    from tandem.reasoner.models.litellm_setup import start_streaming_warm_up
+def announce_ready_in(path: str | None) -> None:
+    """Have this worker write ``path`` (its pid) once it takes work: after every other ready
+    handler (its reconciler, its metrics), as its event loop starts (``tandem worker
+    --ready-file``; ``tandem.workers.embedded.WorkerGroup`` waits for it)."""
+    global _ready_file
+    _ready_file = path
 
-    (model, on_loop), _streams_to_warm = _streams_to_warm, None
-    start_streaming_warm_up(model, use_async=on_loop)
+
+@worker_ready.connect
+def _write_ready_file(sender: Any = None, **_: Any) -> None:
+    """The last ready handler: write the ready file, if asked (the worker's pid and node name,
+    ``thinker@gpu-1``), in one step: a reader never sees it half written."""
+    if _ready_file is None:
+        return
+    partial = f"{_ready_file}.{os.getpid()}.partial"
+    with open(partial, "w") as out:
+        out.write(f"{os.getpid()}\n{getattr(sender, 'hostname', '')}\n")
+    os.replace(partial, _ready_file)
 
 
 @worker_shutdown.connect

@@ -9,11 +9,22 @@ The integration modules (``tests/integration/``: seconds to minutes per test, mo
 time) are handed out first, so that a long one does not start last while the other processes sit
 idle; xdist would otherwise start the modules with the most tests first, which are quick unit tests.
 A serial run (plain ``pytest``) keeps the usual order: the hook acts only in xdist's processes.
+
+At the end, the summary lists the slowest modules: the seconds of their tests' setup, call and
+teardown summed (a module's shared cluster counts once, in its first setup and last teardown), as
+xdist's processes report them; ``-ra`` (``pyproject.toml``) still lists what did not pass.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
+
+SLOWEST_MODULES = 15
+"""How many modules the summary's "slowest modules" section lists."""
+_module_seconds: defaultdict[str, float] = defaultdict(float)
+"""Seconds per test module (its path), summed over its tests' reports."""
 
 
 def _is_integration(item: pytest.Item) -> bool:
@@ -23,6 +34,21 @@ def _is_integration(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # one of xdist's processes: all sort the same way
         items.sort(key=lambda item: not _is_integration(item))  # stable: each module stays whole
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase of each test (in xdist's controller: as its processes report them) to its
+    module's seconds."""
+    _module_seconds[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not _module_seconds:
+        return
+    slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:SLOWEST_MODULES]
+    terminalreporter.write_sep("=", f"slowest {len(slowest)} modules (setup + call + teardown, summed)")
+    for module, spent in slowest:
+        terminalreporter.write_line(f"{spent:8.1f} s  {module}")
 
 
 @pytest.fixture(autouse=True)

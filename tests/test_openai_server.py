@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import subprocess
 import sys
@@ -87,16 +88,26 @@ def test_callable_script_sees_the_recorded_request() -> None:
 
 
 def test_delay_does_not_block_other_requests() -> None:
-    with OpenAIServer(Reply("slow", delay=0.6)) as server:
-        started = time.monotonic()
-        threads = [threading.Thread(target=post, args=(server.url, CHAT)) for _ in range(4)]
+    """Four requests whose replies wait 600 s are in the server at once: each delay waits in its
+    request's own thread (a server that waited in one would hold the other three for 600 s).
+    Checked by the server's count of requests in flight, not by a clock; stopping the server cuts
+    the delays short."""
+
+    def ask() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the stop closes the connections unanswered
+            post(server.url, CHAT)
+
+    with OpenAIServer(Reply("slow", delay=600)) as server:
+        threads = [threading.Thread(target=ask) for _ in range(4)]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.monotonic() - started
+        deadline = time.monotonic() + 120
+        while server.in_flight < 4:
+            assert time.monotonic() < deadline, f"{server.in_flight} of 4 requests in the server at once"
+            time.sleep(0.01)
         assert server.request_count == 4
-    assert elapsed < 1.5
+    for thread in threads:
+        thread.join(30)
 
 
 def test_stop_is_prompt_even_with_a_pending_delay() -> None:

@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--no-intake", action="store_true", help="do not consume the intake queue (tandem.infer)")
     w.add_argument("--loglevel", "-l", default="INFO")
     w.add_argument("--hostname", "-n", default=None)
+    w.add_argument(
+        "--ready-file",
+        default=None,
+        metavar="PATH",
+        help="write PATH (the worker's pid) once the worker takes work: for a supervisor or a test",
+    )
 
     r = sub.add_parser("run", help="submit a job and show it live")
     r.add_argument("goal")
@@ -290,6 +296,10 @@ def _worker(args: argparse.Namespace) -> int:
     if args.pool == "solo":
         argv.remove("--concurrency")
         argv.remove(str(args.concurrency or 4))
+    if args.ready_file:
+        from tandem.tasks import worker_signals
+
+        worker_signals.announce_ready_in(args.ready_file)
     return run_celery(app, argv)
 
 

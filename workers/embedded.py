@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tandem.workers.errors import RuntimeStartError
 
@@ -106,6 +107,13 @@ class EmbeddedRedis:
         self._dir.cleanup()
 
 
+READY_SECONDS = 300.0
+"""How long ``WorkerGroup.wait_ready`` waits by default. A worker that calls its models through
+LiteLLM imports it as it starts: 2-5 s of CPU on a quiet machine, and on one whose cores a dozen
+busy processes share, a minute or more (each of three workers starting at once gets a fraction of
+a core)."""
+
+
 class WorkerGroup:
     """``celery worker`` processes, one per role, started with ``tandem worker ROLE``.
 
@@ -137,6 +145,7 @@ class WorkerGroup:
     def start(self) -> WorkerGroup:
         """Start the workers (they become ready in the background; see ``wait_ready``)."""
         for role in self.roles:
+            self.ready_file(role).unlink(missing_ok=True)  # a restarted group's old one
             log = open(self.log_dir / f"{role}.log", "ab")  # noqa: SIM115 - the child owns it
             cmd = [
                 sys.executable,
@@ -150,6 +159,8 @@ class WorkerGroup:
                 self.loglevel,
                 "--hostname",
                 f"{role}-{self.name}@%h",
+                "--ready-file",
+                str(self.ready_file(role)),
                 *(["--pool", self.pool[role]] if role in self.pool else []),
             ]
             self.processes[role] = subprocess.Popen(
@@ -158,25 +169,89 @@ class WorkerGroup:
             log.close()
         return self
 
-    def wait_ready(self, app: object, timeout: float = 60.0) -> float:
-        """Wait until every worker answers a ping; return the seconds it took."""
+    def ready_file(self, role: str) -> Path:
+        """Where the ``role`` worker says it is ready (``tandem worker --ready-file``): its pid and
+        its node name, written once it takes work."""
+        return self.log_dir / f"{role}.ready"
+
+    def wait_ready(self, app: object | None = None, timeout: float = READY_SECONDS) -> float:
+        """Wait until every worker has said it is ready (its ready file, written once it takes
+        work) and, given ``app``, has answered a ping; return the seconds it took.
+
+        Fails at once when a worker exits (with the end of its log), and after ``timeout`` with
+        what it was waiting for: which workers had not said they were ready, or had not
+        answered, how busy the machine was, and the end of their logs.
+        """
         started = time.monotonic()
-        want = {f"{role}-{self.name}" for role in self.roles}
-        seen: set[str] = set()
-        while time.monotonic() - started < timeout:
-            for role, proc in self.processes.items():
-                if proc.poll() is not None:
-                    tail = (self.log_dir / f"{role}.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeStartError(f"the {role} worker exited with code {proc.returncode}:\n{tail}")
-            replies = app.control.ping(timeout=0.5) or []  # type: ignore[attr-defined]
-            for reply in replies:
-                for name in reply:
-                    seen.add(name.split("@", 1)[0])
-            if want <= seen:
-                return time.monotonic() - started
-        raise RuntimeStartError(
-            f"workers {sorted(want - seen)} were not ready after {timeout:g} s; logs in {self.log_dir}"
-        )
+        deadline = started + timeout
+        waiting = list(self.roles)
+        while True:
+            self._check_running()
+            waiting = [role for role in waiting if not self.ready_file(role).exists()]
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeStartError(
+                    self._not_ready(waiting, timeout, "had not said it was ready (no ready file yet)")
+                )
+            time.sleep(0.05)
+        if app is not None:
+            self._wait_for_pings(app, deadline, timeout)
+        return time.monotonic() - started
+
+    def _wait_for_pings(self, app: Any, deadline: float, timeout: float) -> None:
+        """Ping the ready workers until each has answered; each round waits longer for replies
+        (a loaded machine may answer late), none past ``deadline``."""
+        nodes = {self._node(role): role for role in self.roles}
+        answered: set[str] = set()
+        window = 1.0
+        while True:
+            self._check_running()
+            missing = [node for node in nodes if node not in answered]
+            replies = app.control.ping(destination=missing, limit=len(missing), timeout=window) or []
+            answered.update(name for reply in replies for name in reply)
+            if set(nodes) <= answered:
+                return
+            if time.monotonic() > deadline:
+                silent = [nodes[node] for node in nodes if node not in answered]
+                raise RuntimeStartError(
+                    self._not_ready(silent, timeout, "said it was ready but answered no ping")
+                )
+            window = min(window * 2, 10.0, max(deadline - time.monotonic(), 0.5))
+
+    def _node(self, role: str) -> str:
+        """The ``role`` worker's node name, from its ready file (``role-name@host``)."""
+        lines = self.ready_file(role).read_text().split()
+        return lines[1] if len(lines) > 1 else f"{role}-{self.name}@{socket.gethostname()}"
+
+    def _check_running(self) -> None:
+        for role, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise RuntimeStartError(
+                    f"the {role} worker (pid {proc.pid}) exited with code {proc.returncode} before it "
+                    f"was ready; the end of its log ({self.log_dir / (role + '.log')}):\n{self._tail(role)}"
+                )
+
+    def _not_ready(self, roles: Sequence[str], timeout: float, what: str) -> str:
+        try:
+            load = "load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+        except OSError:
+            load = "load average unknown"
+        cores = os.cpu_count()
+        lines = [f"workers not ready after {timeout:g} s ({load} on {cores} cores); logs in {self.log_dir}"]
+        for role in roles:
+            proc = self.processes[role]
+            lines.append(
+                f"- the {role} worker (pid {proc.pid}, still running) {what}; the end of its log:\n"
+                f"{self._tail(role, 1200)}"
+            )
+        return "\n".join(lines)
+
+    def _tail(self, role: str, chars: int = 2000) -> str:
+        try:
+            return (self.log_dir / f"{role}.log").read_text(errors="replace")[-chars:]
+        except OSError as exc:
+            return f"(cannot read it: {exc})"
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every worker by pid: a warm shutdown first, then SIGKILL."""

@@ -34,6 +34,19 @@ TEST_DBS = (1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15)
 """The databases clusters take, one each: not 0 (the default URL, and unit tests under their own
 key prefixes), 4 (``bench``, flushed by every benchmark) or 8 (the state-machine unit tests).
 Parallel runs (``make test`` runs several pytest processes) and other engineers' runs share them."""
+READY_SECONDS = 600.0
+"""How long a cluster waits for its workers' ready signals (``WorkerGroup.wait_ready``): a worker
+that imports LiteLLM needs 2-5 s of CPU to start, and ``make test`` starts several clusters at once
+on a machine other work shares. Waiting costs nothing when they are ready sooner; a worker that
+exits fails the wait at once."""
+RESULT_SECONDS = 600.0
+"""How long a test waits for a job it expects to end (``JobHandle.result(timeout=...)``): the wait
+ends with the job, so a generous bound costs nothing on a quiet machine and spares a loaded one
+a failure that says only "slow"."""
+EVENT_SECONDS = 120.0
+"""How long a test waits for one thing a worker does (a message taken, a queue drained, a log
+line, a step parked): seconds on a quiet machine, so this bound only ends a wait that would never
+end, with a message saying what did not happen."""
 DB_WAIT_SECONDS = 600.0
 """How long a cluster waits for a free database before the test fails: on a machine where every
 database is taken, one frees when another test ends, so waiting beats failing."""
@@ -120,7 +133,7 @@ class Cluster:
         )
         group.start()
         self.groups.append(group)
-        group.wait_ready(self.app, timeout=90)
+        group.wait_ready(self.app, timeout=READY_SECONDS)
         return group
 
     def submit(self, **spec: Any) -> JobHandle:

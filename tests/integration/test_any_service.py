@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from tandem.workers.embedded import free_port
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -104,7 +104,7 @@ def test_job_started_through_flowers_http_api(dual_cluster: Hosts) -> None:
                 time.sleep(0.3)
         with pytest.raises(urllib.error.HTTPError, match="401"):
             _post(url, {"kwargs": {"spec": spec}}, "ops:wrong")
-        result = cluster.app.AsyncResult(reply["task-id"]).get(timeout=60)
+        result = cluster.app.AsyncResult(reply["task-id"]).get(timeout=RESULT_SECONDS)
         assert result["status"] == "completed"
         assert result["job_id"] == reply["task-id"]
     finally:

@@ -10,7 +10,7 @@ import pytest
 
 from tandem.client.handle import JobHandle
 from tandem.client.submission import submit_async
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -30,7 +30,7 @@ def test_aevents_yields_the_same_events_as_events(dual_cluster: Hosts) -> None:
     async def follow() -> tuple[JobHandle, list[dict[str, Any]], Any]:
         handle = await _submit(cluster, goal=goal_with_plan("add and sleep", plan), max_rounds=5)
         live = [event async for event in handle.aevents(timeout=60)]  # followed while it runs
-        return handle, live, await handle.aresult(timeout=30)
+        return handle, live, await handle.aresult(timeout=RESULT_SECONDS)
 
     handle, live, result = asyncio.run(follow())
     assert result.status == "completed", result
@@ -55,7 +55,7 @@ def test_many_jobs_followed_from_one_loop(dual_cluster: Hosts) -> None:
             )
         )
         assert len({h.id for h in handles}) == 6
-        return list(await asyncio.gather(*(h.aresult(timeout=120) for h in handles)))
+        return list(await asyncio.gather(*(h.aresult(timeout=RESULT_SECONDS) for h in handles)))
 
     results = asyncio.run(run_all())
     assert [r.status for r in results] == ["completed"] * 6
@@ -71,7 +71,7 @@ def test_acancel_stops_a_running_job(dual_cluster: Hosts) -> None:
             if event["type"] == "tool_call":
                 break
         await handle.acancel()
-        return await handle.aresult(timeout=60)
+        return await handle.aresult(timeout=RESULT_SECONDS)
 
     result = asyncio.run(cancel_it())
     assert result.status == "cancelled"
@@ -92,7 +92,7 @@ def test_astatus_shows_a_parked_job_and_aresult_waits_through_the_decision(dual_
         assert [(p.index, p.tool) for p in status.pending_approval or []] == [(1, "notify"), (2, "add")]
         decisions = [{"index": 1, "approve": False, "reason": "not now"}, {"index": 2, "approve": True}]
         await asyncio.to_thread(handle.decide, decisions)
-        return handle, await handle.aresult(timeout=60)
+        return handle, await handle.aresult(timeout=RESULT_SECONDS)
 
     handle, result = asyncio.run(run())
     assert result.status == "completed", result

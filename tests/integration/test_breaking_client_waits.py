@@ -33,7 +33,7 @@ from tests.integration.breaking import (
     poll,
 )
 from tests.integration.chaos import OwnRedis
-from tests.integration.conftest import _cluster_on, _exclusive_db
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, _cluster_on, _exclusive_db
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import runs
 
@@ -52,13 +52,13 @@ def test_events_and_result_ride_out_two_restarts() -> None:
 
         def follow() -> None:
             try:
-                got["events"] = [(e.id, e.type) for e in handle.events(timeout=110)]
+                got["events"] = [(e.id, e.type) for e in handle.events(timeout=RESULT_SECONDS)]
             except BaseException as exc:
                 got["events_error"] = exc
 
         def wait() -> None:
             try:
-                got["result"] = waiter.result(timeout=110)
+                got["result"] = waiter.result(timeout=RESULT_SECONDS)
             except BaseException as exc:
                 got["result_error"] = exc
 
@@ -66,13 +66,21 @@ def test_events_and_result_ride_out_two_restarts() -> None:
         for t in threads:
             t.start()
         try:
-            poll(lambda: len(runs(cluster, handle.id, "sleep_tool")) >= 1, 60, "the first round's call")
+            poll(
+                lambda: len(runs(cluster, handle.id, "sleep_tool")) >= 1,
+                EVENT_SECONDS,
+                "the first round's call",
+            )
             server.restart(down_for=3)
-            poll(lambda: len(runs(cluster, handle.id, "sleep_tool")) >= 3, 60, "the third round's call")
+            poll(
+                lambda: len(runs(cluster, handle.id, "sleep_tool")) >= 3,
+                EVENT_SECONDS,
+                "the third round's call",
+            )
             server.restart(down_for=3)
         finally:
             for t in threads:
-                t.join(120)
+                t.join(RESULT_SECONDS + 30)  # each wait ends with the job, or by its own timeout
         assert "events_error" not in got and "result_error" not in got, got
         stream = [(e.id, e.type) for e in cluster.store.read_events(handle.id, count=100_000)]
         assert got["events"] == stream
@@ -91,7 +99,7 @@ def test_a_hung_redis_bounds_status_and_result_by_their_windows() -> None:
     with own_cluster(FAST) as ((cluster, _, _), server):
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handle = cluster.submit(goal="hung redis client", max_rounds=2)
-        assert handle.result(timeout=60).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         redis = Redis.from_url(cluster.url, **redis_options(cluster.settings))
         store = JobStore(redis, cluster.settings.prefix)
         client = JobHandle(handle.id, store, cluster.app, submitted=True)
@@ -155,7 +163,7 @@ def test_bare_clients_waiting_in_get_through_a_crash_of_a_backend_without_persis
 
                 def wait(i: int) -> None:
                     try:
-                        got[i] = clients[i].AsyncResult(ids[i]).get(timeout=100)
+                        got[i] = clients[i].AsyncResult(ids[i]).get(timeout=RESULT_SECONDS)
                     except BaseException as exc:
                         got[i] = exc
 
@@ -166,11 +174,11 @@ def test_bare_clients_waiting_in_get_through_a_crash_of_a_backend_without_persis
                 assert backend.process is not None
                 backend.process.kill()
                 backend.process.wait(10)
-                ended(cluster, [JobHandle(i, cluster.store, cluster.app) for i in ids], 60)
+                ended(cluster, [JobHandle(i, cluster.store, cluster.app) for i in ids], EVENT_SECONDS)
                 time.sleep(8)
                 backend.start()
                 for t in threads:
-                    t.join(110)
+                    t.join(RESULT_SECONDS + 30)
                 for c in clients:
                     c.close()
                 results = [cluster.store.result(job) for job in ids]

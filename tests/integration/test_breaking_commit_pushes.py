@@ -72,7 +72,7 @@ from tests.integration.breaking_pushes import (
     slow_env,
     watch_commits,
 )
-from tests.integration.conftest import _exclusive_db, actor_host
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, _exclusive_db, actor_host
 from tests.integration.otlp_receiver import OtlpReceiver
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import Reply
@@ -132,7 +132,7 @@ def test_a_committed_actor_step_is_queued_in_the_same_instant(redis_base: str) -
         cluster.redis.delete(*list_keys("reference"))
 
         cluster.start("actor")
-        completed(cluster, handles, 90)
+        completed(cluster, handles, RESULT_SECONDS)
         assert requests_of(actor, "pushed 0") == 2
 
         # The captured round-0 messages, queued again after the end, change nothing.
@@ -140,7 +140,7 @@ def test_a_committed_actor_step_is_queued_in_the_same_instant(redis_base: str) -
         memories = [[(m.round, m.role) for m in cluster.store.memory(j).get_messages()] for j in jobs]
         for key, raw in captured:
             cluster.redis.lpush(key, raw)
-        poll(lambda: drained(cluster.redis, ("actor",)), 20, "the replayed messages to be taken")
+        poll(lambda: drained(cluster.redis, ("actor",)), EVENT_SECONDS, "the replayed messages to be taken")
         time.sleep(1.5)
         assert (len(actor.requests), [cluster.store.result(j) for j in jobs]) == before
         assert [[(m.round, m.role) for m in cluster.store.memory(j).get_messages()] for j in jobs] == memories
@@ -182,9 +182,9 @@ def test_the_records_creation_queues_the_first_step_and_writes_job_started(redis
 
         cluster.start("thinker", "actor")
         for j in bare_ids:
-            assert cluster.app.AsyncResult(j).get(timeout=90)["status"] == "completed"
-        completed(cluster, [h for h, _ in dual], 90)
-        assert mono.result(timeout=60).status == "completed"
+            assert cluster.app.AsyncResult(j).get(timeout=RESULT_SECONDS)["status"] == "completed"
+        completed(cluster, [h for h, _ in dual], RESULT_SECONDS)
+        assert mono.result(timeout=RESULT_SECONDS).status == "completed"
         for job in [mono.id, *bare_ids]:
             kinds = [e.type for e in cluster.store.read_events(job, count=1000)]
             assert kinds[0] == "job_started" and kinds.count("job_started") == 1, kinds
@@ -199,22 +199,22 @@ def test_killed_and_replaced_workers_lose_nothing_and_leave_no_outbox() -> None:
     with own_cluster(FAST) as ((cluster, _, _), _server):
         first = cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handles = plan_jobs(cluster, 16, "pushed chaos")
-        poll(lambda: jobs_with_charges(cluster, 2), 60, "two jobs in their first tool round")
+        poll(lambda: jobs_with_charges(cluster, 2), EVENT_SECONDS, "two jobs in their first tool round")
         cluster.kill(first, "actor")
         second = cluster.start("actor", name="actor-2", concurrency={"actor": 2})
-        poll(lambda: jobs_with_charges(cluster, 6), 60, "six jobs in their first tool round")
+        poll(lambda: jobs_with_charges(cluster, 6), EVENT_SECONDS, "six jobs in their first tool round")
         cluster.kill(first, "thinker")
         cluster.start("thinker", name="thinker-2", concurrency={"thinker": 2})
         time.sleep(3)
         cluster.kill(second, "actor")
         cluster.start("actor", name="actor-3", concurrency={"actor": 2})
-        ended(cluster, handles, 150)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         for h in handles:
             record = cluster.store.machine.record(h.id)
             assert record["state"] == "completed" and outbox_of(cluster, h.id) == "[]", record
             assert each_event_once(cluster, h.id) == []
-        poll(lambda: drained(cluster.redis), 30, "every queue to drain")
+        poll(lambda: drained(cluster.redis), EVENT_SECONDS, "every queue to drain")
 
 
 # -- 4. a broker on another database: the outbox path, nothing in the state's database ------
@@ -236,7 +236,7 @@ def test_a_broker_on_another_database_gets_every_message(redis_base: str) -> Non
                 jobs = [h.id for h in handles]
                 poll(
                     lambda: all(cluster.store.machine.record(j).get("kind") == "actor" for j in jobs),
-                    60,
+                    EVENT_SECONDS,
                     "every job at its actor step",
                 )
                 poll(
@@ -254,8 +254,8 @@ def test_a_broker_on_another_database_gets_every_message(redis_base: str) -> Non
                 assert in_state_db == [], f"queue lists in the job state's database: {in_state_db}"
 
                 cluster.start("actor")
-                completed(cluster, handles, 90)
-                poll(lambda: drained(broker), 20, "the broker's queues to drain")
+                completed(cluster, handles, RESULT_SECONDS)
+                poll(lambda: drained(broker), EVENT_SECONDS, "the broker's queues to drain")
                 in_state_db = [
                     k
                     for k in cluster.redis.scan_iter()
@@ -292,7 +292,7 @@ def test_an_intake_sent_three_times_makes_one_job_and_one_first_step(redis_base:
         cluster.start("tools", concurrency={"tools": 4})  # takes the six intake messages, in parallel
         poll(
             lambda: drained(cluster.redis, ("celery",)) and not cluster.redis.hlen("unacked"),
-            60,
+            EVENT_SECONDS,
             "the intakes",
         )
         time.sleep(1.0)
@@ -306,8 +306,8 @@ def test_an_intake_sent_three_times_makes_one_job_and_one_first_step(redis_base:
         assert specs == sorted(cluster.store.key(j, "spec") for j in (handle.id, bare_id))
 
         cluster.start("thinker", "actor")
-        completed(cluster, [handle], 90)
-        assert cluster.app.AsyncResult(bare_id).get(timeout=90)["status"] == "completed"
+        completed(cluster, [handle], RESULT_SECONDS)
+        assert cluster.app.AsyncResult(bare_id).get(timeout=RESULT_SECONDS)["status"] == "completed"
         kinds = [e.type for e in cluster.store.read_events(bare_id, count=1000)]
         assert kinds[0] == "job_started" and kinds.count("job_started") == 1, kinds
         for label in ("twice by submit", "thrice by id"):
@@ -341,11 +341,11 @@ def test_pushed_messages_are_sealed_and_a_replay_of_one_is_refused(redis_base: s
             captured += [(key_, raw) for raw in cluster.redis.lrange(key_, 0, -1) if job_of(raw) == job]
 
         cluster.start("actor")
-        completed(cluster, handles, 90)
+        completed(cluster, handles, RESULT_SECONDS)
         before = (len(actor.requests), [cluster.store.result(j) for j in jobs])
         for key_, raw in captured:
             cluster.redis.lpush(key_, raw)
-        poll(lambda: drained(cluster.redis, ("actor",)), 20, "the replays to be taken")
+        poll(lambda: drained(cluster.redis, ("actor",)), EVENT_SECONDS, "the replays to be taken")
 
         def refusals() -> int:
             text = "".join(
@@ -353,7 +353,7 @@ def test_pushed_messages_are_sealed_and_a_replay_of_one_is_refused(redis_base: s
             )
             return text.count("message refused, nothing done: tandem.actor_turn")
 
-        poll(lambda: refusals() >= len(captured), 20, "one refusal per replayed message")
+        poll(lambda: refusals() >= len(captured), EVENT_SECONDS, "one refusal per replayed message")
         assert (len(actor.requests), [cluster.store.result(j) for j in jobs]) == before
 
 
@@ -371,14 +371,14 @@ def test_a_pushed_step_carries_the_jobs_trace(redis_base: str) -> None:
             workers = cluster.start("thinker", "tools")
             # A bare client: the intake opens the job's trace.
             job = send_bare(cluster, {"goal": goal_with_plan("traced", ONE_ROUND), "max_rounds": 4})
-            poll(lambda: messages_of(cluster.redis, "actor", job), 60, "the actor step queued")
+            poll(lambda: messages_of(cluster.redis, "actor", job), EVENT_SECONDS, "the actor step queued")
             ((_, message),) = messages_of(cluster.redis, "actor", job)
             traceparent = message["headers"].get("traceparent")
             assert traceparent, f"no traceparent in the pushed message's headers: {message['headers']}"
             trace_id = str(traceparent).split("-")[1]
 
             late = cluster.start("actor")
-            assert cluster.app.AsyncResult(job).get(timeout=90)["status"] == "completed"
+            assert cluster.app.AsyncResult(job).get(timeout=RESULT_SECONDS)["status"] == "completed"
             for group in (late, workers):
                 cluster.stop_group(group)  # a warm shutdown exports what each worker holds
 
@@ -392,7 +392,7 @@ def test_a_pushed_step_carries_the_jobs_trace(redis_base: str) -> None:
                     and s.attributes.get("tandem.round") == 0
                 ]
 
-            spans = poll(actor_step, 15, "the actor step's span")
+            spans = poll(actor_step, EVENT_SECONDS, "the actor step's span")
             assert {s.trace_id for s in spans} == {trace_id}
             job_spans = [s for s in receiver.spans() if s.attributes.get("tandem.job_id") == job]
             assert {s.trace_id for s in job_spans} == {trace_id}, "the job is not one trace"
@@ -413,25 +413,27 @@ def test_a_pushed_message_lost_from_its_queue_is_sent_again(redis_base: str) -> 
             for p in priorities
         ]
         jobs = [h.id for h in handles]
-        poll(lambda: resent(cluster, "thinker", jobs), 60, "every first step queued")
+        poll(lambda: resent(cluster, "thinker", jobs), EVENT_SECONDS, "every first step queued")
         lost_at = time.monotonic()
         cluster.redis.delete(*list_keys("thinker"))
-        again = poll(lambda: resent(cluster, "thinker", jobs), 30, "the lost first steps sent again")
+        again = poll(
+            lambda: resent(cluster, "thinker", jobs), EVENT_SECONDS, "the lost first steps sent again"
+        )
         assert time.monotonic() - lost_at >= 2.0, "sent again before any stall: it was never lost?"
         for job, p in zip(jobs, priorities, strict=True):
             assert set(again[job]) == {max(0, level_of(p) - 1)}, (p, again[job])
 
         cluster.start("thinker")
-        poll(lambda: resent(cluster, "actor", jobs), 60, "every actor step queued")
+        poll(lambda: resent(cluster, "actor", jobs), EVENT_SECONDS, "every actor step queued")
         cluster.redis.delete(*list_keys("actor"))
-        again = poll(lambda: resent(cluster, "actor", jobs), 30, "the lost actor steps sent again")
+        again = poll(lambda: resent(cluster, "actor", jobs), EVENT_SECONDS, "the lost actor steps sent again")
         for job, p in zip(jobs, priorities, strict=True):
             assert set(again[job]) == {max(0, level_of(p) - 1)}, (p, again[job])
             record = cluster.store.machine.record(job)
             assert (record["state"], record["kind"], record["round"]) == ("running", "actor", "0"), record
 
         cluster.start("actor")
-        completed(cluster, handles, 90)
+        completed(cluster, handles, RESULT_SECONDS)
 
 
 # -- 9. a tool round: the Actor's commit pushes every run_tool message ------------------------
@@ -465,8 +467,12 @@ def test_the_actors_commit_pushes_every_call_of_the_round(redis_base: str) -> No
         # kombu's "unacked" copy for every queue: each pushed message must be a message kombu can
         # hold and acknowledge by its own delivery tag.
         cluster.start("tools", TANDEM_BROKER_ACK_EMULATION="true")
-        completed(cluster, handles, 90)
-        poll(lambda: not cluster.redis.hlen("unacked"), 20, "kombu's unacked copies to be acknowledged")
+        completed(cluster, handles, RESULT_SECONDS)
+        poll(
+            lambda: not cluster.redis.hlen("unacked"),
+            EVENT_SECONDS,
+            "kombu's unacked copies to be acknowledged",
+        )
         calls = [c for c in cluster.tool_calls() if c["job"] in jobs]
         assert sorted((c["job"], c["index"], c["attempt"]) for c in calls) == sorted(
             (j, i, 1) for j in jobs for i in (1, 2, 3)
@@ -489,9 +495,9 @@ def test_a_step_parked_with_a_countdown_runs_once_and_leaves_no_outbox(redis_bas
         actor.set_script(busy_once)
         cluster.start("thinker", "actor", "tools")
         handle = cluster.submit(goal=goal_with_plan("parked", ONE_ROUND), max_rounds=4, priority=7)
-        poll(lambda: handle.status().state == "waiting", 60, "the actor step parked")
+        poll(lambda: handle.status().state == "waiting", EVENT_SECONDS, "the actor step parked")
         assert handle.status().step == "actor"
-        completed(cluster, [handle], 60)
+        completed(cluster, [handle], RESULT_SECONDS)
         assert requests_of(actor, "parked") == 3  # the 429, then one reply per round
         kinds = [e.type for e in cluster.store.read_events(handle.id, count=1000)]
         assert "waiting" in kinds, kinds
@@ -512,12 +518,12 @@ def test_a_fork_and_a_resume_queue_their_first_step_once(redis_base: str) -> Non
         cluster.start("actor", "tools")
         thinkers = cluster.start("thinker", name="thinkers")
         source = cluster.submit(goal=goal_with_plan("forked", ONE_ROUND), max_rounds=1)
-        assert source.result(timeout=60).status == "truncated"
+        assert source.result(timeout=RESULT_SECONDS).status == "truncated"
         cluster.stop_group(thinkers)  # the next Thinker steps wait queued
         fork = source.fork(1, max_rounds=4)
         source.resume(max_rounds=4)
         jobs = [fork.id, source.id]
-        poll(lambda: resent(cluster, "thinker", jobs), 30, "both first steps queued")
+        poll(lambda: resent(cluster, "thinker", jobs), EVENT_SECONDS, "both first steps queued")
         time.sleep(1.0)  # a second copy, pushed and sent, would be there by now
         for job in jobs:
             found = messages_of(cluster.redis, "thinker", job)
@@ -531,8 +537,8 @@ def test_a_fork_and_a_resume_queue_their_first_step_once(redis_base: str) -> Non
         assert opened[0].data.get("forked_from") == source.id, opened[0].data
 
         cluster.start("thinker", name="thinkers-again")
-        completed(cluster, [fork], 60)
-        assert source.result(timeout=60).status == "completed"
+        completed(cluster, [fork], RESULT_SECONDS)
+        assert source.result(timeout=RESULT_SECONDS).status == "completed"
         kinds = [e.type for e in cluster.store.read_events(source.id, count=1000)]
         assert kinds.count("job_started") == 2 and kinds[-1] == "final", kinds
         assert outbox_of(cluster, source.id) == "[]"
@@ -554,8 +560,8 @@ def test_another_prefix_and_intake_queue(redis_base: str) -> None:
         assert cluster.redis.exists(f"brk31:{{{handle.id}}}:state")
         assert list(cluster.redis.scan_iter(match="tandem:*")) == []
         cluster.start("actor")
-        completed(cluster, [handle], 60)
-        assert cluster.app.AsyncResult(bare_id).get(timeout=60)["status"] == "completed"
+        completed(cluster, [handle], RESULT_SECONDS)
+        assert cluster.app.AsyncResult(bare_id).get(timeout=RESULT_SECONDS)["status"] == "completed"
         assert not any(cluster.redis.exists(k) for k in list_keys("celery"))
 
 
@@ -572,13 +578,13 @@ def test_signed_steps_taken_over_after_kills_are_accepted(tmp_path: Path) -> Non
         actor.set_script(delayed(actor_host, 1.0))
         first = cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handles = plan_jobs(cluster, 6, "signed chaos")
-        poll(lambda: len(actor.requests) >= 2, 60, "two Actor calls under way")
+        poll(lambda: len(actor.requests) >= 2, EVENT_SECONDS, "two Actor calls under way")
         cluster.kill(first, "actor")
         cluster.start("actor", name="actor-2", concurrency={"actor": 2})
-        poll(lambda: len(thinker.requests) >= 10, 60, "the Thinker busy on later rounds")
+        poll(lambda: len(thinker.requests) >= 10, EVENT_SECONDS, "the Thinker busy on later rounds")
         cluster.kill(first, "thinker")
         cluster.start("thinker", name="thinker-2", concurrency={"thinker": 2})
-        ended(cluster, handles, 150)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         for h in handles:
             assert outbox_of(cluster, h.id) == "[]"

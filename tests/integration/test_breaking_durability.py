@@ -33,7 +33,7 @@ from tests.integration.breaking import (
     poll,
 )
 from tests.integration.chaos import OwnRedis
-from tests.integration.conftest import _cluster_on, _exclusive_db
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, _cluster_on, _exclusive_db
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +44,10 @@ def test_every_worker_takes_work_again_after_redis_was_down_40_s() -> None:
     with own_cluster(FAST) as ((cluster, _, _), server):
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handles = plan_jobs(cluster, 6, "long outage")
-        poll(lambda: jobs_with_charges(cluster, 3), 60, "three jobs in their first tool round")
+        poll(lambda: jobs_with_charges(cluster, 3), EVENT_SECONDS, "three jobs in their first tool round")
         server.restart(down_for=40)
         handles += plan_jobs(cluster, 1, "after the outage")
-        ended(cluster, handles, 110)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         assert cluster.exited() == []
 
@@ -59,11 +59,11 @@ def test_redis_hung_ten_leases_long_while_six_jobs_hold_steps() -> None:
     with own_cluster(FAST) as ((cluster, _, _), server):
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handles = plan_jobs(cluster, 6, "hung redis")
-        poll(lambda: jobs_with_charges(cluster, 2), 60, "two jobs in their first tool round")
+        poll(lambda: jobs_with_charges(cluster, 2), EVENT_SECONDS, "two jobs in their first tool round")
         server.pause()
         time.sleep(20)
         server.resume()
-        ended(cluster, handles, 100)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
 
 
@@ -74,7 +74,7 @@ def test_a_restart_in_the_middle_of_a_burst_of_submissions_loses_no_job() -> Non
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handles = plan_jobs(cluster, 12, "burst")
         server.restart(down_for=2)
-        ended(cluster, handles, 110)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
 
 
@@ -84,11 +84,11 @@ def test_redis_flapping_six_restarts_in_twelve_seconds() -> None:
     with own_cluster(FAST) as ((cluster, _, _), server):
         cluster.start("thinker", "actor", "tools", concurrency={"thinker": 2, "actor": 2, "tools": 8})
         handles = plan_jobs(cluster, 10, "flapping")
-        poll(lambda: jobs_with_charges(cluster, 2), 60, "two jobs in their first tool round")
+        poll(lambda: jobs_with_charges(cluster, 2), EVENT_SECONDS, "two jobs in their first tool round")
         for _ in range(6):
             server.restart(down_for=0.3)
             time.sleep(2)
-        ended(cluster, handles, 110)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         assert [line for h in handles for line in each_event_once(cluster, h.id)] == []
 
@@ -105,9 +105,11 @@ def test_a_broker_that_forgets_every_message_loses_no_job(redis_base: str) -> No
             try:
                 cluster.start("thinker", "actor", "tools", concurrency=SMALL)
                 handles = plan_jobs(cluster, 8, "forgetful broker")
-                poll(lambda: jobs_with_charges(cluster, 2), 60, "two jobs in their first tool round")
+                poll(
+                    lambda: jobs_with_charges(cluster, 2), EVENT_SECONDS, "two jobs in their first tool round"
+                )
                 broker.restart(down_for=1)
-                ended(cluster, handles, 110)
+                ended(cluster, handles, RESULT_SECONDS)
                 checked(cluster, handles)
                 assert [line for h in handles for line in each_event_once(cluster, h.id)] == []
             finally:

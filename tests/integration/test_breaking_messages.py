@@ -43,7 +43,7 @@ from tests.integration.breaking import (
     poll,
     rabbitmq_vhost,
 )
-from tests.integration.conftest import _cluster_on, _exclusive_db
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, _cluster_on, _exclusive_db
 from tests.integration.plan_model import goal_with_plan
 
 pytestmark = pytest.mark.integration
@@ -172,11 +172,11 @@ def test_hostile_messages_mixed_into_a_live_run_harm_nothing() -> None:
             cluster.redis.lpush(QUEUES[i % len(QUEUES)], raw)
             time.sleep(0.3)
         handles += plan_jobs(cluster, 2, "after the hostile messages")
-        ended(cluster, handles, 110)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         assert cluster.exited() == []
         assert not os.path.exists(PWNED.format("redis")), "a pickle or YAML body was loaded"
-        poll(lambda: all(cluster.redis.llen(q) == 0 for q in QUEUES), 20, "the queues to drain")
+        poll(lambda: all(cluster.redis.llen(q) == 0 for q in QUEUES), EVENT_SECONDS, "the queues to drain")
         letters = dead_letters(cluster.redis)
         missing = [marker for marker, _ in kinds["dead"] if not any(marker in x for x in letters)]
         assert missing == [], (missing, letters[:3], logs(cluster, "CRITICAL", "Unrecoverable"))
@@ -192,10 +192,10 @@ def test_a_body_kombu_cannot_decode_is_dead_lettered() -> None:
         undecodable = hostile("undecodable")["undecodable"]
         for i, (_, raw) in enumerate(undecodable):
             cluster.redis.lpush(QUEUES[i % len(QUEUES)], raw)
-        poll(lambda: all(cluster.redis.llen(q) == 0 for q in QUEUES), 30, "the queues to drain")
+        poll(lambda: all(cluster.redis.llen(q) == 0 for q in QUEUES), EVENT_SECONDS, "the queues to drain")
         assert not os.path.exists(PWNED.format("undecodable")), "a pickle or YAML body was loaded"
         handle = cluster.submit(goal="after the undecodable bodies", max_rounds=2)
-        assert handle.result(timeout=60).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         letters = dead_letters(cluster.redis)
         missing = [marker for marker, _ in undecodable if not any(marker in x for x in letters)]
         assert missing == [], (missing, logs(cluster, "Can't decode message body"))
@@ -210,10 +210,10 @@ def test_a_flood_of_malformed_messages_keeps_the_newest_thousand() -> None:
             for marker in markers[start : start + 100]:
                 pipe.lpush("tools", f"{marker} not JSON, and long: " + "y" * 20_000)
             pipe.execute()
-        poll(lambda: cluster.redis.llen("tools") == 0, 90, "the flood to be consumed")
+        poll(lambda: cluster.redis.llen("tools") == 0, RESULT_SECONDS, "the flood to be consumed")
         poll(
             lambda: any(markers[-1] in x for x in dead_letters(cluster.redis)),
-            20,
+            EVENT_SECONDS,
             "the last message dead-lettered",
         )
         letters = dead_letters(cluster.redis)
@@ -225,7 +225,7 @@ def test_a_flood_of_malformed_messages_keeps_the_newest_thousand() -> None:
         assert 0 < cluster.redis.ttl(DEAD_LETTERS) <= 7 * 86400
         handle = cluster.submit(goal="after the flood", reasoner="mono", max_rounds=2)
         cluster.start("actor", concurrency={"actor": 2}, name="after-flood")
-        assert handle.result(timeout=90).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
 
 
 def test_a_dead_letter_of_text_that_is_not_ascii_is_kept_within_4_kb() -> None:
@@ -241,7 +241,11 @@ def test_a_dead_letter_of_text_that_is_not_ascii_is_kept_within_4_kb() -> None:
         }
         for raw in texts.values():
             cluster.redis.lpush("tools", raw)
-        poll(lambda: cluster.redis.llen(DEAD_LETTERS) == len(texts), 30, "the messages dead-lettered")
+        poll(
+            lambda: cluster.redis.llen(DEAD_LETTERS) == len(texts),
+            EVENT_SECONDS,
+            "the messages dead-lettered",
+        )
         sizes = {
             name: len(entry)
             for entry in cluster.redis.lrange(DEAD_LETTERS, 0, -1)
@@ -273,17 +277,17 @@ def test_messages_carrying_the_job_id_leave_its_celery_result_alone(redis_base: 
 
             def wait() -> None:
                 try:
-                    got["first"] = client.AsyncResult(job_id).get(timeout=90)
+                    got["first"] = client.AsyncResult(job_id).get(timeout=RESULT_SECONDS)
                 except BaseException as exc:
                     got["first"] = exc
 
             waiter = threading.Thread(target=wait)
             waiter.start()
-            poll(lambda: cluster.tool_calls(), 60, "the first tool call")
+            poll(lambda: cluster.tool_calls(), EVENT_SECONDS, "the first tool call")
             client.send_task("tandem.infer", kwargs={"spec": spec}, task_id=job_id)  # mid-run
-            waiter.join(100)
+            waiter.join(RESULT_SECONDS + 30)  # the wait ends with the job, or by its own timeout
             handle = JobHandle(job_id, cluster.store, cluster.app)
-            ended(cluster, [handle], 60)
+            ended(cluster, [handle], RESULT_SECONDS)
             final = cluster.store.result(job_id)
             assert final is not None and final.status == "completed"
             assert got["first"] == final.model_dump(mode="json")
@@ -291,8 +295,11 @@ def test_messages_carrying_the_job_id_leave_its_celery_result_alone(redis_base: 
 
             client.send_task("tandem.infer", kwargs={"spec": spec}, task_id=job_id)  # after the end
             client.send_task("tandem.no_such_task", kwargs={}, task_id=job_id)
-            time.sleep(5)  # both messages taken and handled
-            assert cluster.redis.llen("celery") == 0
+            poll(  # both messages taken and handled (acknowledged: out of kombu's unacked hash too)
+                lambda: cluster.redis.llen("celery") == 0 and cluster.redis.hlen("unacked") == 0,
+                RESULT_SECONDS,
+                "both messages taken and handled",
+            )
             meta = cluster.app.backend.get_task_meta(job_id)
             assert (meta["status"], meta["result"]) == ("SUCCESS", final.model_dump(mode="json")), meta
             assert Celery(broker=url, backend=url).AsyncResult(job_id).get(timeout=10) == final.model_dump(
@@ -380,7 +387,7 @@ def test_hostile_messages_on_rabbitmq_harm_nothing(redis_base: str, vhost: str) 
                 _publish(vhost, QUEUES[i % len(QUEUES)], body, content_type, headers)
                 time.sleep(0.3)
             handles += plan_jobs(cluster, 2, "after the rabbit attacks")
-            ended(cluster, handles, 110)
+            ended(cluster, handles, RESULT_SECONDS)
             checked(cluster, handles)
             assert cluster.exited() == [], logs(cluster, "CRITICAL", "Unrecoverable")
             assert not os.path.exists(pwned), "a pickle body was loaded"
@@ -408,12 +415,12 @@ def test_a_plain_client_on_rabbitmq_before_any_worker_declared_a_queue(redis_bas
             ]
             cluster.start("thinker", "actor", "tools", concurrency=SMALL)
             for result in sent:
-                answer = result.get(timeout=90)
+                answer = result.get(timeout=RESULT_SECONDS)
                 assert answer["status"] == "completed" and answer["deliverable"] == "all planned calls ran", (
                     answer
                 )
             late = client.send_task("tandem.infer", kwargs={"spec": {"goal": goal_with_plan("late", plan)}})
-            assert late.get(timeout=90)["status"] == "completed"
+            assert late.get(timeout=RESULT_SECONDS)["status"] == "completed"
             assert len([c for c in cluster.tool_calls() if c["name"] == "add"]) == 4
             assert cluster.exited() == [], logs(cluster, "PRECONDITION", "CRITICAL")
             client.close()

@@ -23,7 +23,7 @@ import pytest
 
 from tandem.tasks.job_events import ToolResult
 from tests.integration.breaking import FAST, SMALL, logs, own_cluster, poll
-from tests.integration.conftest import actor_host
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import runs
 from tests.openai_server import MALFORMED, RecordedRequest, Reply
@@ -57,7 +57,8 @@ def test_cancels_racing_the_end_of_a_tool_round_keep_every_result() -> None:
 
         def cancel_at(handle: Any, offset: float) -> None:
             try:
-                started = poll(lambda: runs(cluster, handle.id, "charge_card"), 60, "the charge")[0]["start"]
+                charges = poll(lambda: runs(cluster, handle.id, "charge_card"), EVENT_SECONDS, "the charge")
+                started = charges[0]["start"]
                 time.sleep(max(0.0, started + offset - time.time()))
                 handle.cancel()
             except BaseException as exc:
@@ -69,10 +70,10 @@ def test_cancels_racing_the_end_of_a_tool_round_keep_every_result() -> None:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(90)
+            t.join(EVENT_SECONDS + 30)
         assert errors == []
         for handle, offset in zip(handles, OFFSETS, strict=True):
-            result = handle.result(timeout=60)
+            result = handle.result(timeout=RESULT_SECONDS)
             assert result.status == "cancelled", (offset, result)
             for index, name in ((1, "add"), (2, "charge_card")):
                 stored = cluster.store.tool_result(handle.id, 0, index)
@@ -85,7 +86,7 @@ def test_cancels_racing_the_end_of_a_tool_round_keep_every_result() -> None:
         for handle in handles:
             handle.resume(timeout=60)
         for handle, offset in zip(handles, OFFSETS, strict=True):
-            result = handle.result(timeout=90)
+            result = handle.result(timeout=RESULT_SECONDS)
             assert result.status == "completed" and result.deliverable == "all planned calls ran", (
                 offset,
                 result,
@@ -149,10 +150,10 @@ def test_a_host_answering_malformed_200s_for_some_jobs_fails_only_those_after_fi
             cluster.submit(goal=goal_with_plan(f"malformed good {i}", plan), max_rounds=4) for i in range(3)
         ]
         for h in good:
-            result = h.result(timeout=100)
+            result = h.result(timeout=RESULT_SECONDS)
             assert result.status == "completed", (path, result)
         for i, h in enumerate(bad):
-            result = h.result(timeout=100)
+            result = h.result(timeout=RESULT_SECONDS)
             assert result.status == "failed", (path, result)
             assert "no chat completion in 5 tries in a row" in (result.error or ""), (path, result.error)
             assert served[f"bad {i}"] == 5, (path, served, logs(cluster, "no chat completion"))
@@ -187,7 +188,7 @@ def test_huge_values_that_are_not_strings_harm_nothing() -> None:
         )
         poll(
             lambda: any(e.type == "tool_call" for e in cluster.store.read_events(canary.id)),
-            60,
+            EVENT_SECONDS,
             "the canary's tool call",
         )
         time.sleep(1.5)  # the call is under way
@@ -198,7 +199,7 @@ def test_huge_values_that_are_not_strings_harm_nothing() -> None:
             for name, args in HUGE.items()
         }
         for name, h in handles.items():
-            result = h.result(timeout=100)
+            result = h.result(timeout=RESULT_SECONDS)
             assert result.status == "completed", (name, result)
             calls = runs(cluster, h.id, name)
             why = logs(cluster, "lease", "sent again", "Redis error", h.id[:8])
@@ -209,7 +210,7 @@ def test_huge_values_that_are_not_strings_harm_nothing() -> None:
                 assert re.search(r"of (more than )?[\d,]+ characters", output), (name, output[-300:])
         assert _output(cluster, handles["huge_dict"].id).startswith('{"log": "LLLL')
         assert _output(cluster, handles["huge_list"].id).startswith("[0, 1, 2, 3")
-        assert canary.result(timeout=60).status == "completed"
+        assert canary.result(timeout=RESULT_SECONDS).status == "completed"
         assert [c["attempt"] for c in runs(cluster, canary.id, "sleep_tool")] == [1]
 
 
@@ -222,7 +223,7 @@ def test_a_deeply_nested_value_is_shown_up_to_the_cut() -> None:
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         plan = [[{"name": "deep_nest", "args": {"depth": 200_000}}]]
         handle = cluster.submit(goal=goal_with_plan("deep", plan), max_rounds=4)
-        assert handle.result(timeout=90).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         output = _output(cluster, handle.id)
         assert output.startswith("[[[[[[[["), output[:200]
         assert re.search(r"of (more than )?[\d,]+ characters", output), output[-300:]

@@ -21,6 +21,7 @@ from tests.integration.breaking import (
     plan_jobs,
     poll,
 )
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import runs
 
@@ -48,10 +49,10 @@ def test_steps_parked_for_the_model_host_survive_a_restart(parked_on: str) -> No
             states = [h.status() for h in handles]
             return sum(1 for s in states if s.state == "waiting") >= want
 
-        poll(parked, 60, f"{want} jobs parked on {parked_on}")
+        poll(parked, EVENT_SECONDS, f"{want} jobs parked on {parked_on}")
         seen = {h.id: (h.status().state, h.status().waiting_for) for h in handles}
         server.restart(down_for=2)
-        ended(cluster, handles, 110)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         assert any(state == "waiting" for state, _ in seen.values()), seen
 
@@ -73,7 +74,7 @@ def test_jobs_awaiting_approval_outlive_a_restart_and_a_crash() -> None:
                 for h in handles
             )
 
-        poll(all_parked, 60, "three jobs awaiting approval")
+        poll(all_parked, EVENT_SECONDS, "three jobs awaiting approval")
         time.sleep(2)  # appendfsync everysec: the parked records are on disk
         server.restart(down_for=2)
         server.crash(down_for=2)
@@ -83,7 +84,7 @@ def test_jobs_awaiting_approval_outlive_a_restart_and_a_crash() -> None:
         for h in handles:
             h.approve(timeout=60)
         for h in handles:
-            result = h.result(timeout=90)
+            result = h.result(timeout=RESULT_SECONDS)
             assert result.status == "completed", result
             assert len(runs(cluster, h.id, "notify")) == 1
             assert len(runs(cluster, h.id, "add")) == 1

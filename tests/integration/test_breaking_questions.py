@@ -28,7 +28,7 @@ from cryptography.fernet import Fernet
 
 from tandem.client.handle import JobHandle
 from tandem.tasks.errors import DecisionTimeout, StalePauseError
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
 from tests.integration.test_decide import any_host, idle
@@ -95,7 +95,7 @@ def submit(cluster: Cluster, plan: Any, owner: str = "team-a", **spec: Any) -> J
     return handle
 
 
-def asked(handle: JobHandle, timeout: float = 45) -> str:
+def asked(handle: JobHandle, timeout: float = RESULT_SECONDS) -> str:
     """Wait until the job waits on a question; its pause id."""
     wait_for(
         lambda: handle.status().state == "awaiting_approval" and handle.status().pause_kind == "question",
@@ -158,7 +158,7 @@ def test_the_same_answer_sent_ten_times_at_once_applies_once(setup: Setup) -> No
             sort_keys=True,
         )
     }
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
     assert len(runs(c, handle.id, "book_trip_run")) == 2  # the run that asked, the run that booked
     answered = events_of(c, handle.id, "question_answered")
@@ -184,7 +184,7 @@ def test_two_different_answers_racing_for_one_pause_one_wins_the_other_changes_n
     [won] = [cities[i] for i, r in enumerate(replies) if r.status_code == 200]
     [lost] = [r.json()["error"] for r in replies if r.status_code == 409]
     assert lost["code"] in ("stale_pause", "answer_refused"), lost
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [r["city"] for r in runs(c, handle.id, "book_trip")] == [won]
     answered = events_of(c, handle.id, "question_answered")
     assert [(a["pause_id"], a["answer"]) for a in answered] == [(pause, {"city": won})]
@@ -210,7 +210,7 @@ def test_answers_to_unknown_foreign_and_ended_jobs_are_refused_and_create_no_key
     assert (still.state, still.pause_id) == ("awaiting_approval", pause)
 
     handle.answer({"city": "Oslo"}, pause_id=pause)
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     ended = job_keys(c, handle.id)
     late = post_answer(
         server, handle.id, {"pause_id": pause, "answer": {"city": "Rome"}, "idempotency_key": "late-1"}
@@ -255,7 +255,7 @@ def test_an_answer_that_breaks_the_schema_is_refused_naming_the_field(
     good = {"city": "Oslo", "mode": "rail", "traveller": {"name": "Ann"}}
     ok = post_answer(server, handle.id, {"pause_id": pause, "answer": good, "idempotency_key": "good-1"})
     assert ok.status_code == 200, ok.text
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     answered = events_of(c, handle.id, "question_answered")
     assert [(a["by"], a["answer"]) for a in answered] == [("person", good)]
 
@@ -273,7 +273,7 @@ def test_a_timeout_racing_a_late_answer_gives_exactly_one_outcome(setup: Setup) 
             outcome = "person"
         except StalePauseError:
             outcome = "timeout"
-        assert handle.result(timeout=45).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         answered = events_of(c, handle.id, "question_answered")
         assert [(a["pause_id"], a["by"]) for a in answered] == [(pause, outcome)], (outcome, answered)
         expected = "Oslo" if outcome == "person" else None
@@ -285,9 +285,9 @@ def test_a_job_cancelled_while_it_waits_on_a_question_ends_cancelled_and_holds_n
     handle = submit(c, BOOK)
     pause = asked(handle)
     handle.cancel()
-    result = handle.result(timeout=45)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "cancelled", result
-    wait_for(lambda: idle(c)[0] == 0, 30, "nothing queued")
+    wait_for(lambda: idle(c)[0] == 0, RESULT_SECONDS, "nothing queued")
     queued, active = idle(c)
     assert queued == 0 and all(tasks == [] for tasks in active.values()), (queued, active)
     late = post_answer(server, handle.id, {"pause_id": pause, "answer": {"city": "Oslo"}})
@@ -303,7 +303,7 @@ def test_an_answer_racing_a_cancel_runs_the_call_at_most_once_and_ends_once(setu
     pause = asked(handle)
     body = {"pause_id": pause, "answer": {"city": "Oslo"}, "idempotency_key": "vs-cancel"}
     replies = together(2, lambda i: post_answer(server, handle.id, body) if i == 0 else handle.cancel())
-    result = handle.result(timeout=45)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status in ("cancelled", "completed"), result
     answered = events_of(c, handle.id, "question_answered")
     if replies[0].status_code == 200:
@@ -313,7 +313,7 @@ def test_an_answer_racing_a_cancel_runs_the_call_at_most_once_and_ends_once(setu
     assert [r["city"] for r in runs(c, handle.id, "book_trip")] in ([], ["Oslo"])
     finals = [e for e in c.store.read_events(handle.id, count=10_000) if e.type == "final"]
     assert len(finals) == 1, finals
-    wait_for(lambda: idle(c)[0] == 0, 30, "nothing queued")
+    wait_for(lambda: idle(c)[0] == 0, RESULT_SECONDS, "nothing queued")
 
 
 def test_a_job_resumed_after_a_cancel_on_a_question_asks_again_and_takes_one_answer(setup: Setup) -> None:
@@ -321,13 +321,13 @@ def test_a_job_resumed_after_a_cancel_on_a_question_asks_again_and_takes_one_ans
     handle = submit(c, BOOK)
     first = asked(handle)
     handle.cancel()
-    assert handle.result(timeout=45).status == "cancelled"
+    assert handle.result(timeout=RESULT_SECONDS).status == "cancelled"
     resumed = handle.resume()
     second = asked(resumed)
     again = resumed.status().question
     assert again is not None and again["text"] == "Which city should the trip go to?", again
     resumed.answer({"city": "Bergen"}, pause_id=second)
-    assert resumed.result(timeout=45).status == "completed"
+    assert resumed.result(timeout=RESULT_SECONDS).status == "completed"
     assert [r["city"] for r in runs(c, resumed.id, "book_trip")] == ["Bergen"]
     if resumed.id == handle.id:
         assert second != first
@@ -342,7 +342,7 @@ def test_the_jobs_secret_is_masked_in_the_question_and_the_answer(setup: Setup) 
     handle = submit(c, plan, secrets={"api_token": token})
     pause = asked(handle)
     handle.answer(f"yes, {token} is right", pause_id=pause)
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     [record] = runs(c, handle.id, "secret_question")
     assert record["answer"] == f"yes, {token} is right"  # the tool got the answer whole
     [asked_event] = events_of(c, handle.id, "question_asked")
@@ -361,13 +361,14 @@ def test_the_jobs_secret_is_masked_in_the_waiting_for_person_webhook_of_its_ques
         hooks = [{"url": receiver.url, "events": ["waiting_for_person"]}]
         handle = submit(c, plan, secrets={"api_token": token}, webhooks=hooks)
         pause = asked(handle)
-        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 45, "the waiting_for_person delivery")
+        delivered = lambda: receiver.of(handle.id, "waiting_for_person")  # noqa: E731
+        wait_for(delivered, RESULT_SECONDS, "the waiting_for_person delivery")
         [posted] = receiver.of(handle.id, "waiting_for_person")
     body = json.loads(posted["body"])
     assert (body["pause_id"], body["reason"]) == (pause, "question_asked")
     assert token.encode() not in posted["body"] and "***" in body["pause"]["question"], body
     handle.answer("yes", pause_id=pause)
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
 
 
 def test_every_key_of_a_parked_and_an_answered_job_has_a_ttl(setup: Setup) -> None:
@@ -382,7 +383,7 @@ def test_every_key_of_a_parked_and_an_answered_job_has_a_ttl(setup: Setup) -> No
     reply = post_answer(server, handle.id, {"answer": {"city": "Oslo"}, "idempotency_key": "t"})  # no pause
     assert reply.status_code == 200 and reply.json()["pause_id"] == pause, reply.text
     assert c.redis.hget(c.store.key(handle.id, "decisions"), "t") is not None  # the reply, kept
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     done = job_keys(c, handle.id)
     assert all(ttl > 0 for ttl in done.values()), done
 
@@ -395,7 +396,7 @@ def test_the_same_key_with_another_answer_gets_the_first_reply_and_changes_nothi
         path, key = f"/v1/jobs/{handle.id}/answers", {"Idempotency-Key": "header-key-7"}
         first = client.post(path, json={"pause_id": pause, "answer": {"city": "Oslo"}}, headers=key)
         assert first.status_code == 200, first.text
-        assert handle.result(timeout=45).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         again = client.post(path, json={"pause_id": pause, "answer": {"city": "Rome"}}, headers=key)
     assert (again.status_code, again.json()) == (200, first.json())
     assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
@@ -405,7 +406,7 @@ def test_the_same_key_with_another_answer_gets_the_first_reply_and_changes_nothi
 def test_an_answer_naming_an_approval_pause_is_refused_and_decides_nothing(setup: Setup) -> None:
     c, _, server = setup
     handle = submit(c, [[{"name": "notify", "args": {"to": "ops"}}]])
-    wait_for(lambda: handle.status().pause_kind == "approval", 45, "the approval pause")
+    wait_for(lambda: handle.status().pause_kind == "approval", RESULT_SECONDS, "the approval pause")
     pause = handle.status().pause_id
     reply = post_answer(server, handle.id, {"pause_id": pause, "answer": "yes"})
     assert reply.status_code == 409, reply.text
@@ -416,7 +417,7 @@ def test_an_answer_naming_an_approval_pause_is_refused_and_decides_nothing(setup
     assert runs(c, handle.id, "notify") == []
     assert events_of(c, handle.id, "question_answered") == []
     handle.approve(pause_id=pause)
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert len(runs(c, handle.id, "notify")) == 1
 
 
@@ -437,7 +438,7 @@ def test_the_cli_answers_text_as_text_and_a_stale_answer_exits_2(setup: Setup) -
         timeout=60,
     )
     assert ok.returncode == 0, (ok.stdout, ok.stderr)
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [a["answer"] for a in events_of(c, handle.id, "question_answered")] == ["42"]
     stale = subprocess.run(
         [*cli, "43", "--pause", pause], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
@@ -459,14 +460,14 @@ def test_an_answer_no_worker_took_in_time_is_withdrawn_and_never_applies(redis_b
         with pytest.raises(DecisionTimeout):
             handle.answer({"city": "Rome"}, pause_id=pause, timeout=3)
         c.start("thinker", "actor", "tools", name="second")
-        wait_for(lambda: idle(c)[0] == 0, 30, "the withdrawn answer's message to be consumed")
+        wait_for(lambda: idle(c)[0] == 0, RESULT_SECONDS, "the withdrawn answer's message to be consumed")
         time.sleep(3)  # the reconciler's sweeps (stall 1 s) would send the call again now
         still = handle.status()
         assert (still.state, still.pause_id) == ("awaiting_approval", pause)
         assert events_of(c, handle.id, "question_answered") == []
         assert runs(c, handle.id, "book_trip") == []
         handle.answer({"city": "Oslo"}, pause_id=pause)
-        assert handle.result(timeout=45).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
     finally:
         next(clusters, None)
@@ -480,7 +481,7 @@ def test_a_call_asking_two_questions_gets_each_answer_in_turn_and_books_once(set
     handle.answer("Oslo", pause_id=first)
     second = wait_for(
         lambda: handle.status().pause_kind == "question" and handle.status().pause_id not in (None, first),
-        45,
+        RESULT_SECONDS,
         "the second question",
     )
     assert second
@@ -489,7 +490,7 @@ def test_a_call_asking_two_questions_gets_each_answer_in_turn_and_books_once(set
     with pytest.raises(StalePauseError):  # the first pause is over: its answer cannot be changed
         handle.answer("Rome", pause_id=first)
     handle.answer(3, pause_id=second_pause)
-    assert handle.result(timeout=45).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [(r["city"], r["nights"]) for r in runs(c, handle.id, "two_questions")] == [("Oslo", 3)]
     answered = events_of(c, handle.id, "question_answered")
     assert [(a["pause_id"], a["answer"]) for a in answered] == [(first, "Oslo"), (second_pause, 3)]
@@ -501,7 +502,7 @@ def test_an_at_most_once_tool_may_ask_and_its_side_effect_runs_once(setup: Setup
     handle = submit(c, [[{"name": "once_asking", "args": {}}]])
     pause = asked(handle)
     handle.answer(125, pause_id=pause)
-    result = handle.result(timeout=45)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert [r["amount"] for r in runs(c, handle.id, "once_asking")] == [125]
     memory = [m for m in c.store.memory(handle.id).get_messages() if m.function_results]
@@ -516,7 +517,7 @@ def test_time_parked_on_a_question_does_not_count_towards_the_jobs_timeout(setup
     still = handle.status()
     assert (still.state, still.pause_id) == ("awaiting_approval", pause), still
     handle.answer({"city": "Oslo"}, pause_id=pause)
-    result = handle.result(timeout=45)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
 
 
@@ -534,10 +535,11 @@ def test_killed_tools_workers_while_parked_and_after_the_answer_lose_nothing_and
         c.kill(tools, "tools")  # parked: no worker holds it, killing one loses nothing
         tools = c.start("tools", name="tools-2")
         handle.answer({"city": "Tromso"}, pause_id=pause)
-        wait_for(lambda: runs(c, handle.id, "slow_booking_answered"), 30, "the answered run to start")
+        answered_run = lambda: runs(c, handle.id, "slow_booking_answered")  # noqa: E731
+        wait_for(answered_run, RESULT_SECONDS, "the answered run to start")
         c.kill(tools, "tools")  # mid-run, after the answer
         c.start("tools", name="tools-3")
-        assert handle.result(timeout=50).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         assert {r["city"] for r in runs(c, handle.id, "slow_booking")} == {"Tromso"}
         assert len(events_of(c, handle.id, "question_asked")) == 1  # the answer was kept: no second question
         answered = events_of(c, handle.id, "question_answered")

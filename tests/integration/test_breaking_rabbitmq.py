@@ -24,7 +24,7 @@ from tests.integration.breaking import (
     poll,
     rabbitmq_vhost,
 )
-from tests.integration.conftest import _cluster_on, _exclusive_db
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, _cluster_on, _exclusive_db
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +38,9 @@ def test_a_job_store_outage_under_a_rabbitmq_broker() -> None:
     ):
         cluster.start("thinker", "actor", "tools", concurrency=SMALL)
         handles = plan_jobs(cluster, 6, "rabbit store outage")
-        poll(lambda: jobs_with_charges(cluster, 2), 60, "two jobs in their first tool round")
+        poll(lambda: jobs_with_charges(cluster, 2), EVENT_SECONDS, "two jobs in their first tool round")
         server.restart(down_for=10)
-        ended(cluster, handles, 110)
+        ended(cluster, handles, RESULT_SECONDS)
         checked(cluster, handles)
         assert [line for h in handles for line in each_event_once(cluster, h.id)] == []
 
@@ -65,11 +65,11 @@ def test_a_network_cut_to_rabbitmq(redis_base: str, broker_side: str) -> None:
                 def calls_under_way() -> bool:  # charge_card records its start, then takes 1.5 s
                     return len([c for c in charges(cluster) if c["start"] > time.time() - 1.0]) >= 2
 
-                poll(calls_under_way, 60, "two charges under way", every=0.02)
+                poll(calls_under_way, EVENT_SECONDS, "two charges under way", every=0.02)
                 link.cut(silent_server=broker_side == "silent")
                 time.sleep(10)
                 link.mend()
-                ended(cluster, handles, 90)
+                ended(cluster, handles, RESULT_SECONDS)
                 checked(cluster, handles)
                 assert [line for h in handles for line in each_event_once(cluster, h.id)] == []
             finally:

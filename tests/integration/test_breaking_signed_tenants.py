@@ -24,7 +24,7 @@ import pytest
 
 from tandem.client.handle import JobHandle
 from tandem.tasks.control.threads import thread_jobs
-from tests.integration.conftest import Cluster, _make_cluster, actor_host
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_breaking_conversation import job_keys, person_messages, settled, snapshot
 from tests.integration.test_durability import wait_for
@@ -101,7 +101,7 @@ def send_positional(tenants: Tenants, team: str, name: str, args: list[Any]) -> 
 def park(cluster: Cluster, marker: str, owner: str) -> JobHandle:
     """A job of ``owner`` submitted by the operator, parked on its ``notify`` call."""
     handle = cluster.submit(goal=goal_with_plan(marker, PARK), owner=owner, max_rounds=4)
-    wait_for(lambda: handle.status().state == "awaiting_approval", 60, "the job to park")
+    wait_for(lambda: handle.status().state == "awaiting_approval", EVENT_SECONDS, "the job to park")
     handle.owner = owner
     return handle
 
@@ -125,7 +125,7 @@ def test_a_tenant_certificate_cannot_message_another_tenants_job(tenants: Tenant
     assert own == {"job_id": job.id, "accepted": True, "message_id": f"{job.id}:message:0001", "round": 1}
     assert [m.content for m in person_messages(cluster, job.id)] == ["Mine."]
     job.approve()
-    assert job.result(timeout=90).status == "completed"
+    assert job.result(timeout=RESULT_SECONDS).status == "completed"
 
 
 def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(tenants: Tenants) -> None:
@@ -146,7 +146,7 @@ def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(
 
     decided = tenants.send("team-b", "tandem.decide", kwargs)  # its own tenant: the same batch applies
     assert decided["accepted"] is True and decided["complete"] is True, decided
-    assert job.result(timeout=90).status == "completed"
+    assert job.result(timeout=RESULT_SECONDS).status == "completed"
 
     specs = sorted(k for k in cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:*:spec"))
     thread_before = thread_jobs(cluster.store, job.id, "team-b")
@@ -163,7 +163,7 @@ def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(
     own = tenants.send("team-b", "tandem.follow_up", follow)
     assert own["accepted"] is True and own["thread_id"] == job.id, own
     second = JobHandle(own["follow_up_id"], app=cluster.app, store=cluster.store)
-    done = second.result(timeout=90)
+    done = second.result(timeout=RESULT_SECONDS)
     assert (done.status, done.owner) == ("completed", "team-b")
 
 
@@ -176,9 +176,9 @@ def test_the_operators_certificate_acts_for_the_tenant_it_names(tenants: Tenants
     assert refusal(wrong) == (False, "unknown"), wrong  # it acts for team-a: the job is team-b's
     assert [m.content for m in person_messages(cluster, job.id)] == ["From the operator."]
     job.approve()
-    assert job.result(timeout=90).status == "completed"
+    assert job.result(timeout=RESULT_SECONDS).status == "completed"
     second = job.follow_up(goal_with_plan("brk operator follow-up", []), owner="team-b")
-    done = second.result(timeout=90)
+    done = second.result(timeout=RESULT_SECONDS)
     assert (done.status, done.owner) == ("completed", "team-b")
 
 
@@ -195,7 +195,11 @@ def test_a_tenant_certificate_outside_the_trusted_store_gets_nothing_done(tenant
     sent.append(tenants.send("team-c", "tandem.decide", decide, wait=False))
     spec = {"goal": goal_with_plan("brk untrusted job", [])}
     sent.append(tenants.send("team-c", "tandem.infer", {"spec": spec}, wait=False))
-    wait_for(lambda: cluster.redis.llen(cluster.settings.intake_queue) == 0, 30, "the intake queue to drain")
+    wait_for(
+        lambda: cluster.redis.llen(cluster.settings.intake_queue) == 0,
+        EVENT_SECONDS,
+        "the intake queue to drain",
+    )
     time.sleep(2)  # time for any of them to have done something
 
     assert [cluster.redis.get(f"celery-task-meta-{task_id}") for task_id in sent] == [None] * 3
@@ -204,7 +208,7 @@ def test_a_tenant_certificate_outside_the_trusted_store_gets_nothing_done(tenant
     assert [job_keys(cluster, task_id) for task_id in sent] == [[]] * 3
     assert cluster.exited() == []
     job.approve()
-    assert job.result(timeout=90).status == "completed"
+    assert job.result(timeout=RESULT_SECONDS).status == "completed"
 
 
 def test_a_tenant_certificate_cannot_name_another_owner_by_position_or_by_blank(tenants: Tenants) -> None:
@@ -233,7 +237,7 @@ def test_a_tenant_certificate_cannot_name_another_owner_by_position_or_by_blank(
     assert {job.id: snapshot(cluster, job.id) for job in (theirs, unowned)} == before
     for job in (theirs, unowned):
         job.approve()
-        assert job.result(timeout=90).status == "completed"
+        assert job.result(timeout=RESULT_SECONDS).status == "completed"
         assert person_messages(cluster, job.id) == []
 
 
@@ -250,10 +254,10 @@ def test_a_tenants_second_certificate_acts_for_it_and_only_for_it(tenants: Tenan
     assert refusal(tenants.send("team-b2", "tandem.message", named)) == (False, "foreign_tenant")
     spec = {"goal": goal_with_plan("brk second cert job", [])}
     started = tenants.send("team-b2", "tandem.infer", {"spec": spec}, wait=False)
-    result = cluster.app.AsyncResult(started).get(timeout=90)
+    result = cluster.app.AsyncResult(started).get(timeout=RESULT_SECONDS)
     assert (result["status"], result["owner"]) == ("completed", "team-b")
     assert snapshot(cluster, mine.id) == before
     for job in (theirs, mine):
         job.approve()
-        assert job.result(timeout=90).status == "completed"
+        assert job.result(timeout=RESULT_SECONDS).status == "completed"
     assert [m.content for m in person_messages(cluster, theirs.id)] == ["From b2."]

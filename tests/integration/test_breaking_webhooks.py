@@ -25,7 +25,7 @@ import pytest
 
 from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobSpecError
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
 from tests.integration.test_decide import any_host
@@ -66,7 +66,7 @@ def submit(cluster: Cluster, hooks: list[dict[str, Any]], plan: Any = NOTIFY, **
 
 def parked(handle: JobHandle) -> str:
     try:
-        wait_for(lambda: handle.status().state == "awaiting_approval", 45, f"{handle.id} to park")
+        wait_for(lambda: handle.status().state == "awaiting_approval", EVENT_SECONDS, f"{handle.id} to park")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {handle.status()}") from None
     pause = handle.status().pause_id
@@ -125,7 +125,9 @@ def test_a_slow_receiver_times_out_and_gets_the_same_delivery_again(cluster: Hos
     with Receiver(answer) as receiver:
         handle = submit(c, [{"url": receiver.url, "events": ["final"]}])
         the_end(c, handle)
-        wait_for(lambda: ("webhook_delivered", 2, 200, False) in outcomes(c, handle.id, "final"), 45)
+        wait_for(
+            lambda: ("webhook_delivered", 2, 200, False) in outcomes(c, handle.id, "final"), EVENT_SECONDS
+        )
         time.sleep(5)  # past a lease (timeout + lease seconds): a sweeper would send it again now
         posts = receiver.of(handle.id)
     assert outcomes(c, handle.id, "final") == [
@@ -151,7 +153,7 @@ def test_a_3xx_or_4xx_is_retried_never_followed_and_given_up_after_the_last_atte
         with Receiver(answer) as receiver:
             handle = submit(c, [{"url": receiver.url, "events": ["final"]}])
             the_end(c, handle)
-            wait_for(lambda: len(outcomes(c, handle.id, "final")) == 3, 45, "three attempts")
+            wait_for(lambda: len(outcomes(c, handle.id, "final")) == 3, EVENT_SECONDS, "three attempts")
             time.sleep(5)  # a fourth attempt, or a sweeper's, would come now
             posts = receiver.of(handle.id)
         assert elsewhere.requests == []  # redirects are not followed
@@ -177,10 +179,13 @@ def test_a_dropped_connection_is_a_failure_without_a_status_and_is_tried_again(c
             lambda: (
                 outcomes(c, handle.id, "waiting_for_person")[-1:] == [("webhook_delivered", 2, 202, False)]
             ),
-            45,
+            EVENT_SECONDS,
         )
         the_end(c, handle)
-        wait_for(lambda: outcomes(c, handle.id, "final")[-1:] == [("webhook_delivered", 2, 202, False)], 45)
+        wait_for(
+            lambda: outcomes(c, handle.id, "final")[-1:] == [("webhook_delivered", 2, 202, False)],
+            EVENT_SECONDS,
+        )
     assert outcomes(c, handle.id, "waiting_for_person") == [
         ("webhook_failed", 1, None, True),
         ("webhook_delivered", 2, 202, False),
@@ -197,7 +202,7 @@ def test_the_signature_verifies_by_the_documented_recipe_and_nothing_else_does(c
         handle = submit(c, [{"url": receiver.url}])
         parked(handle)
         the_end(c, handle)
-        wait_for(lambda: receiver.of(handle.id, "final"), 45, "the final delivery")
+        wait_for(lambda: receiver.of(handle.id, "final"), EVENT_SECONDS, "the final delivery")
         posts = receiver.of(handle.id)
     assert [json.loads(p["body"])["event"] for p in posts] == ["waiting_for_person", "final"]
     for post in posts:
@@ -221,7 +226,7 @@ def test_the_bodies_carry_every_documented_field(cluster: Hosts) -> None:
         handle = submit(c, [{"url": receiver.url}])
         pause = parked(handle)
         the_end(c, handle)
-        wait_for(lambda: receiver.of(handle.id, "final"), 45, "the final delivery")
+        wait_for(lambda: receiver.of(handle.id, "final"), EVENT_SECONDS, "the final delivery")
         waiting, final = (json.loads(p["body"]) for p in receiver.of(handle.id))
     common = {"id", "event", "job_id", "owner", "at", "links"}
     assert common | {"pause_id", "round", "seq", "state", "reason", "pause"} <= set(waiting), waiting
@@ -250,10 +255,16 @@ def test_independent_deliveries_a_failing_pause_delivery_does_not_hold_back_the_
     with Receiver(answer) as receiver:
         handle = submit(c, [{"url": receiver.url}])
         parked(handle)
-        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 45, "a pause delivery")
+        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), EVENT_SECONDS, "a pause delivery")
         the_end(c, handle)
-        wait_for(lambda: ("webhook_delivered", 1, 200, False) in outcomes(c, handle.id, "final"), 45)
-        wait_for(lambda: len(outcomes(c, handle.id, "waiting_for_person")) == 3, 45, "the pause's 3 attempts")
+        wait_for(
+            lambda: ("webhook_delivered", 1, 200, False) in outcomes(c, handle.id, "final"), EVENT_SECONDS
+        )
+        wait_for(
+            lambda: len(outcomes(c, handle.id, "waiting_for_person")) == 3,
+            EVENT_SECONDS,
+            "the pause's 3 attempts",
+        )
     assert outcomes(c, handle.id, "final") == [("webhook_delivered", 1, 200, False)]
     assert outcomes(c, handle.id, "waiting_for_person") == [
         ("webhook_failed", 1, 503, True),
@@ -268,16 +279,18 @@ def test_each_occasion_has_its_own_delivery_and_none_is_sent_twice_after_success
     with Receiver() as receiver:
         handle = submit(c, [{"url": receiver.url}], plan=two)
         first = parked(handle)
-        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 45, "the first pause's delivery")
+        wait_for(
+            lambda: receiver.of(handle.id, "waiting_for_person"), EVENT_SECONDS, "the first pause's delivery"
+        )
         handle.approve(pause_id=first)
         second = wait_for(
             lambda: handle.status().state == "awaiting_approval" and handle.status().pause_id != first,
-            45,
+            EVENT_SECONDS,
             "pause 2",
         )
         assert second
         the_end(c, handle)
-        wait_for(lambda: receiver.of(handle.id, "final"), 45, "the final delivery")
+        wait_for(lambda: receiver.of(handle.id, "final"), EVENT_SECONDS, "the final delivery")
         time.sleep(6)  # past a lease and a stall: a sweeper that sent one again would have now
         posts = receiver.of(handle.id)
     bodies = [json.loads(p["body"]) for p in posts]
@@ -295,7 +308,11 @@ def test_every_webhook_of_a_job_gets_its_own_events(cluster: Hosts) -> None:
         handle = submit(c, hooks)
         parked(handle)
         the_end(c, handle)
-        wait_for(lambda: both.of(handle.id, "final") and finals.of(handle.id, "final"), 45, "both finals")
+        wait_for(
+            lambda: both.of(handle.id, "final") and finals.of(handle.id, "final"),
+            EVENT_SECONDS,
+            "both finals",
+        )
         time.sleep(2)
         got_both, got_finals = both.of(handle.id), finals.of(handle.id)
     assert [json.loads(p["body"])["event"] for p in got_both] == ["waiting_for_person", "final"]
@@ -312,8 +329,8 @@ def test_a_resumed_jobs_next_end_is_sent_again_as_a_new_delivery(cluster: Hosts)
         handle = submit(c, [{"url": receiver.url, "events": ["final"]}])
         parked(handle)
         handle.cancel()
-        assert handle.result(timeout=45).status == "cancelled"
-        wait_for(lambda: receiver.of(handle.id, "final"), 45, "the cancelled job's final delivery")
+        assert handle.result(timeout=RESULT_SECONDS).status == "cancelled"
+        wait_for(lambda: receiver.of(handle.id, "final"), EVENT_SECONDS, "the cancelled job's final delivery")
         resumed = handle.resume()
         the_end(c, resumed)
 
@@ -321,7 +338,7 @@ def test_a_resumed_jobs_next_end_is_sent_again_as_a_new_delivery(cluster: Hosts)
             ids = dict.fromkeys([handle.id, resumed.id])
             return [p for job_id in ids for p in receiver.of(job_id, "final")]
 
-        wait_for(lambda: len(finals()) >= 2, 45, "the resumed job's final delivery")
+        wait_for(lambda: len(finals()) >= 2, EVENT_SECONDS, "the resumed job's final delivery")
         posts = finals()
     statuses = [json.loads(p["body"])["result"]["status"] for p in posts]
     assert statuses == ["cancelled", "completed"], statuses
@@ -365,8 +382,8 @@ def test_the_host_checked_is_the_host_posted_to_even_behind_a_backslash(cluster:
     with Receiver() as receiver:
         url = f"http://evil.test\\@127.0.0.1:{receiver.port}/hooks/tandem"
         handle = submit(c, [{"url": url, "events": ["final"]}], plan=[])
-        assert handle.result(timeout=45).status == "completed"
-        wait_for(lambda: outcomes(c, handle.id, "final"), 45, "the final delivery")
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
+        wait_for(lambda: outcomes(c, handle.id, "final"), EVENT_SECONDS, "the final delivery")
         assert len(receiver.of(handle.id, "final")) == 1
     [event] = webhook_events(c, handle.id)
     assert (event["url"], event["status_code"]) == (f"http://127.0.0.1:{receiver.port}/hooks/tandem", 204)
@@ -386,7 +403,7 @@ def test_credentials_in_a_webhook_url_are_used_but_never_shown(cluster: Hosts) -
         handle = submit(c, [{"url": url}])
         parked(handle)
         the_end(c, handle)
-        wait_for(lambda: receiver.of(handle.id, "final"), 45, "the final delivery")
+        wait_for(lambda: receiver.of(handle.id, "final"), EVENT_SECONDS, "the final delivery")
         posts = receiver.of(handle.id)
     assert all(p["path"] == f"/hooks/tandem?token={query_token}" for p in posts)  # the workers keep it whole
     expected_auth = "Basic " + base64.b64encode(f"hookuser:{password}".encode()).decode()
@@ -428,12 +445,12 @@ def test_a_worker_killed_while_posting_a_pause_loses_nothing(redis_base: str) ->
                 lambda: any(
                     o[0] == "webhook_delivered" for o in outcomes(c, handle.id, "waiting_for_person")
                 ),
-                45,
+                EVENT_SECONDS,
             )
             posts = receiver.of(handle.id)
             assert handle.status().state == "awaiting_approval"
             handle.approve()
-            assert handle.result(timeout=45).status == "completed"
+            assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         assert len({p["headers"]["Tandem-Delivery"] for p in posts}) == 1
         assert [p["headers"]["Tandem-Attempt"] for p in posts][-1] != "1"
         assert [o for o in outcomes(c, handle.id, "waiting_for_person") if o[0] == "webhook_delivered"][-1][
@@ -454,7 +471,7 @@ def test_workers_refuse_webhooks_they_cannot_sign_or_may_not_send_and_the_job_fa
         first = c.start("thinker", "actor", "tools", name="unsigned")
         with Receiver() as receiver:
             handle = submit(c, [{"url": receiver.url}])  # this process allows loopback, as the default
-            result = handle.result(timeout=45)
+            result = handle.result(timeout=RESULT_SECONDS)
             assert result.status == "failed", result
             assert "TANDEM_WEBHOOK_SECRET" in (result.error or ""), result.error
             c.stop_group(first)
@@ -469,7 +486,7 @@ def test_workers_refuse_webhooks_they_cannot_sign_or_may_not_send_and_the_job_fa
                 },
             )
             other = submit(c, [{"url": receiver.url}])  # 127.0.0.1: not the name "localhost"
-            refused = other.result(timeout=45)
+            refused = other.result(timeout=RESULT_SECONDS)
             assert refused.status == "failed", refused
             assert "'127.0.0.1' is not allowed" in (refused.error or ""), refused.error
             time.sleep(2)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.chaos import CHAOS_ENV, OwnRedis, run_chaos
-from tests.integration.conftest import Cluster, _cluster_on
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _cluster_on
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def test_redis_unreachable_for_10_s_mid_step(own_cluster: Hosts, own_redis: OwnR
     own_redis.pause()
     time.sleep(10)
     own_redis.resume()
-    result = handle.result(timeout=120)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed" and result.deliverable == "all planned calls ran", result
     charges = [c for c in cluster.tool_calls() if c["job"] == handle.id and c["name"] == "charge_card"]
     assert len(charges) == 1

@@ -28,7 +28,7 @@ from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobLostError
 from tandem.tasks.job_events import JobEvent
 from tests.integration.chaos import OwnRedis
-from tests.integration.conftest import Cluster, _cluster_on
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _cluster_on
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -125,9 +125,9 @@ def test_waits_ride_out_a_redis_restart(aof_cluster: Hosts, aof_redis: OwnRedis)
     _when_running_a_tool(cluster, handle)
 
     waiters = [
-        Waiter("result", lambda: handle.result(timeout=150)),
-        Waiter("aresult", lambda: asyncio.run(handle.aresult(timeout=150))),
-        Waiter("events", lambda: list(handle.events(timeout=150))),
+        Waiter("result", lambda: handle.result(timeout=RESULT_SECONDS)),
+        Waiter("aresult", lambda: asyncio.run(handle.aresult(timeout=RESULT_SECONDS))),
+        Waiter("events", lambda: list(handle.events(timeout=RESULT_SECONDS))),
     ]
     for waiter in waiters:
         waiter.start()
@@ -135,7 +135,7 @@ def test_waits_ride_out_a_redis_restart(aof_cluster: Hosts, aof_redis: OwnRedis)
     restarter, times = _restart_in_background(aof_redis, down_for=5.0)
     restarter.join(60)
     for waiter in waiters:
-        waiter.join(180)
+        waiter.join(RESULT_SECONDS + 30)  # each wait ends with the job, or by its own timeout
 
     # A worker lost in the restart (the transport's restore bug) leaves the job without an end.
     assert _exited(cluster) == {}, "workers exited during the Redis restart"

@@ -22,7 +22,7 @@ from celery import Celery
 
 from tandem.client.handle import JobHandle
 from tandem.tasks.errors import DecisionRefused
-from tests.integration.conftest import Cluster, _make_cluster, actor_host
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import runs, wait_for
 from tests.integration.test_react_job import react_host
@@ -60,7 +60,7 @@ def parked(cluster: Cluster, handle: JobHandle, free: tuple[int, ...] = (1,)) ->
     wait_for(
         lambda: handle.status().state == "awaiting_approval"
         and all(cluster.store.tool_result(handle.id, 0, i) for i in free),
-        60,
+        EVENT_SECONDS,
         "the job to park",
     )
 
@@ -72,6 +72,12 @@ def idle(cluster: Cluster) -> tuple[int, dict[str, Any]]:
     queued = sum(cluster.redis.llen(k) for k in names if not k.startswith(("tandem", "test:")))
     queued += cluster.redis.hlen("unacked")
     return queued, cluster.app.control.inspect(timeout=3).active() or {}
+
+
+def settled(cluster: Cluster) -> bool:
+    """Nothing queued, every worker answering and running nothing."""
+    queued, active = idle(cluster)
+    return queued == 0 and bool(active) and not any(active.values())
 
 
 def bare_client(cluster: Cluster) -> Celery:
@@ -91,9 +97,9 @@ def test_a_job_parks_holding_nothing_and_a_decision_by_name_resumes_it(cluster: 
     waiting = [(p.index, p.tool, p.args) for p in status.pending_approval or []]
     assert waiting == [(2, "notify", {"to": "ops"})]
     assert status.approval_until is not None and status.step == "tools"
-    time.sleep(1.0)  # the free call's task has been acknowledged
-    queued, active = idle(c)
-    assert queued == 0 and active and not any(active.values()), (queued, active)
+    # The free call's task is acknowledged and nothing runs: waited for (a loaded machine is slow
+    # to acknowledge), then held for a stall period below.
+    wait_for(lambda: settled(c), EVENT_SECONDS, "nothing queued and no task running")
     time.sleep(3.0)  # past TANDEM_STALL_SECONDS: the reconciler sends nothing for a parked job
     assert idle(c)[0] == 0 and handle.status().state == "awaiting_approval"
     assert runs(c, handle.id, "notify") == []
@@ -102,15 +108,15 @@ def test_a_job_parks_holding_nothing_and_a_decision_by_name_resumes_it(cluster: 
     try:
         refused = bare.send_task(
             "tandem.decide", kwargs={"job_id": handle.id, "decisions": [{"index": 1, "approve": True}]}
-        ).get(timeout=60)
+        ).get(timeout=RESULT_SECONDS)
         assert refused["accepted"] is False and "no call 1 is waiting" in refused["error"]
         accepted = bare.send_task(
             "tandem.decide", kwargs={"job_id": handle.id, "decisions": [{"index": 2, "approve": True}]}
-        ).get(timeout=60)
+        ).get(timeout=RESULT_SECONDS)
         assert accepted["accepted"] is True and accepted["complete"] is True
     finally:
         bare.close()
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert len(runs(c, handle.id, "notify")) == 1 and len(runs(c, handle.id, "add")) == 1
     assert seen_by_model(actor, "notified ops")
@@ -131,7 +137,7 @@ def test_a_rejection_reaches_the_model_with_its_reason(cluster: Hosts) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "call 2: rejected: not on a weekend" in done.stdout and "the job goes on" in done.stdout
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert runs(c, handle.id, "notify") == []
     rejected = c.store.tool_result(handle.id, 0, 2)
@@ -157,7 +163,7 @@ def test_edited_args_are_validated_and_used(cluster: Hosts) -> None:
     assert handle.status().state == "awaiting_approval"
     decided = handle.approve(2, args={"to": "ops-oncall"})
     assert [(d.index, d.args) for d in decided] == [(2, {"to": "ops-oncall"})]
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     ran = c.store.tool_result(handle.id, 0, 2)
     assert ran is not None and ran.status == "succeeded" and "notified ops-oncall" in str(ran.output)
     assert seen_by_model(actor, "notified ops-oncall")
@@ -171,7 +177,7 @@ def test_the_async_controls_decide_and_fork_on_workers(cluster: Hosts) -> None:
     async def decide_then_fork() -> tuple[Any, ...]:
         pending = await handle.apending_approval()
         decided = await handle.aapprove(2, args={"to": "async-ops"})
-        result = await handle.aresult(timeout=90)
+        result = await handle.aresult(timeout=RESULT_SECONDS)
         forked = await handle.afork(1, max_rounds=4)
         return pending, decided, result, forked
 
@@ -181,7 +187,7 @@ def test_the_async_controls_decide_and_fork_on_workers(cluster: Hosts) -> None:
     assert result.status == "completed"
     ran = c.store.tool_result(handle.id, 0, 2)
     assert ran is not None and "notified async-ops" in str(ran.output)
-    assert forked.id != handle.id and forked.result(timeout=90).status == "completed"
+    assert forked.id != handle.id and forked.result(timeout=RESULT_SECONDS).status == "completed"
 
 
 def test_no_decision_in_time_rejects_and_the_job_goes_on(cluster: Hosts) -> None:
@@ -190,7 +196,7 @@ def test_no_decision_in_time_rejects_and_the_job_goes_on(cluster: Hosts) -> None
     handle = submit(c, "mono", approve_tools=["add"], approval_timeout_s=3)
     parked(c, handle, free=())
     assert [p.index for p in handle.status().pending_approval or []] == [1, 2]
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert runs(c, handle.id, "add") == [] and runs(c, handle.id, "notify") == []
     assert seen_by_model(actor, "no decision within 3 s")
@@ -210,7 +216,7 @@ def test_two_racing_decisions_the_first_wins(cluster: Hosts) -> None:
         start.wait()
         decision = {"index": 2, "approve": approve, "reason": "raced"}
         sent = bare.send_task("tandem.decide", kwargs={"job_id": handle.id, "decisions": [decision]})
-        replies.append({"approve": approve, **sent.get(timeout=60)})
+        replies.append({"approve": approve, **sent.get(timeout=RESULT_SECONDS)})
 
     try:
         threads = [threading.Thread(target=decide, args=(a,)) for a in (True, False)]
@@ -225,7 +231,7 @@ def test_two_racing_decisions_the_first_wins(cluster: Hosts) -> None:
     # Refused either way, changing nothing: while the pause lasts the call is decided already; a
     # loser read after the winner completed the pause finds the job no longer waiting.
     assert "decided already" in loser["error"] or "is not waiting for a decision" in loser["error"]
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert len(runs(c, handle.id, "notify")) == (1 if winner["approve"] else 0)
 
 
@@ -244,5 +250,5 @@ def test_a_worker_killed_while_the_job_waits_changes_nothing(cluster: Hosts) -> 
     assert idle(c)[0] == 0 and runs(c, handle.id, "notify") == []
     c.start("actor", "tools", name="replacement")
     handle.approve()
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert len(runs(c, handle.id, "notify")) == 1

@@ -8,7 +8,7 @@ import pytest
 
 from tandem.tasks.errors import JobSpecError
 from tandem.tasks.job_events import ToolCall
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -25,7 +25,7 @@ def test_dual_job_completes_with_per_role_hosts_and_parallel_tools(dual_cluster:
     cluster, thinker, actor = dual_cluster
     plan = [[{"name": "sleep_tool", "args": {"seconds": 1}}, {"name": "sleep_tool", "args": {"seconds": 1}}]]
     handle = cluster.submit(goal=goal_with_plan("sleep twice", plan), max_rounds=5)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
 
     assert result.status == "completed", result
     assert result.deliverable == "all planned calls ran"
@@ -67,7 +67,7 @@ def test_dual_job_completes_with_per_role_hosts_and_parallel_tools(dual_cluster:
 
 def test_max_rounds_gives_truncated(dual_cluster: Hosts) -> None:
     cluster, _, _ = dual_cluster
-    result = cluster.submit(goal="NEVER_DONE", max_rounds=2).result(timeout=60)
+    result = cluster.submit(goal="NEVER_DONE", max_rounds=2).result(timeout=RESULT_SECONDS)
     assert result.status == "truncated"
     assert result.rounds == 2
     assert "max_rounds" in (result.error or "")
@@ -83,7 +83,7 @@ def test_tool_that_raises_and_tool_that_hangs_are_reported_and_the_job_goes_on(d
         ]
     ]
     handle = cluster.submit(goal=goal_with_plan("break things", plan), max_rounds=4)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed"
     tool_message = cluster.store.memory(handle.id).get_message(0, "tool")
     assert tool_message is not None
@@ -101,7 +101,7 @@ def test_cancel_stops_the_job_at_its_next_step(dual_cluster: Hosts) -> None:
     while not [c for c in cluster.tool_calls() if c["job"] == handle.id] and time.monotonic() < deadline:
         time.sleep(0.1)
     handle.cancel()
-    result = handle.result(timeout=30)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "cancelled"
     assert result.rounds <= 2
     assert cluster.app.AsyncResult(handle.id).get(timeout=10)["status"] == "cancelled"
@@ -121,7 +121,7 @@ def test_invalid_spec_is_refused_at_submit_and_nothing_is_enqueued(dual_cluster:
 
 def test_unknown_action_fails_the_job_with_the_name(dual_cluster: Hosts) -> None:
     cluster, _, _ = dual_cluster
-    result = cluster.submit(goal="x", actions=["no_such_action"]).result(timeout=30)
+    result = cluster.submit(goal="x", actions=["no_such_action"]).result(timeout=RESULT_SECONDS)
     assert result.status == "failed"
     assert "no_such_action" in (result.error or "")
 
@@ -131,7 +131,7 @@ def test_mono_job_runs_on_actor_and_tools_only(dual_cluster: Hosts) -> None:
     seen_by_thinker = len(thinker.requests)
     plan = [[{"name": "add", "args": {"a": 1, "b": 2}}]]
     handle = cluster.submit(goal=goal_with_plan("add", plan), reasoner="mono", max_rounds=4)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed"
     assert result.deliverable == "mono plan done"
     assert len(thinker.requests) == seen_by_thinker
@@ -160,7 +160,7 @@ def test_status_and_cancel_commands(dual_cluster: Hosts) -> None:
     done = cluster.submit(
         goal=goal_with_plan("quick", [[{"name": "add", "args": {"a": 1, "b": 1}}]]), max_rounds=4
     )
-    done.result(timeout=60)
+    done.result(timeout=RESULT_SECONDS)
     shown = tandem("status", done.id)
     assert shown.returncode == 0, shown.stderr
     status_json, result_json = shown.stdout.split("\n}\n", 1)
@@ -171,7 +171,7 @@ def test_status_and_cancel_commands(dual_cluster: Hosts) -> None:
     running = cluster.submit(goal=goal_with_plan("long NEVER_DONE", plan), max_rounds=20)
     cancelled = tandem("cancel", running.id)
     assert cancelled.returncode == 0 and "cancellation requested" in cancelled.stdout
-    assert running.result(timeout=60).status == "cancelled"
+    assert running.result(timeout=RESULT_SECONDS).status == "cancelled"
 
     unknown = tandem("status", "no-such-job")
     assert unknown.returncode == 2 and "no job 'no-such-job'" in unknown.stderr
@@ -183,7 +183,7 @@ def test_a_spent_token_budget_ends_the_job_with_its_memory_kept(dual_cluster: Ho
     handle = cluster.submit(
         goal=goal_with_plan("budget NEVER_DONE", plan), max_rounds=20, max_tokens_total=300
     )
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "truncated"
     assert result.error is not None and "token budget is spent" in result.error
     assert "max_tokens_total=300" in result.error

@@ -15,7 +15,7 @@ import pytest
 from tandem.broker_config import Settings
 from tandem.tasks import runtime as runtime_module
 from tandem.tasks.runtime import Runtime
-from tests.integration.conftest import Cluster, actor_host
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -31,7 +31,7 @@ FAST = {
 }
 
 
-def wait_for(what: Callable[[], Any], timeout: float = 60.0, message: str = "") -> Any:
+def wait_for(what: Callable[[], Any], timeout: float = EVENT_SECONDS, message: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = what()
@@ -60,12 +60,14 @@ def test_a_lost_run_tool_message_is_sent_again(fresh_cluster: Hosts) -> None:
     cluster.start("thinker", "actor", **FAST)  # no tools worker yet: the call waits in its queue
     plan = [[{"name": "add", "args": {"a": 1, "b": 2}}]]
     handle = cluster.submit(goal=goal_with_plan("lost tool message", plan), max_rounds=4)
-    wait_for(lambda: record(cluster, handle.id).get("kind") == "tools" and queued(cluster, "tools"), 60)
+    wait_for(
+        lambda: record(cluster, handle.id).get("kind") == "tools" and queued(cluster, "tools"), EVENT_SECONDS
+    )
     for key in queued(cluster, "tools"):
         cluster.redis.delete(key)  # the run_tool message is lost
     cluster.start("tools", **FAST)
 
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert len(runs(cluster, handle.id, "add")) == 1
 
@@ -87,7 +89,7 @@ def test_a_lost_intake_message_is_sent_again(fresh_cluster: Hosts, monkeypatch: 
     assert handle.status().state == "queued"
     cluster.start("thinker", "actor", "tools", **FAST)
 
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed" and result.deliverable == "all planned calls ran", result
     assert len(runs(cluster, handle.id, "add")) == 1
     assert cluster.store.machine.intake(handle.id) is None  # the stored spec went when the job started
@@ -98,7 +100,7 @@ def test_forged_stale_and_wrong_round_messages_change_nothing(fresh_cluster: Hos
     cluster.start("thinker", "actor", "tools", **FAST)
     plan = [[{"name": "sleep_tool", "args": {"seconds": 3}}], [{"name": "add", "args": {"a": 2, "b": 2}}]]
     handle = cluster.submit(goal=goal_with_plan("forged messages", plan), max_rounds=6)
-    wait_for(lambda: record(cluster, handle.id).get("kind") == "tools", 60, "the tool step")
+    wait_for(lambda: record(cluster, handle.id).get("kind") == "tools", EVENT_SECONDS, "the tool step")
     job = handle.id
     for name, args in [
         ("tandem.finalize", [job, 0]),  # forged: the job is not finalizing
@@ -111,7 +113,7 @@ def test_forged_stale_and_wrong_round_messages_change_nothing(fresh_cluster: Hos
     ]:
         cluster.app.send_task(name, args=args)
 
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed" and result.deliverable == "all planned calls ran", result
     assert result.rounds == 3
     assert len(runs(cluster, job, "sleep_tool")) == 1 and len(runs(cluster, job, "add")) == 1
@@ -133,9 +135,9 @@ def test_revoking_the_job_id_does_not_stop_a_started_job(fresh_cluster: Hosts) -
     cluster.start("thinker", "actor", "tools", **FAST)
     plan = [[{"name": "sleep_tool", "args": {"seconds": 1}}], [{"name": "add", "args": {"a": 1, "b": 1}}]]
     handle = cluster.submit(goal=goal_with_plan("revoked", plan), max_rounds=6)
-    wait_for(lambda: record(cluster, handle.id).get("state") == "running", 60, "the job to start")
+    wait_for(lambda: record(cluster, handle.id).get("state") == "running", EVENT_SECONDS, "the job to start")
     cluster.app.control.revoke(handle.id)  # Flower's "revoke" button
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
 
 
@@ -154,20 +156,22 @@ def test_a_worker_paused_past_its_lease_runs_no_at_most_once_call_twice(fresh_cl
     ]
     handle = cluster.submit(goal=goal_with_plan("paused worker", plan), max_rounds=4)
     job = handle.id
-    wait_for(lambda: runs(cluster, job, "charge_card"), 60, "the charge to start")
+    wait_for(lambda: runs(cluster, job, "charge_card"), EVENT_SECONDS, "the charge to start")
     paused = tools.processes["tools"].pid
     os.kill(paused, signal.SIGSTOP)
     try:
         cluster.start("tools", **FAST)  # the replacement
-        wait_for(lambda: record(cluster, job).get("kind") != "tools", 60, "the takeover of the calls")
+        wait_for(
+            lambda: record(cluster, job).get("kind") != "tools", EVENT_SECONDS, "the takeover of the calls"
+        )
     finally:
         os.kill(paused, signal.SIGCONT)
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     # The paused worker finishes its two calls and tries to report them: Celery logs each end.
     wait_for(
         lambda: len(TASK_ENDED.findall(tools.log_dir.joinpath("tools.log").read_text())) >= 2,
-        60,
+        EVENT_SECONDS,
         "the paused worker to end both calls",
     )
 
@@ -194,7 +198,7 @@ def test_a_killed_worker_with_a_backlog_fails_no_healthy_job(fresh_cluster: Host
     wait_for(lambda: sum(1 for c in cluster.tool_calls()) >= 3, 90, "some progress")
     cluster.kill(actor, "actor")
     cluster.start("actor", concurrency={"actor": 2}, **FAST)
-    results = [h.result(timeout=150) for h in handles]
+    results = [h.result(timeout=RESULT_SECONDS) for h in handles]
     assert [r.status for r in results] == ["completed"] * 10, [r.error for r in results]
     for h in handles:
         assert len(runs(cluster, h.id, "add")) == 2
@@ -223,11 +227,11 @@ def test_a_rate_limited_model_host_parks_jobs_until_it_answers(fresh_cluster: Ho
         states = [h.status() for h in handles]
         return all(s.state == "waiting" for s in states)
 
-    wait_for(both_waiting, 50, "both jobs to wait")
+    wait_for(both_waiting, EVENT_SECONDS, "both jobs to wait")
     status = handles[0].status()
     assert status.waiting_for == "the model host" and "429" in (status.error or "")
     assert status.until is not None and status.until > time.time() + 10  # Retry-After, not a back-off
     events = [e["type"] for e in handles[0].events(timeout=1)]
     assert "waiting" in events
-    results = [h.result(timeout=200) for h in handles]
+    results = [h.result(timeout=RESULT_SECONDS) for h in handles]
     assert [r.status for r in results] == ["completed", "completed"], results

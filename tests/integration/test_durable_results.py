@@ -19,7 +19,7 @@ import pytest
 from celery import Celery
 
 from tests.integration.chaos import OwnRedis
-from tests.integration.conftest import Cluster, _cluster_on, _exclusive_db
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _cluster_on, _exclusive_db
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -57,7 +57,7 @@ def _ended(cluster: Cluster, ids: list[str]) -> bool:
     return all(cluster.store.result(i) is not None for i in ids)
 
 
-def _wait(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout: float = EVENT_SECONDS) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -91,9 +91,9 @@ def test_bare_clients_get_results_of_jobs_that_ended_while_the_backend_was_down(
     time.sleep(max(12 - (time.monotonic() - down_at), 0))
     backend.start()
     for r in sent:
-        result = r.get(timeout=60)
+        result = r.get(timeout=RESULT_SECONDS)
         assert (result["job_id"], result["status"]) == (r.id, "completed"), result
-    _wait(lambda: not any(_indexed(cluster, i) for i in ids), 30)
+    _wait(lambda: not any(_indexed(cluster, i) for i in ids), EVENT_SECONDS)
     assert all(cluster.store.machine.record(i)["deliver"] == "" for i in ids)
     assert cluster.exited() == []
 
@@ -113,7 +113,7 @@ def test_a_worker_killed_between_the_end_and_the_result(split: Hosts, backend: O
         cluster.kill(doomed, "actor")
     finally:
         backend.resume()
-    result = sent.get(timeout=90)
+    result = sent.get(timeout=RESULT_SECONDS)
     assert (result["job_id"], result["status"]) == (sent.id, "completed"), result
-    _wait(lambda: not _indexed(cluster, sent.id), 30)
+    _wait(lambda: not _indexed(cluster, sent.id), EVENT_SECONDS)
     assert cluster.exited() == []

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_security import ROOT, _certificate
 
@@ -29,7 +29,7 @@ URGENT = 0
 """Celery's Redis transport serves priority 0 first: the forged messages go ahead of the real ones."""
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate, timeout: float = EVENT_SECONDS) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -71,7 +71,7 @@ def test_forged_run_tool_messages_leave_a_running_job_unharmed(fresh: Cluster) -
         )
     cluster.start("tools", name="late")
 
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     calls = [c for c in cluster.tool_calls() if c["job"] == handle.id]
     assert sorted((c["name"], c["index"], c["attempt"]) for c in calls) == [
@@ -131,13 +131,13 @@ def test_a_replayed_signed_intake_is_refused_and_no_second_job_exists(signed: Cl
     assert '"tandem_seal": {"id": "' + sent.id in signed_body  # the seal rides in the signed body
 
     cluster.redis.lpush("celery", _replayed(raw, None))  # delivered once: the original job
-    assert cluster.app.AsyncResult(sent.id).get(timeout=90)["status"] == "completed"
+    assert cluster.app.AsyncResult(sent.id).get(timeout=RESULT_SECONDS)["status"] == "completed"
 
     forged_id = str(uuid.uuid4())
     cluster.redis.lpush("celery", _replayed(raw, forged_id))  # under a new task id
     cluster.redis.lpush("celery", _replayed(raw, None))  # the same message again
     _wait_for(lambda: cluster.redis.llen("celery") == 0)
-    _wait_for(lambda: _logs(cluster).count("message refused, nothing done: tandem.infer") >= 2, timeout=30)
+    _wait_for(lambda: _logs(cluster).count("message refused, nothing done: tandem.infer") >= 2)
     time.sleep(1)
 
     prefix = cluster.settings.prefix
@@ -188,7 +188,7 @@ def test_a_bare_signing_client_needs_the_seal(signed: Cluster) -> None:
         return done.stdout.strip().splitlines()[-1]
 
     sealed_id = send(goal_with_plan("bare sealed", [[{"name": "add", "args": {"a": 1, "b": 2}}]]), "seal")
-    assert cluster.app.AsyncResult(sealed_id).get(timeout=90)["status"] == "completed"
+    assert cluster.app.AsyncResult(sealed_id).get(timeout=RESULT_SECONDS)["status"] == "completed"
     unsealed_id = send(goal_with_plan("bare unsealed", [[{"name": "add", "args": {"a": 1, "b": 2}}]]), "none")
     _wait_for(
         lambda: f"tandem.infer (task id {unsealed_id}): it carries no seal" in _logs(cluster), timeout=30

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tandem.workers.embedded import free_port
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -50,7 +50,7 @@ def test_a_job_awaiting_approval_is_counted_by_state_and_as_parked(fresh_cluster
     assert _sample(body, "tandem_jobs_live") == 1
 
     handle.approve()
-    assert handle.result(timeout=60).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     body = _scrape_until(port, lambda b: _sample(b, "tandem_jobs_live") == 0)
     assert _sample(body, "tandem_jobs_parked", reason="approval") == 0
     assert _sample(body, "tandem_jobs_live") == 0

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 
 pytestmark = pytest.mark.integration
@@ -65,9 +65,9 @@ def test_a_jobs_secret_masks_its_own_records_and_never_another_jobs(cluster: Clu
     a = cluster.submit(
         goal=goal_with_plan("job a", [[{"name": "leak", "args": {}}]]), secrets={"tok": "sum="}
     )
-    assert a.result(timeout=90).status == "completed"
+    assert a.result(timeout=RESULT_SECONDS).status == "completed"
     b = cluster.submit(goal=goal_with_plan("job b", [[{"name": "echo", "args": {"text": "sum=5"}}]]))
-    assert b.result(timeout=90).status == "completed"
+    assert b.result(timeout=RESULT_SECONDS).status == "completed"
 
     assert tool_outputs(cluster, a.id) == ["the token is ***"]
     assert b"the token is sum=" not in job_bytes(cluster, a.id)
@@ -87,17 +87,17 @@ def test_the_operators_key_stays_masked_in_every_jobs_records(cluster: Cluster) 
         for i in range(4)
     ]
     for handle in with_secrets:
-        assert handle.result(timeout=90).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     c = cluster.submit(
         goal=goal_with_plan("job c", [[{"name": "echo", "args": {"text": f"key {OPERATOR_KEY}"}}]])
     )
-    assert c.result(timeout=90).status == "completed"
+    assert c.result(timeout=RESULT_SECONDS).status == "completed"
     assert tool_outputs(cluster, c.id) == ["key ***"]
     assert [tool_outputs(cluster, h.id) for h in with_secrets] == [["the token is ***"]] * 4
     assert f"echo: key {OPERATOR_KEY}" not in logs(cluster)
 
 
-def _wait_for_state(handle, state: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for_state(handle, state: str, timeout: float = EVENT_SECONDS) -> None:  # type: ignore[no-untyped-def]
     import time
 
     deadline = time.monotonic() + timeout
@@ -117,7 +117,7 @@ def test_a_decision_and_a_fork_mask_the_jobs_own_secrets(cluster: Cluster) -> No
     _wait_for_state(handle, "awaiting_approval")
     decisions = handle.decide([{"index": 1, "approve": True, "args": {"text": f"send {token}"}}])
     assert [d.approve for d in decisions] == [True]
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     decided = [e for e in cluster.store.read_events(handle.id, count=1000) if e.type == "approval_decided"]
     assert [d.data["decisions"][0]["args"] for d in decided] == [{"text": "send ***"}]
     assert tool_outputs(cluster, handle.id) == ["send ***"]
@@ -144,7 +144,7 @@ def test_an_answer_masks_the_jobs_own_secrets(cluster: Cluster) -> None:
         assert time.monotonic() < deadline, handle.status()
         time.sleep(0.1)
     handle.answer(f"it is {token}")
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     answered = [
         e.data for e in cluster.store.read_events(handle.id, count=1000) if e.type == "question_answered"
     ]

@@ -16,7 +16,7 @@ import pytest
 
 from tandem.tasks.job_events import ToolResult
 from tandem.tasks.state.claims import token_pid
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -87,7 +87,7 @@ def test_a_fifty_megabyte_output_lets_every_other_lease_of_its_process_live(fres
     spare = cluster.start("tools", name="spare", **ENV)
 
     try:
-        slow_result, heavy_result = slow.result(timeout=120), heavy.result(timeout=30)
+        slow_result, heavy_result = slow.result(timeout=RESULT_SECONDS), heavy.result(timeout=RESULT_SECONDS)
     finally:
         attempts.stopped.set()
         attempts.join()

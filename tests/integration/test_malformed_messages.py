@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from tandem.broker_config.transport import DEAD_LETTER_EXCERPT
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -76,7 +76,7 @@ def _dead_letters(cluster: Cluster) -> list[dict]:
     return [json.loads(x) for x in cluster.redis.lrange(f"{cluster.settings.prefix}:dead-letters", 0, -1)]
 
 
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate, timeout: float = EVENT_SECONDS) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -105,7 +105,7 @@ def test_malformed_messages_on_every_queue_are_dead_lettered_and_no_worker_dies(
     handle = cluster.submit(
         goal=goal_with_plan("after garbage", [[{"name": "add", "args": {"a": 1, "b": 2}}]])
     )
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert cluster.exited() == []
 
 
@@ -132,11 +132,9 @@ def test_messages_with_wrong_arguments_change_nothing_and_no_worker_dies(dual_cl
     ]
     for name, args, kwargs in wrong:
         cluster.app.send_task(name, args=args, kwargs=kwargs, ignore_result=True)
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed" and result.rounds == 2, result
-    time.sleep(2)  # the wrong messages are all taken by now
-    for queue in QUEUES:
-        assert cluster.redis.llen(queue) == 0, queue
+    _wait_for(lambda: all(cluster.redis.llen(queue) == 0 for queue in QUEUES), EVENT_SECONDS)  # all taken
     assert cluster.exited() == []
     after = cluster.submit(goal=goal_with_plan("after wrong", [[{"name": "add", "args": {"a": 2, "b": 2}}]]))
-    assert after.result(timeout=90).status == "completed"
+    assert after.result(timeout=RESULT_SECONDS).status == "completed"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.integration.conftest import Cluster, actor_host
+from tests.integration.conftest import RESULT_SECONDS, Cluster, actor_host
 from tests.integration.plan_model import goal_with_plan, thinker
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -49,7 +49,7 @@ def test_a_host_that_answers_garbage_twice_then_well_costs_the_job_nothing(hosts
     thinker_host.clear()
     handle = cluster.submit(goal=goal_with_plan("garbage twice", PLAN), max_rounds=4)
 
-    result = handle.result(timeout=120)
+    result = handle.result(timeout=RESULT_SECONDS)
 
     assert result.status == "completed" and result.deliverable == "all planned calls ran", result
     assert result.rounds == 2
@@ -64,7 +64,7 @@ def test_a_host_that_always_answers_garbage_fails_the_job_with_a_clear_error(hos
     actor.clear()
     handle = cluster.submit(goal=goal_with_plan("always garbage", PLAN), max_rounds=4, timeout_s=3600)
 
-    result = handle.result(timeout=120)
+    result = handle.result(timeout=RESULT_SECONDS)
 
     assert result.status == "failed", result
     assert actor.request_count == 5  # max_retries (4) + 1, then the job failed: not at its deadline
@@ -83,7 +83,7 @@ def test_a_streamed_call_through_litellm_is_bounded_too(fresh_cluster: Hosts) ->
     cluster.start("thinker", "actor", "tools", TANDEM_ACTOR_STREAM="true", TANDEM_DIRECT_HTTP="false")
     handle = cluster.submit(goal=goal_with_plan("streamed garbage", PLAN), max_rounds=4, timeout_s=3600)
 
-    result = handle.result(timeout=120)
+    result = handle.result(timeout=RESULT_SECONDS)
 
     assert result.status == "failed", result
     assert actor.request_count == 5

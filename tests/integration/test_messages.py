@@ -21,7 +21,7 @@ from celery import Celery
 from tandem.client.handle import JobHandle
 from tandem.reasoner.messages import ModelMessage
 from tandem.tasks.errors import MessageRefused
-from tests.integration.conftest import Cluster, _make_cluster, actor_host
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import wait_for
 from tests.openai_server import OpenAIServer
@@ -53,7 +53,7 @@ def prompts(server: OpenAIServer, marker: str) -> list[str]:
 
 def park(cluster: Cluster, marker: str, plan: list[Any], reasoner: str = "dual", **spec: Any) -> JobHandle:
     handle = cluster.submit(goal=goal_with_plan(marker, plan), reasoner=reasoner, **spec)
-    wait_for(lambda: handle.status().state == "awaiting_approval", 60, "the job to park")
+    wait_for(lambda: handle.status().state == "awaiting_approval", EVENT_SECONDS, "the job to park")
     return handle
 
 
@@ -70,13 +70,13 @@ def test_a_message_sent_twice_reaches_the_thinker_once_when_the_parked_job_goes_
     assert handle.message(HINT, idempotency_key="hint-1") == first  # the same key: the first answer
     bare = Celery(broker=workers.url, backend=workers.url)  # by task name, from any Celery client
     kwargs = {"job_id": handle.id, "text": HINT, "idempotency_key": "hint-1"}
-    answer = bare.send_task("tandem.message", kwargs=kwargs).get(timeout=30)
+    answer = bare.send_task("tandem.message", kwargs=kwargs).get(timeout=RESULT_SECONDS)
     bare.close()
     assert answer == {"job_id": handle.id, "accepted": True, "message_id": first, "round": 1}
     assert handle.status().state == "awaiting_approval"  # a message does not end a pause
 
     handle.approve()
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert result.rounds == 3
     seen = [p.count(HINT) for p in prompts(thinker, marker)]
@@ -95,7 +95,7 @@ def test_a_message_sent_twice_reaches_the_thinker_once_when_the_parked_job_goes_
 
     # A fork keeping rounds 0..1 replays the message to its Thinker in round 2, once.
     fork = handle.fork(2, goal_with_plan(f"{marker} fork", [PARK, ADD]))
-    assert fork.result(timeout=90).status == "completed"
+    assert fork.result(timeout=RESULT_SECONDS).status == "completed"
     forked = [json.dumps(r["messages"]) for r in thinker.requests]
     forked = [t for t in forked if f"{marker} fork" in t]
     assert [t.count(HINT) for t in forked] == [1]
@@ -108,11 +108,11 @@ def test_a_mono_model_reads_the_message_and_resume_replays_it(cluster: Hosts) ->
     handle = park(workers, marker, [PARK, ADD, ADD], reasoner="mono", max_rounds=2)
     message_id = handle.message(HINT)
     handle.approve()
-    assert handle.result(timeout=90).status == "truncated"
+    assert handle.result(timeout=RESULT_SECONDS).status == "truncated"
     assert [p.count(HINT) for p in prompts(actor, marker)] == [0, 1]
 
     handle.resume(max_rounds=6)
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [p.count(HINT) for p in prompts(actor, marker)] == [0, 1, 1, 1]
     assert [m.message_id for m in person_messages(workers, handle.id)] == [message_id]
 
@@ -127,7 +127,7 @@ def test_the_cli_sends_a_message_and_an_ended_job_refuses_it(cluster: Hosts) -> 
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"message {handle.id}:message:0001 stored" in done.stdout
     handle.approve()
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [p.count(HINT) for p in prompts(thinker, marker)] == [0, 1]
 
     done = subprocess.run([*cli[:-2], "--key", "cli-2"], env=env, capture_output=True, text=True, timeout=120)

@@ -22,7 +22,7 @@ import pytest
 from tandem.client.handle import JobHandle
 from tandem.tasks.steps.tools import INTERRUPTED
 from tests.integration.chaos import CHAOS_ENV, OwnRedis
-from tests.integration.conftest import Cluster, _cluster_on
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _cluster_on
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -96,7 +96,7 @@ def _all_complete(cluster: Cluster, handles: list[JobHandle], *, crash: bool = F
     did not run may instead be reported interrupted (Redis took the call's start mark and died
     before the worker heard back: the worker cannot know whether the tool ran)."""
     for h in handles:
-        result = h.result(timeout=180)
+        result = h.result(timeout=RESULT_SECONDS)
         assert (result.status, result.deliverable) == ("completed", "all planned calls ran"), result
         charges = [c for c in cluster.tool_calls() if c["job"] == h.id and c["name"] == "charge_card"]
         if charges or not crash:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_api import ApiProcess
 
@@ -156,14 +156,14 @@ def test_a_jobs_sealed_secrets_are_used_only_in_jobs_of_its_owner(tenants: Setup
     # A bare client's fork naming another tenant, or none, is refused as for an unknown job.
     for owner in ({"owner": "team-b"}, {}):
         kwargs = {"job_id": job, "round": 1, "goal": goal_with_plan("again", LEAK), **owner}
-        answer = cluster.app.send_task("tandem.fork", kwargs=kwargs).get(timeout=60)
+        answer = cluster.app.send_task("tandem.fork", kwargs=kwargs).get(timeout=RESULT_SECONDS)
         assert answer["accepted"] is False and answer["reason"] == "unknown", answer
         assert "is known" in answer["error"]
 
     # The sealed value copied into another tenant's spec does not unseal there.
     stolen = {**sealed.model_dump(mode="json"), "owner": "team-b", "goal": goal_with_plan("steal", LEAK)}
     handle = cluster.submit(**stolen)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "failed" and "sealed for another tenant" in (result.error or "")
     assert not [c for c in cluster.tool_calls() if c["job"] == handle.id]
 

@@ -18,9 +18,9 @@ from celery import Celery
 
 from tandem.client.handle import JobHandle
 from tandem.tasks.errors import DecisionTimeout, StalePauseError
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
-from tests.integration.test_decide import any_host, idle
+from tests.integration.test_decide import any_host, idle, settled
 from tests.integration.test_durability import runs, wait_for
 from tests.openai_server import OpenAIServer
 
@@ -76,7 +76,7 @@ def test_a_late_approve_of_the_first_pause_never_reaches_the_second(cluster: Hos
         handle.approve(1, pause_id=first)  # the late approve(call=1) of pause 1
     assert late.value.current_pause == second and late.value.pause_id == first
     assert handle.pending_approval().decisions == []  # type: ignore[union-attr]
-    result = handle.result(timeout=60)  # pause 2 times out too
+    result = handle.result(timeout=RESULT_SECONDS)  # pause 2 times out too
     assert result.status == "completed", result
     assert runs(c, handle.id, "notify") == []  # neither ann's nor eve's mail was sent
     asked = [e.data for e in handle.events() if e.type == "approval_requested"]
@@ -93,7 +93,7 @@ def test_decisions_queued_while_no_worker_runs_never_win(cluster: Hosts) -> None
     a = submit(c, ANN_THEN_EVE[:1], approval_timeout_s=600)
     b = submit(c, ANN_THEN_EVE[:1], approval_timeout_s=4)
     pause_a, pause_b = paused(a, 1), paused(b, 1)
-    time.sleep(1.0)  # the park's messages are acknowledged
+    wait_for(lambda: settled(c), EVENT_SECONDS, "the park's messages acknowledged, no task running")
     first = c.groups[0]
     for role in ("thinker", "actor", "tools"):
         c.kill(first, role)
@@ -110,7 +110,7 @@ def test_decisions_queued_while_no_worker_runs_never_win(cluster: Hosts) -> None
         )
         wait_for(lambda: time.time() > (b.status().approval_until or 0) + 0.5, 30, "pause b's deadline")
         c.start("thinker", "actor", "tools", name="second")
-        answer_b = queued_b.get(timeout=60)
+        answer_b = queued_b.get(timeout=RESULT_SECONDS)
     finally:
         bare.close()
     assert answer_b["accepted"] is False and answer_b["reason"] == "stale_pause", answer_b
@@ -118,11 +118,11 @@ def test_decisions_queued_while_no_worker_runs_never_win(cluster: Hosts) -> None
     assert any(
         t in answer_b["error"] for t in ("decided already (by timeout)", "after the 4 s approval timeout")
     )
-    wait_for(lambda: idle(c)[0] == 0, 30, "the queues to drain")  # A's queued approve was consumed
+    wait_for(lambda: idle(c)[0] == 0, EVENT_SECONDS, "the queues to drain")  # A's queued approve was consumed
     record_a = a.pending_approval()
     assert record_a is not None and record_a.pause_id == pause_a and record_a.decisions == []
     decided = a.reject("not ann", pause_id=pause_a)
     assert [(d.index, d.approve) for d in decided] == [(1, False)]
-    assert a.result(timeout=60).status == "completed"
-    assert b.result(timeout=60).status == "completed"
+    assert a.result(timeout=RESULT_SECONDS).status == "completed"
+    assert b.result(timeout=RESULT_SECONDS).status == "completed"
     assert runs(c, a.id, "notify") == [] and runs(c, b.id, "notify") == []

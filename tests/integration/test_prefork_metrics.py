@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tandem.workers.embedded import free_port
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -43,7 +43,7 @@ def test_a_workers_metrics_count_its_steps_whatever_its_pool(hosts: Hosts, pool:
     plan = [[{"name": "add", "args": {"a": 2, "b": 3}}]]
     handles = [cluster.submit(goal=goal_with_plan(f"prefork {i}", plan), max_rounds=4) for i in range(2)]
     for h in handles:
-        assert h.result(timeout=120).status == "completed"
+        assert h.result(timeout=RESULT_SECONDS).status == "completed"
     deadline = time.monotonic() + 10
     while True:  # the last step's counters are written as its task returns, after the result
         body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text

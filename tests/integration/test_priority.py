@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -36,5 +36,5 @@ def test_the_more_urgent_jobs_step_is_taken_first(
         assert json.loads(first.body)[0] == [high.id, 0]
         channel.basic_reject(first.delivery_tag, requeue=True)
     cluster.start("actor")
-    assert high.result(timeout=60).status == "completed"
-    assert low.result(timeout=60).status == "completed"
+    assert high.result(timeout=RESULT_SECONDS).status == "completed"
+    assert low.result(timeout=RESULT_SECONDS).status == "completed"

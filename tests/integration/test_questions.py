@@ -15,7 +15,7 @@ import pytest
 
 from tandem.client.handle import JobHandle
 from tandem.tasks.errors import InvalidAnswer, StalePauseError
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_decide import any_host, bare_client, idle, seen_by_model
 from tests.integration.test_durability import runs, wait_for
@@ -69,14 +69,16 @@ def test_a_parked_question_holds_no_worker_and_an_answer_reaches_the_model(clust
     assert status.question is not None and status.question["text"] == "Which colour?"
     assert status.question["answer_schema"] == COLOUR and status.question["tool"] == "ask_person"
     assert pause == f"{handle.id}:0:tools:1"
-    wait_for(lambda: idle(c) == (0, {k: [] for k in idle(c)[1]}), 30, "nothing queued, no task running")
+    wait_for(
+        lambda: idle(c) == (0, {k: [] for k in idle(c)[1]}), EVENT_SECONDS, "nothing queued, no task running"
+    )
     queued, active = idle(c)
     assert queued == 0 and all(tasks == [] for tasks in active.values()), (queued, active)
     [event] = [e.data for e in c.store.read_events(handle.id) if e.type == "question_asked"]
     assert (event["pause_id"], event["question"], event["answer_schema"]) == (pause, "Which colour?", COLOUR)
 
     assert handle.answer("teal-4471") == "teal-4471"  # names the current pause itself
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert seen_by_model(actor, "teal-4471")  # the model read the answer as ask_person's result
     [answered] = [e.data for e in handle.events() if e.type == "question_answered"]
@@ -112,17 +114,17 @@ def test_stale_and_unfitting_answers_change_nothing_and_a_bare_client_answers(cl
                 "idempotency_key": "k1",
             },
         )
-        .get(timeout=30)
+        .get(timeout=RESULT_SECONDS)
     )
     assert reply["accepted"] is True and reply["answer"] == {"city": "Oslo"}, reply
-    assert handle.result(timeout=60).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]  # booked once, after the answer
     again = (
         bare_client(c)
         .send_task(
             "tandem.answer", kwargs={"job_id": handle.id, "pause_id": pause, "answer": {"city": "Rome"}}
         )
-        .get(timeout=30)
+        .get(timeout=RESULT_SECONDS)
     )
     assert again["accepted"] is False and again["reason"] in ("stale_pause", "refused"), again
 
@@ -131,7 +133,7 @@ def test_no_answer_in_time_fails_the_question_and_the_job_goes_on(cluster: Hosts
     c, _, actor = cluster
     handle = submit(c, BOOK, answer_timeout_s=2)
     pause = asked(handle)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert [r["city"] for r in runs(c, handle.id, "book_trip")] == [None]
     assert seen_by_model(actor, "booked nothing: no answer within 2 s")
@@ -155,7 +157,7 @@ def test_two_questions_in_one_reply_are_asked_one_after_the_other(cluster: Hosts
     other = handle.status().question["text"]  # type: ignore[index]
     assert {text, other} == {"First name?", "Last name?"}
     handle.answer(f"answer-to-{other}")
-    assert handle.result(timeout=60).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert seen_by_model(actor, "answer-to-First name?") and seen_by_model(actor, "answer-to-Last name?")
 
 
@@ -165,13 +167,17 @@ def test_a_question_sends_the_waiting_for_person_webhook(cluster: Hosts) -> None
         hooks = [{"url": receiver.url, "events": ["waiting_for_person"]}]
         handle = submit(c, BOOK, webhooks=hooks)
         pause = asked(handle)
-        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 60, "the waiting_for_person delivery")
+        wait_for(
+            lambda: receiver.of(handle.id, "waiting_for_person"),
+            EVENT_SECONDS,
+            "the waiting_for_person delivery",
+        )
         [posted] = receiver.of(handle.id, "waiting_for_person")
     body = json.loads(posted["body"])
     assert (body["pause_id"], body["reason"], body["state"]) == (pause, "question_asked", "awaiting_approval")
     assert body["pause"]["question"] == "Which city should the trip go to?"
     handle.answer({"city": "Oslo"})
-    assert handle.result(timeout=60).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
 
 
 def test_a_question_asked_during_an_approval_comes_as_soon_as_the_decision(redis_base: str) -> None:
@@ -197,7 +203,7 @@ def test_a_question_asked_during_an_approval_comes_as_soon_as_the_decision(redis
         handle.approve()
         pause = asked(handle, timeout=20)  # well within the 60 s stall
         handle.answer({"city": "Oslo"}, pause_id=pause)
-        assert handle.result(timeout=60).status == "completed"
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
         assert [r["city"] for r in runs(c, handle.id, "book_trip")] == ["Oslo"]
         assert len(runs(c, handle.id, "notify")) == 1
         assert c.exited() == []

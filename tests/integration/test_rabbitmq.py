@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from kombu import Connection, Exchange, Producer
 
-from tests.integration.conftest import Cluster, _cluster_on, _exclusive_db
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _cluster_on, _exclusive_db
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer
 
@@ -70,5 +70,5 @@ def test_a_malformed_message_on_rabbitmq_harms_no_worker(rabbit_cluster: Hosts, 
     handle = cluster.submit(
         goal=goal_with_plan("after garbage", [[{"name": "add", "args": {"a": 1, "b": 2}}]])
     )
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     assert cluster.exited() == []

@@ -18,7 +18,7 @@ from celery import Celery
 
 from tandem.broker_config import celery_config
 from tandem.broker_config.queue_depth import queue_depths
-from tests.integration.conftest import Cluster, _cluster_on, _exclusive_db, actor_host
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _cluster_on, _exclusive_db, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.rabbitmq import queues
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
@@ -69,7 +69,7 @@ def test_a_dual_job_completes_over_quorum_queues(quorum_cluster: Hosts, vhost_ur
     cluster.start("thinker", "actor", "tools")
     plan = [[{"name": "add", "args": {"a": 40, "b": 2}}], [{"name": "add", "args": {"a": 1, "b": 1}}]]
     handle = cluster.submit(goal=goal_with_plan("over quorum queues", plan), max_rounds=6)
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert cluster.store.tool_result(handle.id, 0, 1).output == "42"  # type: ignore[union-attr]
     assert cluster.store.tool_result(handle.id, 1, 1).output == "2"  # type: ignore[union-attr]
@@ -120,7 +120,7 @@ def test_a_worker_sigkilled_mid_job_loses_nothing_on_quorum_queues(quorum_cluste
     cluster.kill(workers, "actor")
     cluster.start("actor", name="replacement")
 
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     runs = sorted((c["round"], c["index"]) for c in cluster.tool_calls() if c["job"] == handle.id)
     assert runs == [(0, 1), (1, 1)], "a tool ran twice, or not at all"
@@ -165,8 +165,8 @@ def test_a_parked_step_waits_in_rabbitmq_not_in_a_worker(quorum_cluster: Hosts, 
         delayed = {k: v for k, v in waiting.items() if k.startswith("celery_delayed_") and v != ["0"]}
     assert delayed, "job A's parked step is not in RabbitMQ's delay queues"
     b = cluster.submit(goal="quick job: answer", reasoner="mono")
-    assert b.result(timeout=60).status == "completed"
-    assert a.result(timeout=60).status == "completed"
+    assert b.result(timeout=RESULT_SECONDS).status == "completed"
+    assert a.result(timeout=RESULT_SECONDS).status == "completed"
     ended = {h.id: cluster.store.status(h.id).updated_at for h in (a, b)}  # type: ignore[union-attr]
     assert ended[b.id] < ended[a.id], "B waited behind A's parked step"
     assert cluster.exited() == []

@@ -18,7 +18,7 @@ import pytest
 
 from tandem.reasoner.loop.react_budget import NEEDS_MORE_STEPS
 from tandem.workers.embedded import WorkerGroup
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -96,7 +96,7 @@ def test_react_job_completes_with_parallel_tools_on_the_tools_worker(
         ],
     ]
     handle = cluster.submit(goal=goal_with_plan("react sleeps", plan), reasoner="react", max_rounds=10)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
 
     assert result.status == "completed", result
     assert result.deliverable.startswith(
@@ -150,7 +150,7 @@ def test_react_step_budget_truncates_without_dangling_calls(
     cluster, actor, _ = react_cluster
     goal = f"react NEVER_DONE budget {budget}"
     handle = cluster.submit(goal=goal, reasoner="react", max_rounds=budget)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
 
     assert result.status == "truncated", result
     assert result.deliverable.startswith(NEEDS_MORE_STEPS)
@@ -183,7 +183,7 @@ def test_react_job_cancel_stops_it_at_its_next_step(
     while not [c for c in cluster.tool_calls() if c["job"] == handle.id] and time.monotonic() < deadline:
         time.sleep(0.05)
     handle.cancel()
-    result = handle.result(timeout=30)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "cancelled"
     assert result.rounds <= 2
     assert cluster.app.AsyncResult(handle.id).get(timeout=10)["status"] == "cancelled"
@@ -215,7 +215,7 @@ def test_sigkill_of_the_actor_during_a_react_model_step_is_recovered(
         cluster.kill(workers, "actor")
         cluster.start("actor")  # the replacement takes the step over when its lease runs out
 
-        result = handle.result(timeout=60)
+        result = handle.result(timeout=RESULT_SECONDS)
     finally:
         actor.set_script(react_host)
     assert result.status == "completed", result

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -41,7 +41,7 @@ def test_sigkill_of_the_thinker_during_its_model_call_is_recovered(fresh_cluster
     cluster.start("thinker")  # the replacement (its start is slow on a loaded machine: not counted)
     ready_at = time.monotonic()
 
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     recovered_in = time.monotonic() - ready_at
     assert result.status == "completed", result
     assert recovered_in < 30  # the lease (2 s) runs out, the step is sent again, 4 more steps run
@@ -71,7 +71,7 @@ def test_failing_model_host_fails_the_job_and_keeps_the_memory(fresh_cluster: Ho
     actor.set_script(Reply(status=401, error="invalid api key"))
     cluster.start("thinker", "actor", "tools")
     handle = cluster.submit(goal="anything", max_rounds=3)
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "failed"
     assert "actor-model" in (result.error or "") and "401" in (result.error or "")
     assert actor.url.rsplit("/", 1)[0] in (result.error or "")

@@ -21,7 +21,7 @@ from tandem.broker_config import Settings
 from tandem.broker_config.errors import RedisClusterError
 from tandem.broker_config.job_redis import job_store_client
 from tandem.tasks.state.store import JobStore
-from tests.integration.conftest import Cluster, _cluster_on, _exclusive_db
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _cluster_on, _exclusive_db
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.redis_cluster import ClusterUnsupported, OwnRedisCluster
 from tests.integration.test_api import AUTH, TOKEN, ApiProcess, stream
@@ -94,12 +94,12 @@ def test_dual_jobs_with_tools_and_host_limits_complete_and_their_celery_results_
     }
     cluster.start("thinker", "actor", "tools", **limits)
     handles = [cluster.submit(goal=goal_with_plan(f"cluster {i}", PLAN), max_rounds=5) for i in range(8)]
-    results = [h.result(timeout=120) for h in handles]
+    results = [h.result(timeout=RESULT_SECONDS) for h in handles]
     assert [r.status for r in results] == ["completed"] * 8, [r.error for r in results]
     assert {r.deliverable for r in results} == {"all planned calls ran"}
     for h in handles:
         # What a bare Celery client reads: in the plain backend, delivered after the job's end.
-        assert cluster.app.AsyncResult(h.id).get(timeout=30)["status"] == "completed"
+        assert cluster.app.AsyncResult(h.id).get(timeout=RESULT_SECONDS)["status"] == "completed"
         assert len(runs(cluster, h.id, "add")) == 2
     marks = [cluster.store.machine.record(h.id).get("deliver", "") for h in handles]
     assert marks == [""] * 8  # every result delivered, every mark cleared
@@ -125,18 +125,18 @@ def test_a_sigkilled_worker_s_jobs_complete_once(on_cluster: Hosts) -> None:
     wait_for(lambda: len(cluster.tool_calls()) >= 3, 90, "some progress")
     cluster.kill(actor, "actor")
     cluster.start("actor", concurrency={"actor": 2})
-    results = [h.result(timeout=150) for h in handles]
+    results = [h.result(timeout=RESULT_SECONDS) for h in handles]
     assert [r.status for r in results] == ["completed"] * 8, [r.error for r in results]
     for h in handles:
         assert len(runs(cluster, h.id, "add")) == 2  # each call of each round ran once
-        assert cluster.app.AsyncResult(h.id).get(timeout=30)["status"] == "completed"
+        assert cluster.app.AsyncResult(h.id).get(timeout=RESULT_SECONDS)["status"] == "completed"
 
 
 def test_a_job_refused_at_intake_ends_failed_and_is_not_sent_again(on_cluster: Hosts) -> None:
     cluster, _, _ = on_cluster
     group = cluster.start("thinker", "actor", "tools")
     handle = cluster.submit(goal="use a tool nobody has", tools=["no_such_tool"])
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "failed" and "no_such_tool" in (result.error or "")
     # Three stall periods later: its queued record is gone, nothing sent its intake again.
     import time
@@ -199,7 +199,7 @@ def test_bad_cluster_urls_are_one_line(redis_base: str) -> None:
         assert worker.returncode != 0 and len(said) == 1, worker.stderr[-2000:]
         assert "Traceback" not in worker.stderr
         server.kill(server.ports[2])
-        wait_for(lambda: server.state(server.ports[0]) == "fail", 30, "the cluster to notice")
+        wait_for(lambda: server.state(server.ports[0]) == "fail", EVENT_SECONDS, "the cluster to notice")
         settings = Settings.from_env({"TANDEM_REDIS_URL": server.url})
         with pytest.raises(RedisClusterError, match="in 'fail' state") as caught:
             job_store_client(settings, socket_connect_timeout=1, socket_timeout=2)

@@ -17,7 +17,7 @@ import pytest
 from tandem.client.handle import JobHandle
 from tandem.tasks.errors import ResumeRefused
 from tests.integration import plan_model
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -65,14 +65,14 @@ def test_a_failed_job_resumes_without_repeating_a_stored_call(hosts: Hosts) -> N
 
     thinker.set_script(host)
     handle = cluster.submit(goal=goal_with_plan(marker, ADD), max_rounds=6)
-    failed = handle.result(timeout=90)
+    failed = handle.result(timeout=RESULT_SECONDS)
     assert failed.status == "failed" and "401" in (failed.error or ""), failed
     assert asked(thinker, marker) == [1, 2] and asked(actor, marker) == [1]
     assert adds(cluster, handle.id) == [(0, 1)]
 
     down["now"] = False  # the host is back
     assert handle.resume() is handle
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert result.deliverable == "all planned calls ran"
     # Round 0's Thinker, Actor and tool call ran once; round 1's Thinker is the call that failed.
@@ -101,7 +101,7 @@ def test_a_job_whose_deadline_passed_resumes_with_a_fresh_deadline(hosts: Hosts)
 
     thinker.set_script(host)
     handle = cluster.submit(goal=goal_with_plan(marker, ADD), max_rounds=6, timeout_s=6)
-    failed = handle.result(timeout=90)
+    failed = handle.result(timeout=RESULT_SECONDS)
     assert failed.status == "failed" and "deadline" in (failed.error or ""), failed
     refused_turns = asked(thinker, marker).count(2)
     assert refused_turns >= 1 and asked(actor, marker) == [1]
@@ -110,7 +110,7 @@ def test_a_job_whose_deadline_passed_resumes_with_a_fresh_deadline(hosts: Hosts)
     handle.resume()
     record = cluster.store.machine.record(handle.id)
     assert float(record["deadline"]) > float(record["updated_at"])  # a new deadline, 6 s on
-    result = handle.result(timeout=90)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     assert asked(thinker, marker).count(1) == 1 and asked(actor, marker) == [1, 2, 3]
     assert asked(thinker, marker).count(2) == refused_turns + 1
@@ -122,7 +122,7 @@ def test_a_truncated_job_resumes_with_a_raised_budget_from_the_cli(hosts: Hosts)
     marker = "truncated-then-raised"
     plan = [*ADD, [{"name": "add", "args": {"a": 5, "b": 5}}]]
     handle = cluster.submit(goal=goal_with_plan(marker, plan), max_rounds=2)
-    assert handle.result(timeout=90).status == "truncated"
+    assert handle.result(timeout=RESULT_SECONDS).status == "truncated"
     assert adds(cluster, handle.id) == [(0, 1)]  # round 1 was the last: its call did not run
     with pytest.raises(ResumeRefused, match=r"would end truncated again.*max_rounds above 2"):
         handle.resume()
@@ -144,7 +144,7 @@ def test_a_fork_runs_the_rest_and_leaves_the_job_untouched(hosts: Hosts) -> None
     cluster, thinker, actor = hosts
     marker = "fork-source"
     source = cluster.submit(goal=goal_with_plan(marker, ADD), max_rounds=6)
-    first = source.result(timeout=90)
+    first = source.result(timeout=RESULT_SECONDS)
     assert (first.status, first.rounds) == ("completed", 3)
     memory_key = cluster.store.key(source.id, "memory")
     before = cluster.redis.hgetall(memory_key)
@@ -153,7 +153,7 @@ def test_a_fork_runs_the_rest_and_leaves_the_job_untouched(hosts: Hosts) -> None
     new_plan = [ADD[0], [{"name": "add", "args": {"a": 40, "b": 2}}]]
     forked = source.fork(1, goal_with_plan(other, new_plan))
     assert isinstance(forked, JobHandle) and forked.id != source.id
-    result = forked.result(timeout=90)
+    result = forked.result(timeout=RESULT_SECONDS)
     assert (result.status, result.rounds) == ("completed", 3), result
     # Round 0 came from the source; the fork asked the models for rounds 1 and 2 only.
     assert asked(thinker, other) == [2, 3] and asked(actor, other) == [2, 3]
@@ -184,7 +184,7 @@ def test_refusals_running_unknown_and_expired_jobs(hosts: Hosts) -> None:
             running.fork(1)
     finally:
         running.cancel()
-    assert running.result(timeout=60).status == "cancelled"
+    assert running.result(timeout=RESULT_SECONDS).status == "cancelled"
 
     with pytest.raises(ResumeRefused, match=r"no job 'no-such-job' is known.*TANDEM_MEMORY_TTL") as exc:
         JobHandle("no-such-job", cluster.store, cluster.app).resume()
@@ -202,11 +202,11 @@ def test_two_resumes_at_once_reopen_the_job_once(hosts: Hosts) -> None:
     job = cluster.submit(goal="NEVER_DONE twice", max_rounds=50)
     started(cluster, job)  # a job cancelled while queued never stored a spec: nothing to resume
     job.cancel()
-    assert job.result(timeout=60).status == "cancelled"
+    assert job.result(timeout=RESULT_SECONDS).status == "cancelled"
     sent = [cluster.app.send_task("tandem.resume", kwargs={"job_id": job.id}) for _ in range(2)]
-    answers: list[dict[str, Any]] = [s.get(timeout=30) for s in sent]
+    answers: list[dict[str, Any]] = [s.get(timeout=RESULT_SECONDS) for s in sent]
     assert sorted(a["accepted"] for a in answers) == [False, True], answers
     assert "not ended" in next(a["error"] for a in answers if not a["accepted"])
     assert cluster.store.machine.record(job.id)["resumes"] == "1"
     job.cancel()
-    assert job.result(timeout=60).status == "cancelled"
+    assert job.result(timeout=RESULT_SECONDS).status == "cancelled"

@@ -31,7 +31,7 @@ from redis import Redis
 
 from tandem.workers.embedded import free_port
 from tests.integration import plan_model
-from tests.integration.conftest import Cluster, _exclusive_db, actor_host
+from tests.integration.conftest import READY_SECONDS, RESULT_SECONDS, Cluster, _exclusive_db, actor_host
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -231,7 +231,7 @@ def test_planted_secrets_never_appear_in_clear_after_jobs_that_fail_every_way(se
     host_job = secure.submit(goal="HOST_401 the host refuses the key", secrets=secrets)
     memory_job = secure.submit(goal="BIG_REPLY grows the memory", secrets=secrets)
     refused = secure.submit(goal="g", tools=["forbidden"], secrets=secrets)
-    results = {h.id: h.result(timeout=120) for h in (tools_job, host_job, memory_job, refused)}
+    results = {h.id: h.result(timeout=RESULT_SECONDS) for h in (tools_job, host_job, memory_job, refused)}
 
     done = results[tools_job.id]
     assert done.status == "completed", done
@@ -412,7 +412,7 @@ def test_bad_input_table_by_name_and_through_flower(secure: SecureCluster, tmp_p
     assert not list(secure.redis.scan_iter("tandem:{no-such-job}:*"))
     assert secure.workers_alive()
     healthy = secure.submit(goal=goal_with_plan("still works", [[{"name": "add", "args": {"a": 2, "b": 3}}]]))
-    assert healthy.result(timeout=120).status == "completed"
+    assert healthy.result(timeout=RESULT_SECONDS).status == "completed"
     # No job is left running.
     for key in secure.redis.scan_iter("tandem:*:state"):
         state = (secure.redis.hget(key, "state") or b"").decode()
@@ -423,10 +423,10 @@ def test_a_job_cannot_name_a_tool_beyond_the_policy_but_can_name_a_granted_one(s
     granted = secure.submit(
         goal=goal_with_plan("granted", [[{"name": "danger", "args": {}}]]), tools=["danger"]
     )
-    assert granted.result(timeout=120).status == "completed"
+    assert granted.result(timeout=RESULT_SECONDS).status == "completed"
     assert secure.store.tool_result(granted.id, 0, 1).output == "danger ran"  # type: ignore[union-attr]
     default = secure.submit(goal=goal_with_plan("not granted", [[{"name": "danger", "args": {}}]]))
-    assert default.result(timeout=120).status == "completed"
+    assert default.result(timeout=RESULT_SECONDS).status == "completed"
     result = secure.store.tool_result(default.id, 0, 1)
     assert (
         result is not None
@@ -442,7 +442,7 @@ def test_status_of_an_unknown_job_says_so(secure: SecureCluster) -> None:
     with pytest.raises(UnknownJobError, match="no job 'never-submitted' is known"):
         JobHandle("never-submitted", secure.store, secure.app).status()
     refused = secure.submit(goal="g", tools=["nope"])
-    refused.result(timeout=60)
+    refused.result(timeout=RESULT_SECONDS)
     status = JobHandle(refused.id, secure.store, secure.app).status()
     assert status.state == "failed" and "unknown tools" in (status.error or "")
 
@@ -552,11 +552,7 @@ def test_signed_messages_run_and_unsigned_or_forged_ones_are_refused(redis_base:
         group = WorkerGroup(("thinker", "actor", "tools"), env={**os.environ, **env}, loglevel="INFO")
         group.start()
         try:
-            deadline = time.monotonic() + 90
-            logs = ""
-            while time.monotonic() < deadline and "ready" not in logs:
-                time.sleep(1)
-                logs = "".join(p.read_text(errors="replace") for p in group.log_dir.glob("*.log"))
+            group.wait_ready(timeout=READY_SECONDS)
             goal = goal_with_plan("signed", [[{"name": "add", "args": {"a": 1, "b": 2}}]])
             signed = subprocess.run(
                 [sys.executable, "-c", SIGNED_CLIENT, goal],
@@ -593,11 +589,13 @@ def test_signed_messages_run_and_unsigned_or_forged_ones_are_refused(redis_base:
                 cwd=ROOT,
             )
             assert forged.returncode != 0  # the worker never ran it: the client times out
-            time.sleep(1)
-            logs = "".join(p.read_text(errors="replace") for p in group.log_dir.glob("*.log"))
-            assert re.search(r"(?i)content.*disallow|not.*trusted|certificate|SecurityError", logs), logs[
-                -3000:
-            ]
+            refusal = re.compile(r"(?i)content.*disallow|not.*trusted|certificate|SecurityError")
+            deadline = time.monotonic() + RESULT_SECONDS  # the worker logs its refusal when it takes it
+            logs = ""
+            while not refusal.search(logs):
+                assert time.monotonic() < deadline, logs[-3000:]
+                time.sleep(0.2)
+                logs = "".join(p.read_text(errors="replace") for p in group.log_dir.glob("*.log"))
             assert all(p.poll() is None for p in group.processes.values())
             specs = [Redis.from_url(url).get(k) for k in Redis.from_url(url).scan_iter("tandem:*:spec")]
             assert all(b"unsigned" not in (s or b"") and b"forged" not in (s or b"") for s in specs)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_security import ROOT, _certificate
 
@@ -75,7 +75,7 @@ def _logs(cluster: Cluster) -> str:
     return "".join(p.read_text(errors="replace") for g in cluster.groups for p in g.log_dir.glob("*.log"))
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate, timeout: float = EVENT_SECONDS) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -89,13 +89,13 @@ def test_a_tenant_certificate_starts_jobs_only_for_its_tenant(tenants: Tenants) 
     cluster, team = tenants
     cluster.start("thinker", "actor", "tools")
     own = _send(cluster, team, "tandem.infer", {"spec": {"goal": goal_with_plan("mine", PLAN)}}, wait=False)
-    result = cluster.app.AsyncResult(own).get(timeout=90)
+    result = cluster.app.AsyncResult(own).get(timeout=RESULT_SECONDS)
     assert (result["status"], result["owner"]) == ("completed", "team-a")  # no owner named: team-a's
     assert cluster.redis.hget(cluster.store.key(own, "state"), "owner") == b"team-a"
 
     spec = {"goal": goal_with_plan("theirs", PLAN), "owner": "team-b"}
     forged = _send(cluster, team, "tandem.infer", {"spec": spec}, wait=False)
-    _wait_for(lambda: "but its spec names owner 'team-b'" in _logs(cluster), timeout=30)
+    _wait_for(lambda: "but its spec names owner 'team-b'" in _logs(cluster))
     time.sleep(1)
     keys = cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:{{{forged}}}:*")
     assert [k for k in keys if b":seen:" not in k] == []  # only the seal's nonce (it has a TTL)
@@ -108,7 +108,7 @@ def test_a_tenant_certificate_acts_only_on_its_tenants_jobs(tenants: Tenants) ->
     cluster.start("thinker", "actor", "tools")
     # The operator's client (the workers' certificate) may name any tenant.
     theirs = cluster.submit(goal=goal_with_plan("team-b's job", PLAN), owner="team-b")
-    assert theirs.result(timeout=90).status == "completed"
+    assert theirs.result(timeout=RESULT_SECONDS).status == "completed"
     sources = len(list(cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:*:spec")))
 
     fork = {"job_id": theirs.id, "round": 0}

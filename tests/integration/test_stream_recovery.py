@@ -9,7 +9,7 @@ import pytest
 
 from tandem.tasks.job_events import ModelDelta, ModelReply
 from tests.integration import plan_model
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
 
@@ -49,7 +49,7 @@ def test_a_thinker_killed_mid_stream_restarts_its_reply_under_a_new_attempt(fres
     cluster.kill(workers, "thinker")
     cluster.start("thinker", TANDEM_THINKER_STREAM="true")
 
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     events = list(handle.events(timeout=30))
     replies = [e for e in events if isinstance(e, ModelReply) and (e.round, e.role) == (1, "thinker")]
     assert len(replies) == 1  # stored and published once

@@ -14,7 +14,7 @@ import pytest
 
 from tandem.tasks.control.threads import thread_jobs
 from tandem.tasks.errors import ResumeRefused
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_durability import wait_for
 from tests.openai_server import OpenAIServer
@@ -35,11 +35,11 @@ def first_prompt(server: OpenAIServer, marker: str) -> str:
 def test_a_follow_up_reads_the_thread_and_the_thread_lists_its_jobs(dual_cluster: Hosts) -> None:
     cluster, thinker, _ = dual_cluster
     first = cluster.submit(goal=goal_with_plan("thread first", ADD), max_rounds=4)
-    assert first.result(timeout=90).deliverable == "all planned calls ran"
+    assert first.result(timeout=RESULT_SECONDS).deliverable == "all planned calls ran"
 
     second = first.follow_up(goal_with_plan("thread second", []), idempotency_key="f-1")
     assert first.follow_up(goal_with_plan("thread second", []), idempotency_key="f-1").id == second.id
-    done = second.result(timeout=90)
+    done = second.result(timeout=RESULT_SECONDS)
     assert done.status == "completed" and done.owner == first.status().owner
     spec = cluster.store.spec(second.id)
     assert spec is not None and spec.thread_id == first.id and spec.max_rounds == 4
@@ -49,7 +49,7 @@ def test_a_follow_up_reads_the_thread_and_the_thread_lists_its_jobs(dual_cluster
     assert "dropped" not in seen
 
     third = second.follow_up(goal_with_plan("thread third", []))
-    assert third.result(timeout=90).status == "completed"
+    assert third.result(timeout=RESULT_SECONDS).status == "completed"
     seen = first_prompt(thinker, "thread third")
     assert seen.count("<earlier_job") == 2 and "<goal>thread second" in seen
     jobs = thread_jobs(cluster.store, first.id, "default")
@@ -70,13 +70,13 @@ def test_a_follow_up_reads_the_thread_and_the_thread_lists_its_jobs(dual_cluster
 def test_a_running_job_refuses_a_follow_up_and_the_cli_starts_one(dual_cluster: Hosts) -> None:
     cluster, thinker, _ = dual_cluster
     parked = cluster.submit(goal=goal_with_plan("thread parked", PARK), max_rounds=3)
-    wait_for(lambda: parked.status().state == "awaiting_approval", 60, "the job to park")
+    wait_for(lambda: parked.status().state == "awaiting_approval", EVENT_SECONDS, "the job to park")
     with pytest.raises(ResumeRefused, match="send it a message instead") as refused:
         parked.follow_up("too soon")
     assert refused.value.reason == "state"
     parked.message("Mention the ops team by name.")
     parked.approve()
-    assert parked.result(timeout=90).status == "completed"
+    assert parked.result(timeout=RESULT_SECONDS).status == "completed"
 
     env = {**os.environ, **cluster.env}
     cli = [
@@ -112,9 +112,9 @@ def small_threads(redis_base: str) -> Iterator[Hosts]:
 def test_a_follow_up_over_the_bound_reads_the_newest_and_says_what_was_dropped(small_threads: Hosts) -> None:
     cluster, thinker, _ = small_threads
     first = cluster.submit(goal=goal_with_plan("thread long " + "x" * 400, ADD), max_rounds=4)
-    assert first.result(timeout=90).status == "completed"
+    assert first.result(timeout=RESULT_SECONDS).status == "completed"
     second = first.follow_up(goal_with_plan("thread short", []))
-    assert second.result(timeout=90).status == "completed"
+    assert second.result(timeout=RESULT_SECONDS).status == "completed"
     seen = first_prompt(thinker, "thread short")
     context = seen[seen.index("<thread id=") : seen.index("</thread>")]
     assert "[1 earlier message(s) of this thread dropped to keep it within 300 characters" in context

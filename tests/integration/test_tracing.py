@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tandem.reasoner import tracing
 from tests.integration import plan_model
-from tests.integration.conftest import Cluster
+from tests.integration.conftest import RESULT_SECONDS, Cluster
 from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.integration.plan_model import goal_with_plan
 from tests.openai_server import OpenAIServer, RecordedRequest, Reply
@@ -81,7 +81,7 @@ def test_a_dual_job_with_a_killed_worker_is_one_trace_with_every_step(
     cluster.kill(workers, "thinker")
     # The replacement batches its spans for a minute: only its warm shutdown exports them.
     replacement = cluster.start("thinker", **{**env, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
-    result = handle.result(timeout=60)
+    result = handle.result(timeout=RESULT_SECONDS)
     assert result.status == "completed", result
     time.sleep(0.5)
     assert not [
@@ -145,7 +145,7 @@ def test_a_prefork_worker_exports_the_spans_of_its_pool_processes(
     group = cluster.start("all", pool="prefork", concurrency={"all": 2}, **otel_env(receiver))
     plan = [[{"name": "add", "args": {"a": 2, "b": 3}}]]
     handle = cluster.submit(goal=goal_with_plan("prefork", plan), max_rounds=4)
-    assert handle.result(timeout=90).status == "completed"
+    assert handle.result(timeout=RESULT_SECONDS).status == "completed"
     cluster.stop_group(group)  # each pool process exports what it holds as it ends
     spans = [s for s in receiver.spans() if s.attributes.get("tandem.job_id", handle.id) == handle.id]
     assert {("intake", 0), ("thinker", 0), ("actor", 0), ("tools", 0), ("collect", 0)} <= steps_of(spans)

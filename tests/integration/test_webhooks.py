@@ -20,7 +20,7 @@ from tandem.client.handle import JobHandle
 from tandem.tasks.errors import JobSpecError
 from tandem.tasks.job_events import JobEvent
 from tandem.tasks.webhooks.signing import verify
-from tests.integration.conftest import Cluster, _make_cluster
+from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_decide import any_host
 from tests.integration.test_durability import wait_for
@@ -85,7 +85,11 @@ def test_a_park_and_the_end_are_posted_signed_and_a_failing_receiver_gets_the_th
 
     with Receiver(answer) as receiver:
         handle = submit(c, receiver.url)
-        wait_for(lambda: receiver.of(handle.id, "waiting_for_person"), 60, "the waiting_for_person delivery")
+        wait_for(
+            lambda: receiver.of(handle.id, "waiting_for_person"),
+            EVENT_SECONDS,
+            "the waiting_for_person delivery",
+        )
         status = handle.status()
         assert status.state == "awaiting_approval"
         [parked] = receiver.of(handle.id, "waiting_for_person")
@@ -99,9 +103,14 @@ def test_a_park_and_the_end_are_posted_signed_and_a_failing_receiver_gets_the_th
         assert verify(SECRET, parked["headers"]["Tandem-Signature"], parked["body"])
 
         handle.approve(1)
-        assert handle.result(timeout=60).status == "completed"
-        wait_for(lambda: len(receiver.of(handle.id, "final")) == 3, 60, "three final delivery attempts")
-        wait_for(lambda: outcomes(c, handle.id, "final")[-1:] == [("webhook_delivered", 3, 200, False)], 30)
+        assert handle.result(timeout=RESULT_SECONDS).status == "completed"
+        wait_for(
+            lambda: len(receiver.of(handle.id, "final")) == 3, EVENT_SECONDS, "three final delivery attempts"
+        )
+        wait_for(
+            lambda: outcomes(c, handle.id, "final")[-1:] == [("webhook_delivered", 3, 200, False)],
+            EVENT_SECONDS,
+        )
         time.sleep(1.0)  # a fourth attempt would come now
         posts = receiver.of(handle.id, "final")
 
@@ -145,7 +154,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(cluster: Hosts) -> None:
 
     with Receiver(answer) as receiver:
         handle = submit(c, receiver.url)
-        wait_for(lambda: handle.status().state == "awaiting_approval", 60, "the job to park")
+        wait_for(lambda: handle.status().state == "awaiting_approval", EVENT_SECONDS, "the job to park")
         handle.approve(1)
         assert arrived.wait(60), "no final delivery arrived"
         first = c.groups[0]
@@ -153,8 +162,12 @@ def test_a_worker_killed_mid_delivery_loses_nothing(cluster: Hosts) -> None:
             c.kill(first, role)
         release.set()
         c.start("thinker", "actor", "tools", name="second")
-        wait_for(lambda: len(receiver.of(handle.id, "final")) >= 2, 60, "the delivery to be tried again")
-        wait_for(lambda: ("webhook_delivered", 2, 200, False) in outcomes(c, handle.id, "final"), 30)
+        wait_for(
+            lambda: len(receiver.of(handle.id, "final")) >= 2, EVENT_SECONDS, "the delivery to be tried again"
+        )
+        wait_for(
+            lambda: ("webhook_delivered", 2, 200, False) in outcomes(c, handle.id, "final"), EVENT_SECONDS
+        )
         posts = receiver.of(handle.id, "final")
 
     assert len({p["headers"]["Tandem-Delivery"] for p in posts}) == 1

@@ -12,12 +12,6 @@ from tandem.reasoner.models import litellm_setup
 from tandem.tasks import worker_signals
 
 
-@pytest.fixture(autouse=True)
-def _no_warm_up_left(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What ``_warm_up`` leaves for the worker's ready signal is dropped after each test."""
-    monkeypatch.setattr(worker_signals, "_streams_to_warm", None)
-
-
 @pytest.mark.parametrize(("env", "sized"), [({}, False), ({"TANDEM_MODEL_LOOP": "0"}, True)])
 def test_only_a_worker_calling_models_in_its_threads_sizes_their_pool(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, env: dict[str, str], sized: bool
@@ -58,21 +52,21 @@ def test_the_connection_limit_warning_is_only_for_calls_through_litellm(
 
 
 @pytest.mark.parametrize(
-    ("env", "pool", "warmed"),
+    ("env", "warmed"),
     [
-        pytest.param({"TANDEM_ACTOR_STREAM": "1"}, "prefork", [("openai/m", True)], id="on-the-loop"),
+        pytest.param({"TANDEM_ACTOR_STREAM": "1"}, [("openai/m", True)], id="on-the-loop"),
         pytest.param(
-            {"TANDEM_ACTOR_STREAM": "1", "TANDEM_MODEL_LOOP": "0"},
-            "threads",
-            [("openai/m", False)],
-            id="threads",
+            {"TANDEM_ACTOR_STREAM": "1", "TANDEM_MODEL_LOOP": "0"}, [("openai/m", False)], id="threads"
         ),
-        pytest.param({}, "threads", [], id="not-streamed"),
+        pytest.param({}, [], id="not-streamed"),
     ],
 )
+@pytest.mark.parametrize("pool", ["threads", "prefork", "gevent"])
 def test_a_worker_whose_role_streams_warms_the_streamed_path_up_before_it_takes_work(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], pool: str, warmed: list[tuple[str, bool]]
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], warmed: list[tuple[str, bool]], pool: str
 ) -> None:
+    """Done in ``worker_init``, before the worker is ready, whatever its pool: in a thread beside
+    the first steps it held the GIL for seconds on a loaded machine and their leases lapsed."""
     settings = Settings.from_env({"TANDEM_ACTOR_MODEL": "openai/m", **env})
     monkeypatch.setattr(
         worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=4)
@@ -86,10 +80,5 @@ def test_a_worker_whose_role_streams_warms_the_streamed_path_up_before_it_takes_
 
     monkeypatch.setattr(litellm_setup, "warm_up_streaming", warm)
     worker_signals._warm_up(sender=SimpleNamespace(pool_cls=pool))
-    if pool == "prefork":  # before the processes fork: each inherits what it loaded
-        assert calls == warmed
-        return
-    assert calls == []  # the worker's start does not wait for it
-    worker_signals._start_warm_up()  # the worker is ready: in a thread, before it takes messages
-    assert litellm_setup.wait_for_warm_up(5)  # what a streamed call does before its request
-    assert calls == warmed
+    assert calls == warmed  # done when worker_init returns: no thread left running beside the steps
+    assert litellm_setup.wait_for_warm_up(0)  # so a streamed call never waits for one
