@@ -21,6 +21,7 @@ import ast
 import hashlib
 import json
 import re
+import shlex
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from tandem.tasks.app import create_app
 from tests.integration.breaking_install import (
     BARE_NAMES,
     DOC_FILES,
+    FIRST_JOB,
     GOAL,
     KEYS,
     LINES,
@@ -43,12 +45,14 @@ from tests.integration.breaking_install import (
     ROOT,
     USER_MODULES,
     WHEEL,
+    WORKER_COMMANDS,
     WORKERS_STACK,
     Started,
     UserCluster,
     Venv,
     Workspace,
     api_examples,
+    assert_advice_installs,
     line_of,
     needs,
     normalize,
@@ -86,10 +90,9 @@ def venv(ws: Workspace, key: str) -> Venv:
     return ws.venv(line_of(key))
 
 
-def test_every_install_line_of_the_docs_is_one_this_module_runs() -> None:
-    """A line added to the docs in another shape would be run by nobody."""
-    runs = {line for line in KEYS.values() if line} | {x for x in LINES if x.startswith("pip wheel")}
-    assert set(LINES) <= runs, f"documented pip lines no test runs: {sorted(set(LINES) - runs)}"
+def test_the_docs_still_write_every_install_line_these_tests_take_from_them() -> None:
+    """The lines are read from the README and docs/ (every other ``pip install`` line found there is
+    run too, by the pip check test): one the docs lost would leave a promise untested."""
     missing = [k for k, line in KEYS.items() if line is None]
     assert not missing, f"the docs lost the install lines {missing}: {sorted(LINES)}"
 
@@ -174,6 +177,31 @@ def test_the_sdist_builds_a_wheel_equal_to_the_readme_one(ws: Workspace) -> None
     assert sorted(n for n in first if first[n] != second[n]) == []
 
 
+@needs()
+def test_the_build_line_run_again_after_a_pull_ships_only_what_the_clone_holds(ws: Workspace) -> None:
+    """README: the wheel is built in a clone of the repository. A clone is updated (here: a commit
+    that removes a module, as a pull that moves one does) and the same line run again: the new
+    wheel must not ship the module the update removed."""
+    build = ws.built()
+    clone = ws.base / "pulled-clone"
+    assert run(["git", "clone", "--quiet", "--no-hardlinks", ws.clone, clone], cwd=ws.base).returncode == 0
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    module = Path("reasoner") / "_removed_by_a_pull.py"
+    (clone / module).write_text("GONE = True\n")
+    assert run([*git, "add", module], cwd=clone).returncode == 0
+    assert run([*git, "commit", "--quiet", "-m", "a module"], cwd=clone).returncode == 0
+    argv: list[str | Path] = [build.bin / "pip", *shlex.split(build.line)[1:]]
+    first = run(argv, cwd=clone, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "tandem/reasoner/_removed_by_a_pull.py" in wheel_members(clone / WHEEL)
+    assert run([*git, "rm", "--quiet", module], cwd=clone).returncode == 0
+    assert run([*git, "commit", "--quiet", "-m", "the module goes"], cwd=clone).returncode == 0
+    again = run(argv, cwd=clone, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    shipped = sorted(n for n in wheel_members(clone / WHEEL) if "_removed_by_a_pull" in n)
+    assert shipped == [], f"`{build.line}` run again after the module was removed still ships {shipped}"
+
+
 # -- every documented install: fresh venv, pip check, the command ---------------------------------
 
 
@@ -223,16 +251,6 @@ print('ok')
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-3000:]
 
 
-WORKER_COMMANDS = [
-    ["worker", "all"],
-    ["worker", "thinker"],
-    ["api"],
-    ["flower"],
-    ["demo"],
-    ["run", "--embedded", GOAL],
-]
-
-
 @needs("core")
 @pytest.mark.parametrize("argv", WORKER_COMMANDS, ids=[" ".join(a[:2]) for a in WORKER_COMMANDS])
 def test_worker_stack_commands_on_a_core_install_exit_2_with_one_line_naming_the_extra(
@@ -247,18 +265,7 @@ def test_worker_stack_commands_on_a_core_install_exit_2_with_one_line_naming_the
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith("tandem: "), done.stderr
     assert "[worker]" in lines[0] and done.stdout == "", lines
-    _assert_advice_installs(lines[0], venv(ws, "core"), "worker")
-
-
-def _assert_advice_installs(message: str, env: Venv, extra: str) -> None:
-    """The ``pip install '<name>[extra]'`` a message advises names this installed distribution and
-    an extra it provides (pip then installs that extra's requirements beside it)."""
-    match = re.search(r"pip install '([\w.-]+)\[([\w,]+)\]'", message)
-    assert match, f"no pip line in {message!r}"
-    assert normalize(match.group(1)) in env.distributions() and normalize(match.group(1)) == "tandem-llm", (
-        message
-    )
-    assert match.group(2).split(",") == [extra] and extra in PROVIDES, message
+    assert_advice_installs(lines[0], venv(ws, "core"), "worker")
 
 
 @needs("worker")
@@ -284,12 +291,7 @@ def test_a_feature_extra_a_worker_install_lacks_is_named_by_a_line_that_installs
     )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("tandem: "), done.stderr[-2000:]
-    _assert_advice_installs(lines[0], worker, extra)
-
-
-FIRST_JOB = (
-    (ROOT / "README.md").read_text().split("## A first job", 1)[1].split("```python\n", 1)[1].split("```")[0]
-)
+    assert_advice_installs(lines[0], worker, extra)
 
 
 @needs("core")
