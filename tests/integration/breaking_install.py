@@ -193,8 +193,9 @@ class Workspace:
         self._build: Future[Venv] | None = None
 
     def git_url(self) -> str:
-        """What stands in for the README's placeholder: the clone, over ``git+file://``."""
-        return f"git+file://{self.clone}"
+        """What stands in for the README's placeholder: the clone, over ``git+file://`` (with the
+        host named: the pip of a fresh Python 3.11 venv, 23.2, refuses ``git+file:///path``)."""
+        return f"git+file://localhost{self.clone}"
 
     def substitute(self, line: str) -> str:
         return line.replace(PLACEHOLDER_GIT, self.git_url())

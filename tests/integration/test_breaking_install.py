@@ -7,12 +7,9 @@ environment of its own (lines written identically in several places share one), 
 after it. The git line's placeholder URL is replaced by ``git+file://`` of that clone (the repository
 has no public address). What each install then does is tried with real processes: a ``[worker]``
 install's ``tandem worker all`` and ``tandem api`` on a real Redis, a core (client) install's
-``tandem run``/``status``, ``tandem.submit``, ``Client`` and ``AsyncClient`` exactly as docs/api.md
-writes them, all from a user's project folder holding its own ``tasks.py``, ``toolkit.py``,
-``workers.py``, ``client.py`` (and the other bare names of the repository's folders).
-
-The environments are made three at a time at the module's start (about 8 installs from pip's
-cache); the module takes minutes, most of it in pip.
+``tandem run``/``status``, ``tandem.submit``, ``Client`` and ``AsyncClient`` as docs/api.md writes
+them, from a user's folder with its own ``tasks.py``, ``toolkit.py``, ``workers.py``, ``client.py``.
+The environments are made three at a time at the module's start (8 installs from pip's cache).
 """
 
 from __future__ import annotations
@@ -373,11 +370,15 @@ def test_both_http_clients_of_a_core_install_run_a_job_as_api_md_writes_them(
 ) -> None:
     """The user's own ``client.py`` is docs/api.md's two examples; neither client loads Celery or redis-py."""
     script = cluster.project / "client.py"
-    script.write_text(
+    examples = api_examples(f"http://127.0.0.1:{cluster.port}")
+    script.write_text(  # run as a script it runs the examples; imported (as a module) it only marks
         MARKER
-        + "import os, sys\nTOKEN = os.environ['API_TOKEN']\n"
-        + api_examples(f"http://127.0.0.1:{cluster.port}")
-        + "\nprint('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'celery', 'kombu', 'redis'}))\n"
+        + "if __name__ == '__main__':\n"
+        + "    import os, sys\n"
+        + "    TOKEN = os.environ['API_TOKEN']\n"
+        + f"    exec(compile({examples!r}, 'docs/api.md', 'exec'))\n"
+        + "    loaded = {m.split('.')[0] for m in sys.modules}\n"
+        + "    print('LOADED', sorted(loaded & {'celery', 'kombu', 'redis'}))\n"
     )
     done = run(
         [venv(ws, "core").python, "client.py"],
@@ -586,8 +587,7 @@ def test_no_installed_file_lands_at_the_top_level_outside_tandem(
 @needs("core", "worker", "git")
 @pytest.mark.parametrize("key", ["core", "worker", "git"])
 def test_pip_uninstall_leaves_no_file_behind(ws: Workspace, key: str, tmp_path: Path) -> None:
-    """Run last: after the install was used (the worker install's workers and API, the git install's
-    demo), `pip uninstall tandem-llm` takes every file of it away, the command too."""
+    """Last, once used (workers and API, the demo): `pip uninstall` takes every file, the command too."""
     env = venv(ws, key)
     for users in LIVE:
         if users.worker is env:
