@@ -337,6 +337,21 @@ def wait_workers(app: Any, names: set[str], started: list[Started], timeout: flo
     wait_for(answered, timeout, lambda: f"workers {sorted(names - seen)} never answered a ping")
 
 
+def processes_from(path: Path) -> list[str]:
+    """The command lines of the processes running a program of ``path`` (an environment) now."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not a process
+            continue
+        if argv[0].decode(errors="replace").startswith(f"{path}/") or any(
+            a.decode(errors="replace").startswith(f"{path}/bin/") for a in argv[1:2]
+        ):
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found
+
+
 def free_port() -> int:
     import socket
 

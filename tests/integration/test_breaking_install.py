@@ -54,6 +54,7 @@ from tests.integration.breaking_install import (
     line_of,
     needs,
     normalize,
+    processes_from,
     remove_tree,
     run,
     run_job,
@@ -508,6 +509,7 @@ def test_the_git_install_holds_the_wheels_files_and_runs_the_demo(ws: Workspace,
     demo = git.tandem("demo", "--no-tokens", cwd=tmp_path, timeout=600)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "COMPLETED" in demo.stdout and "84" in demo.stdout, demo.stdout[-2000:]
+    assert processes_from(git.path) == [], "README: `tandem demo` stops every process it started"
 
 
 @needs("editable")
