@@ -110,4 +110,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.workers.errors import WorkerError
 
 
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, extra=("__version__",))
+_WORKER_ONLY = frozenset(
+    {
+        "DualModelReasoner",
+        "MonoModelReasoner",
+        "ReActReasoner",
+        "LiteLlmModelService",
+        "Toolkit",
+        "ToolkitService",
+        "load_toolkit",
+    }
+)
+"""Names that need the ``worker`` extra (the in-process reasoners, model services and toolkit graph):
+on the core install they say so when used, not from deep inside a run."""
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, extra=("__version__",), worker_only=_WORKER_ONLY)
