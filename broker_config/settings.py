@@ -17,6 +17,7 @@ from tandem.broker_config.job_redis import refuse_cluster, store_urls
 from tandem.broker_config.signing import Signing, read_signing
 from tandem.broker_config.tokens import read_tokens
 from tandem.broker_config.webhook_settings import WebhookSettings
+from tandem.reasoner.tool_choice import DEFAULT_TOOL_CHOICE, TOOL_CHOICES
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ROLE_NAMES = ("thinker", "actor")
@@ -114,8 +115,6 @@ def _function_calling(env: Mapping[str, str], name: str) -> Literal["native", "p
 
 
 def _tool_choice(env: Mapping[str, str], name: str) -> str:
-    from tandem.reasoner.models.wire import DEFAULT_TOOL_CHOICE, TOOL_CHOICES  # (no import of its own)
-
     raw = env.get(name, "").strip() or DEFAULT_TOOL_CHOICE
     if raw not in TOOL_CHOICES:
         raise SettingsError(

@@ -21,11 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_TOOL_CHOICE", "TOOL_CHOICES", "chat_messages", "merged_extra_body", "tool_fields"]
+from tandem.reasoner.tool_choice import DEFAULT_TOOL_CHOICE, TOOL_CHOICES
 
-TOOL_CHOICES = ("auto", "required", "none", "omit")
-"""The values of a role's ``tool_choice``: OpenAI's three, and ``"omit"`` to send no ``tool_choice``."""
-DEFAULT_TOOL_CHOICE = "auto"
+__all__ = ["DEFAULT_TOOL_CHOICE", "TOOL_CHOICES", "chat_messages", "merged_extra_body", "tool_fields"]
 
 
 def chat_messages(sys_prompt: str, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

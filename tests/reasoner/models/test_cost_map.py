@@ -132,7 +132,7 @@ def test_a_model_worker_imports_litellm_at_start_only_where_its_calls_need_it(
         "TANDEM_ACTOR_API_KEY": "k",
     }
     settings = Settings.from_env({**host, **env})
-    monkeypatch.setattr(worker_signals, "_streams_to_warm", None)
+    monkeypatch.setattr(worker_signals, "_warm_up_streams", lambda settings, roles: None)
     monkeypatch.setattr(
         worker_signals, "get_runtime", lambda: SimpleNamespace(settings=settings, concurrency=4)
     )
