@@ -77,6 +77,10 @@ class ApiSettings:
     max_streams: int = 100
     """``TANDEM_API_MAX_STREAMS``: event streams one token (one client address, without tokens) may
     hold open at once on one API process; one more is answered 429."""
+    heartbeat: int = 15
+    """``TANDEM_API_HEARTBEAT``: seconds between the heartbeats (``: heartbeat`` lines) an idle event
+    stream sends, so proxies keep it open and clients know it is alive: keep it below a third of
+    the clients' ``stream_silence`` (45 s by default) and below any proxy's idle timeout."""
     tokens: tuple[ApiToken, ...] = field(default=(), repr=False)
     """``TANDEM_API_TOKENS`` / ``TANDEM_API_TOKENS_FILE``: each token's tenant and scopes
     (``tandem.broker_config.tokens``)."""
@@ -98,7 +102,7 @@ class ApiSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ApiSettings:
         """Read ``TANDEM_API_ALLOWED_HOSTS``, ``_CORS_ORIGINS``, ``_REDIS_MAX_CONNECTIONS``,
-        ``_STREAM_JOBS`` and ``_MAX_STREAMS``."""
+        ``_STREAM_JOBS``, ``_MAX_STREAMS`` and ``_HEARTBEAT``."""
         d = cls()
         return cls(
             allowed_hosts=_allowed_hosts(env),
@@ -108,5 +112,6 @@ class ApiSettings:
             ),
             stream_jobs=_whole(env, "TANDEM_API_STREAM_JOBS", d.stream_jobs, minimum=1),
             max_streams=_whole(env, "TANDEM_API_MAX_STREAMS", d.max_streams, minimum=1),
+            heartbeat=_whole(env, "TANDEM_API_HEARTBEAT", d.heartbeat, minimum=1),
             tokens=read_tokens(env),
         )

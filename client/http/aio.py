@@ -20,6 +20,7 @@ from tandem.client.http.calls import JobRef, Requests, job_id_of
 from tandem.client.http.flows import Broken, Emit, Flow, Flows, Open, Outcome, Pause, Send, Step
 from tandem.client.http.handles import AsyncRemoteJob
 from tandem.client.http.models import Job, JobOutcome, JobState, ThreadJob
+from tandem.client.http.options import STREAM_SILENCE, ClientOptions
 
 T = TypeVar("T")
 
@@ -50,10 +51,15 @@ class AsyncClient:
         *,
         timeout: float = 30.0,
         retry_for: float = 10.0,
+        stream_silence: float = STREAM_SILENCE,
+        max_streams: int = 100,
+        max_calls: int = 100,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._flows = Flows(Requests(base_url, token, timeout), retry_for)
-        self._http = httpx.AsyncClient(transport=transport)
+        options = ClientOptions(timeout, retry_for, stream_silence, max_streams, max_calls)
+        self._flows = Flows(Requests(base_url, token, options))
+        self._calls = httpx.AsyncClient(transport=transport, limits=options.limits(streams=False))
+        self._streams = httpx.AsyncClient(transport=transport, limits=options.limits(streams=True))
 
     @property
     def base_url(self) -> str:
@@ -70,8 +76,9 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connections."""
-        await self._http.aclose()
+        """Close the connections (every event stream it left open, too)."""
+        await self._calls.aclose()
+        await self._streams.aclose()
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -180,10 +187,10 @@ class AsyncClient:
             return None
         try:
             if isinstance(step, Send):
-                return await self._http.send(step.request)
+                return await self._calls.send(step.request)
             if isinstance(step, Open):
                 await stream.aclose()
-                response = await self._http.send(step.request, stream=True)
+                response = await self._streams.send(step.request, stream=True)
                 if response.status_code != 200:
                     await response.aread()
                     await response.aclose()

@@ -18,16 +18,10 @@ from urllib.parse import quote
 import httpx
 
 from tandem.client.http.errors import ClientError, ConnectionFailed, InvalidRequest, ServerError, error_for
-
-STREAM_READ_TIMEOUT = 45.0
-"""How long an event stream may stay silent before it counts as dropped and is resumed (the API
-sends a heartbeat every 15 s)."""
+from tandem.client.http.options import ClientOptions
 
 CONNECT_TIMEOUT = 10.0
 """How long opening a connection may take, for every request."""
-
-RETRY_STATUSES = frozenset({502, 503})
-"""Answers to a read that are worth asking again (Redis or a proxy did not answer)."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +43,12 @@ class Requests:
     """Builds the ``httpx.Request`` of each ``Call`` for the API at ``base_url`` with ``token``.
 
     Every request carries the full URL and, with a token, ``Authorization: Bearer <token>``; its
-    timeouts ride in the request itself (``timeout`` seconds for a call, ``STREAM_READ_TIMEOUT``
-    of silence, or until the deadline, for an event stream), so a driver only sends it.
+    timeouts ride in the request itself (``options.timeout`` seconds for a call;
+    ``options.stream_silence`` seconds without a byte, or until the deadline, for an event stream;
+    ``options.timeout`` for a free connection of its pool), so a driver only sends it.
     """
 
-    def __init__(self, base_url: str, token: str | None, timeout: float) -> None:
+    def __init__(self, base_url: str, token: str | None, options: ClientOptions) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"base_url must be the API's http:// or https:// URL (like 'http://127.0.0.1:8000'), "
@@ -61,7 +56,7 @@ class Requests:
             )
         self.base_url = base_url.rstrip("/")
         self.token = token
-        self.timeout = timeout
+        self.options = options
 
     def headers(self) -> dict[str, str]:
         """The headers of every request."""
@@ -75,21 +70,21 @@ class Requests:
             params=dict(call.params) if call.params else None,
             json=call.body,
             headers=self.headers(),
-            extensions={"timeout": httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT).as_dict()},
+            extensions={"timeout": httpx.Timeout(self.options.timeout, connect=CONNECT_TIMEOUT).as_dict()},
         )
 
     def stream(self, job_id: str, after: str, deadline: float | None, now: float) -> httpx.Request:
         """The request of job ``job_id``'s event stream after event ``after``: cut when silent past
-        ``STREAM_READ_TIMEOUT``, or past ``deadline`` (monotonic time; ``now`` is the time now)."""
-        read = (
-            STREAM_READ_TIMEOUT if deadline is None else max(0.05, min(STREAM_READ_TIMEOUT, deadline - now))
-        )
+        ``options.stream_silence``, or past ``deadline`` (monotonic time; ``now`` is the time now)."""
+        silence = self.options.stream_silence
+        read = silence if deadline is None else max(0.05, min(silence, deadline - now))
         headers = {**self.headers(), "Accept": "text/event-stream", "Last-Event-ID": after}
+        timeout = httpx.Timeout(CONNECT_TIMEOUT, read=read, pool=self.options.timeout)
         return httpx.Request(
             "GET",
             self.base_url + job_path(job_id, "/events"),
             headers=headers,
-            extensions={"timeout": httpx.Timeout(CONNECT_TIMEOUT, read=read).as_dict()},
+            extensions={"timeout": timeout.as_dict()},
         )
 
 

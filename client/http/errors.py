@@ -15,6 +15,8 @@ The tree::
         ├── Unavailable       503, 504: Redis, or any worker, did not answer (``retry_after``)
         ├── ServerError       500 and any other status
         ├── ConnectionFailed  no answer at all (the API does not answer, or the link broke)
+        ├── PoolExhausted     the client's own pool of connections stayed full (``max_streams``
+        │                     or ``max_calls``): its limit, not the API's; nothing was sent
         └── WaitTimeout       ``result(timeout=...)``: the job had not ended in time
 """
 
@@ -86,6 +88,13 @@ class ServerError(ClientError):
 
 class ConnectionFailed(ClientError):
     """The API did not answer at all (refused, timed out, or the link broke and stayed down)."""
+
+
+class PoolExhausted(ClientError):
+    """Every connection of the client's own pool stayed busy for ``timeout`` seconds, so the request
+    was never sent: ``code`` ``client_streams_full`` (``max_streams`` event streams open) or
+    ``client_calls_full`` (``max_calls`` requests in flight). Close what you no longer read, or
+    make the client with a larger pool; the API is not at fault."""
 
 
 class WaitTimeout(ClientError):

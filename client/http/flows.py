@@ -16,10 +16,12 @@ The steps and what the driver sends back:
 - ``Pause(seconds)``: ``None`` once the time has passed;
 - ``Emit(event)``: ``None`` once the caller has the event (only ``events`` emits).
 
-The failure model of reads: a read (a ``GET``) that gets no answer, or a 502/503, is asked again
-for up to ``retry_for`` seconds from its first failure, waiting ``Retry-After`` (at most a second)
-between tries; an event stream that drops is opened again after its last event
-(``Last-Event-ID``), for up to ``retry_for`` seconds without an answer. Writes are sent once.
+The failure model: every read (a ``GET``, an event stream's opening and its reading alike) follows
+the one rule of ``tandem.client.http.retries``: no answer, or a 502/503, is asked again for up to
+``retry_for`` seconds from its first failure, anything else is raised as it comes. An event stream
+that drops, or stays silent past ``stream_silence``, is opened again after its last event
+(``Last-Event-ID``). Writes are sent once. A request that found the client's own pool full
+(``Broken`` on ``httpx.PoolTimeout``) is ``PoolExhausted``, which no rule rides out.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ import httpx
 from tandem.client.events import JobEvent
 from tandem.client.http import calls
 from tandem.client.http.calls import Call, Requests
-from tandem.client.http.errors import ClientError, ConnectionFailed, Unavailable, WaitTimeout
+from tandem.client.http.errors import ClientError, WaitTimeout
 from tandem.client.http.models import Job, JobOutcome, JobState, ThreadJob
+from tandem.client.http.retries import Patience
 from tandem.client.http.sse import SseParser
 
 T = TypeVar("T")
@@ -89,29 +92,6 @@ Outcome: TypeAlias = httpx.Response | Broken | str | None
 Flow: TypeAlias = Generator[Step, Outcome, T]
 
 
-class Patience:
-    """How long a read keeps asking: ``retry_for`` seconds from its first failure since it last got
-    an answer (``clock``: monotonic seconds)."""
-
-    def __init__(self, retry_for: float, clock: Callable[[], float]) -> None:
-        self.retry_for = retry_for
-        self.clock = clock
-        self.since: float | None = None
-
-    def wait(self, failure: ClientError) -> float:
-        """The seconds to wait before asking again after ``failure``; ``failure`` itself, raised,
-        once the window is over (at once for a window of 0: a write)."""
-        now = self.clock()
-        self.since = now if self.since is None else self.since
-        if now - self.since >= self.retry_for:
-            raise failure
-        return min(1.0, failure.retry_after or 0.5)
-
-    def answered(self) -> None:
-        """An answer came: the next failure opens a new window."""
-        self.since = None
-
-
 def quietly(flow: Flow[T]) -> Flow[T]:
     """``flow`` with its events kept from the caller, for a flow that follows events for itself."""
     outcome: Outcome = None
@@ -124,33 +104,34 @@ def quietly(flow: Flow[T]) -> Flow[T]:
 
 
 class Flows:
-    """Every operation of the API as a flow, for ``requests``' API (see the module docstring)."""
+    """Every operation of the API as a flow, for ``requests``' API (see the module docstring);
+    ``clock``: monotonic seconds."""
 
-    def __init__(
-        self, requests: Requests, retry_for: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, requests: Requests, clock: Callable[[], float] = time.monotonic) -> None:
         self.requests = requests
-        self.retry_for = retry_for
+        self.options = requests.options
         self.clock = clock
 
-    def _failed(self, outcome: Broken) -> ClientError:
+    def _failure(self, outcome: Outcome, streams: bool) -> ClientError:
+        """What a request's ``outcome`` that is not its answer means: the error of its status, the
+        client's own full pool (of streams or of calls), or an API that does not answer."""
+        if isinstance(outcome, httpx.Response):
+            return calls.decode_error(outcome)
+        assert isinstance(outcome, Broken), outcome
+        if isinstance(outcome.error, httpx.PoolTimeout):
+            return self.options.pool_exhausted(streams)
         return calls.unreachable(self.requests.base_url, outcome.error)
 
     def call(self, call: Call) -> Flow[Any]:
         """Send ``call``; the JSON of its answer, or its ``ClientError``. A read is asked again
-        through a blip (a write never is)."""
-        patience = Patience(self.retry_for if call.safe else 0.0, self.clock)
+        through a blip (``retries``), a write never is."""
+        patience = Patience(self.options.retry_for if call.safe else 0.0, self.clock)
         request = self.requests.build(call)
         while True:
             outcome = yield Send(request)
-            if isinstance(outcome, httpx.Response):
-                if not (call.safe and outcome.status_code in calls.RETRY_STATUSES):
-                    return calls.decode(outcome)
-                failure = calls.decode_error(outcome)
-            else:
-                assert isinstance(outcome, Broken)
-                failure = self._failed(outcome)
-            yield Pause(patience.wait(failure))
+            if isinstance(outcome, httpx.Response) and outcome.is_success:
+                return calls.decode(outcome)
+            yield Pause(patience.wait(self._failure(outcome, streams=False)))
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -193,25 +174,15 @@ class Flows:
         monotonic time), resuming a dropped stream after the last event emitted; a stream that
         ends without ``final`` asks whether the job ended. Returns the last event's id."""
         parser = SseParser(last_id=after)
-        patience = Patience(self.retry_for, self.clock)
+        patience = Patience(self.options.retry_for, self.clock)
         while True:
-            failure: ClientError | None = None
             opened = yield Open(self.requests.stream(job_id, parser.last_id, deadline, self.clock()))
-            if isinstance(opened, Broken):
-                failure = self._failed(opened)
-            elif isinstance(opened, httpx.Response) and opened.status_code != 200:
-                failure = calls.decode_error(opened)
-                if not isinstance(failure, Unavailable):
-                    raise failure
-            else:
+            if isinstance(opened, httpx.Response) and opened.status_code == 200:
                 patience.answered()
                 while True:
                     line = yield LINE
-                    if isinstance(line, Broken):
-                        failure = self._failed(line)
-                        break
                     if not isinstance(line, str):
-                        break  # the stream ended
+                        break  # the stream ended, or dropped (``Broken``)
                     event = parser.feed(line)
                     if event is not None:
                         yield Emit(event)
@@ -219,18 +190,14 @@ class Flows:
                             return parser.last_id
                     elif deadline is not None and self.clock() >= deadline:
                         return parser.last_id  # a heartbeat after the deadline
-                if failure is None:
-                    try:
-                        job = yield from self.job(job_id)
-                    except (Unavailable, ConnectionFailed) as exc:
-                        failure = exc
-                    else:
-                        if job.status.ended:
-                            return parser.last_id  # every event was read (it opened after the final one)
-                        continue
+                if line is None:  # ended without its final event: ended, or cut where a frame ended
+                    if (yield from self.job(job_id)).status.ended:
+                        return parser.last_id  # every event was read (it opened after the final one)
+                    continue
+                opened = line
             if deadline is not None and self.clock() >= deadline:
                 return parser.last_id
-            yield Pause(patience.wait(failure))
+            yield Pause(patience.wait(self._failure(opened, streams=True)))
 
     def cancel(self, job_id: str) -> Flow[JobState]:
         """``POST /v1/jobs/{id}/cancel``; the job's state."""

@@ -15,6 +15,7 @@ from tandem.client.http.calls import JobRef, Requests, job_id_of
 from tandem.client.http.flows import Broken, Emit, Flow, Flows, Open, Outcome, Pause, Send, Step
 from tandem.client.http.handles import RemoteJob
 from tandem.client.http.models import Job, JobOutcome, JobState, ThreadJob
+from tandem.client.http.options import STREAM_SILENCE, ClientOptions
 
 T = TypeVar("T")
 
@@ -40,12 +41,16 @@ class Client:
     Every method that names a job takes its id or its handle.
 
     Reads ride out a blip: a read that gets no answer, or a 502/503, is asked again for up to
-    ``retry_for`` seconds; an event stream that drops resumes after its last event (the API's
-    ``Last-Event-ID``), for up to ``retry_for`` seconds without an answer. Writes (submit, cancel,
-    decisions, answers, messages, resume, fork, follow-up) are sent once: their errors are raised
-    as they come. ``timeout``: seconds a request may take (an event stream may stay silent 45 s).
-    ``transport``: an httpx transport to send through (``httpx.MockTransport`` in tests); the
-    requests are built here either way.
+    ``retry_for`` seconds; an event stream that drops, or stays silent (no event, no heartbeat)
+    for ``stream_silence`` seconds, resumes after its last event (the API's ``Last-Event-ID``),
+    for up to ``retry_for`` seconds without an answer. Writes (submit, cancel, decisions, answers,
+    messages, resume, fork, follow-up) are sent once: their errors are raised as they come.
+    ``timeout``: seconds a request may take. The client holds up to ``max_streams`` event streams
+    open at once (what the API lets one token hold, ``TANDEM_API_MAX_STREAMS``, 100 by default)
+    and up to ``max_calls`` other requests, each pool its own, so open streams never hold up a
+    call; a request that finds its pool full for ``timeout`` seconds raises ``PoolExhausted``
+    (see ``tandem.client.http.options``). ``transport``: an httpx transport to send through
+    (``httpx.MockTransport`` in tests); the requests are built here either way.
     """
 
     def __init__(
@@ -55,10 +60,15 @@ class Client:
         *,
         timeout: float = 30.0,
         retry_for: float = 10.0,
+        stream_silence: float = STREAM_SILENCE,
+        max_streams: int = 100,
+        max_calls: int = 100,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._flows = Flows(Requests(base_url, token, timeout), retry_for)
-        self._http = httpx.Client(transport=transport)
+        options = ClientOptions(timeout, retry_for, stream_silence, max_streams, max_calls)
+        self._flows = Flows(Requests(base_url, token, options))
+        self._calls = httpx.Client(transport=transport, limits=options.limits(streams=False))
+        self._streams = httpx.Client(transport=transport, limits=options.limits(streams=True))
 
     @property
     def base_url(self) -> str:
@@ -75,8 +85,9 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Close the connections."""
-        self._http.close()
+        """Close the connections (every event stream it left open, too)."""
+        self._calls.close()
+        self._streams.close()
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -209,10 +220,10 @@ class Client:
             return None
         try:
             if isinstance(step, Send):
-                return self._http.send(step.request)
+                return self._calls.send(step.request)
             if isinstance(step, Open):
                 stream.close()
-                response = self._http.send(step.request, stream=True)
+                response = self._streams.send(step.request, stream=True)
                 if response.status_code != 200:
                     response.read()
                     response.close()

@@ -26,7 +26,6 @@ from tandem.client.http import (
     RemoteJob,
     Unavailable,
 )
-from tandem.client.http.flows import Patience
 from tandem.workers.embedded import free_port
 
 BASE = "http://api.test:8000/base"
@@ -317,19 +316,3 @@ def test_an_api_that_does_not_answer_is_one_clear_error(driver: str) -> None:
 def test_a_base_url_that_is_not_http_is_refused_at_once(client: type, url: str) -> None:
     with pytest.raises(ValueError, match=re.escape("base_url must be the API's http:// or https:// URL")):
         client(url, TOKEN)
-
-
-def test_patience_asks_again_until_the_window_is_over_and_a_write_never() -> None:
-    now = [100.0]
-    read = Patience(2.0, lambda: now[0])
-    down = Unavailable("down", status=503, retry_after=0.25)
-    assert read.wait(down) == 0.25  # the first failure opens the window
-    now[0] = 101.9
-    assert read.wait(Unavailable("down", status=503)) == 0.5
-    now[0] = 102.0
-    with pytest.raises(Unavailable):
-        read.wait(down)
-    read.answered()  # an answer: a new window
-    assert read.wait(down) == 0.25
-    with pytest.raises(Unavailable):
-        Patience(0.0, lambda: now[0]).wait(down)

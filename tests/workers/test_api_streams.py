@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+import fakeredis
 import httpx
 import pytest
+from celery import Celery
 
 from tandem.broker_config.api_settings import ApiSettings
+from tandem.broker_config.errors import SettingsError
+from tandem.broker_config.settings import Settings
 from tandem.tasks.job_events import RoundStarted
 from tandem.tasks.spec import JobResult, JobSpec
 from tandem.workers.api import streams
@@ -213,3 +219,21 @@ async def test_events_written_just_before_the_end_is_seen_are_still_sent() -> No
     events, _ = sse(response.text)
     assert [e["event"] for e in events] == ["round_started", "final"]
     assert api.hub.wait_redis.write is None  # the late writes happened where they were meant to
+
+
+def test_the_heartbeat_interval_is_the_setting_tandem_api_heartbeat() -> None:
+    """``TANDEM_API_HEARTBEAT`` (whole seconds, 15 by default) is the interval the API's streams
+    send heartbeats at; a bad value is refused naming the variable."""
+    assert ApiSettings().heartbeat == 15
+    assert ApiSettings.from_env({"TANDEM_API_HEARTBEAT": "2"}).heartbeat == 2
+    for bad in ("0", "1.5", "soon", "-3"):
+        with pytest.raises(SettingsError, match=re.escape(f"TANDEM_API_HEARTBEAT={bad!r} must be a whole")):
+            ApiSettings.from_env({"TANDEM_API_HEARTBEAT": bad})
+    settings = replace(Settings.from_env({}), api=ApiSettings(heartbeat=2))
+    built = Api(
+        settings,
+        celery_app=Celery("heartbeat", broker="memory://", backend="cache+memory://"),
+        redis=fakeredis.FakeRedis(),
+        async_redis=fakeredis.FakeAsyncRedis(),
+    )
+    assert (built.heartbeat, built.hub.heartbeat, built.hub.block_ms) == (2, 2, 2000)

@@ -113,10 +113,11 @@ class Api:
         redis: Redis | None = None,
         async_redis: AsyncRedis | None = None,
         stream_redis: AsyncRedis | None = None,
-        heartbeat: float = 15.0,
+        heartbeat: float | None = None,
         decide_timeout: float = 30.0,
     ) -> None:
         self.settings = settings
+        heartbeat = settings.api.heartbeat if heartbeat is None else heartbeat
         if celery_app is None:
             from tandem.tasks.app import create_app
 

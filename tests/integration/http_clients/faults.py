@@ -28,8 +28,8 @@ from tandem.client.http import (
     Unauthorized,
     Unavailable,
 )
-from tests.integration.client_world import ADD, OTHER, READER, Side, spec
-from tests.integration.fault_proxy import Rule, Seen
+from tests.integration.http_clients.fault_proxy import Rule, Seen
+from tests.integration.http_clients.world import ADD, OTHER, READER, Side, spec
 
 
 def error_body(code: str, message: str = "a test answer") -> bytes:

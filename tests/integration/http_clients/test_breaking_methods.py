@@ -1,46 +1,27 @@
 """Breaking tests of ``tandem.Client`` and ``tandem.AsyncClient``, written from docs/api.md ("From
-Python over HTTP") and the README's client examples alone.
+Python over HTTP") and the README's client examples alone: every method, on a handle and by id, the
+events, each refusal of the real API, base URLs, and a client-only install running a job with
+each client.
 
-Every client here is built as the docs build it, from a URL and a token, and talks to a real
-``tandem api`` process over real sockets, with real ``celery worker`` processes behind it. Faults
-come from outside the client: a proxy that answers 502/503, swallows answers, cuts or silences
-event streams and counts every request (``fault_proxy``), an API process killed and started again
-on its port, a port nobody listens on. Most tests run once per client (``side``: ``sync`` and
-``async``) through one driver, ``client_world.Side``. Helpers beside this file: ``client_world``,
-``client_faults`` (what faults are put on), ``client_tasks``, ``fault_proxy``, ``client_install``.
+The package's docstring says how they are built and run (``tests.integration.http_clients``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tandem import AsyncClient, Client, ClientError
 from tandem.client import events as ev
 from tandem.client import http
 from tandem.client.handle import JobHandle
-from tests.integration.client_faults import (
-    ANSWERS,
-    FAULTS,
-    READS,
-    WRITES,
-    error_body,
-    newer_worker_stream,
-    once_goal,
-    read_fault,
-    refusals,
-    resumed_from,
-    write_fault,
-)
-from tests.integration.client_install import client_venv, run_script
-from tests.integration.client_tasks import hundred_streams, many_jobs
-from tests.integration.client_world import (
+from tests.integration.http_clients.fault_proxy import FaultProxy
+from tests.integration.http_clients.faults import refusals
+from tests.integration.http_clients.install import client_venv, run_script
+from tests.integration.http_clients.world import (
     ADD,
     ADD_TWICE,
     FULL,
@@ -48,46 +29,13 @@ from tests.integration.client_world import (
     OTHER,
     READER,
     TRIP,
-    ApiProcess,
     Side,
     World,
-    completed_job,
-    free_port,
     handle_events,
-    hold_stream,
-    in_background,
-    parked_job,
-    running_world,
     spec,
 )
-from tests.integration.fault_proxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def world(redis_base: str) -> Iterator[World]:
-    yield from running_world(redis_base)
-
-
-@pytest.fixture(params=["sync", "async"])
-def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    driver = Side(request.param)
-    yield driver
-    driver.close()
-
-
-@pytest.fixture
-def proxy(world: World) -> Iterator[FaultProxy]:
-    made = FaultProxy(world.api.port)
-    yield made
-    made.close()
-
-
-@pytest.fixture(scope="module")
-def ended_job(world: World) -> str:
-    """A completed job's id, for calls whose answers change nothing the tests look at."""
-    return completed_job(world.api.url)
 
 
 def test_the_docs_examples_run_as_written(world: World) -> None:
@@ -157,7 +105,7 @@ def test_events_are_the_typed_models_jobhandle_gives_for_the_same_job(world: Wor
     assert list(side.iterate(job.events(after=direct[3].id))) == direct[4:]
 
 
-# -- every method of the handle ------------------------------------------------------------------
+# -- every method of the handle --------------------------------------------------------------------
 
 
 def test_a_job_waiting_for_approval_through_the_handle(world: World, proxy: FaultProxy, side: Side) -> None:
@@ -289,7 +237,7 @@ def test_result_times_out_on_a_parked_job_then_cancel_ends_it(world: World, side
     assert ended.value.code == "job_ended"
 
 
-# -- errors from the real API --------------------------------------------------------------------
+# -- errors from the real API ----------------------------------------------------------------------
 
 
 def test_each_refusal_of_the_api_raises_its_documented_class(
@@ -316,74 +264,7 @@ def test_each_refusal_of_the_api_raises_its_documented_class(
         list(side.iterate(side.client(url, token=OTHER).events(ended_job)))
 
 
-# -- errors a proxy answers: each documented class, each write sent once --------------------------
-
-
-@pytest.mark.parametrize(
-    ("answer", "call"), [(a, c) for a in ANSWERS for c in ("write", "read") if (a, c) != ("503", "read")]
-)
-def test_an_answer_raises_its_documented_class_and_a_write_is_sent_once(
-    proxy: FaultProxy, side: Side, ended_job: str, answer: str, call: str
-) -> None:
-    """A write (``submit``) raises the class of what it got, sent once; so does a read
-    (``status``) given an answer it does not ride out (a 503 it does: its own test)."""
-    got = ANSWERS[answer]
-    method, path = ("POST", "/v1/jobs") if call == "write" else ("GET", f"/v1/jobs/{ended_job}")
-    proxy.add(Rule(method, path, "answer", -1, got.status, got.body, got.content_type, got.headers))
-    api = side.client(proxy.url, retry_for=3)
-    with pytest.raises(got.kind) as raised:
-        side.run(api.submit(spec("refused", ADD)) if call == "write" else api.status(ended_job))
-    assert (raised.value.status, raised.value.retry_after) == (got.status, got.retry_after), raised.value
-    if call == "write":
-        assert len(proxy.requests(method, path)) == 1
-
-
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("write", WRITES)
-def test_a_write_that_gets_no_good_answer_is_not_sent_again(
-    world: World, proxy: FaultProxy, side: Side, ended_job: str, write: str, fault: str
-) -> None:
-    """Each write raises what it got (``FAULTS``), and the proxy saw it once."""
-    path, call = WRITES[write]
-    proxy.add(write_fault(fault, path))
-    api = side.client(proxy.url, timeout=2, retry_for=30)
-    with pytest.raises(FAULTS[fault]):
-        side.run(call(api, ended_job))
-    assert [s.method for s in proxy.requests("POST", path)] == ["POST"], proxy.seen
-    if write == "submit" and fault == "swallow":  # the API made the job: exactly one, not two
-        listed = httpx.get(f"{world.api.url}/v1/jobs?limit=200", headers={"Authorization": f"Bearer {FULL}"})
-        goals = [j.get("goal", "") for j in listed.json()["jobs"]]
-        assert sum(g.startswith(once_goal(api)) for g in goals) == 1, goals
-
-
-@pytest.mark.parametrize("fault", ["502", "503", "drop", "swallow", "truncate"])
-@pytest.mark.parametrize("read", READS)
-def test_a_read_rides_out_502_503_and_no_answer(
-    proxy: FaultProxy, side: Side, ended_job: str, read: str, fault: str
-) -> None:
-    path, call = READS[read]
-    times = 1 if (read, fault) == ("events", "swallow") else 3  # a silent stream is given up on at 45 s
-    rule = proxy.add(read_fault(fault, path.format(id=ended_job), times))
-    got = call(side, side.client(proxy.url, timeout=2, retry_for=60), ended_job)
-    assert got in ("completed", True, "final"), got
-    assert [s.action for s in proxy.requests("GET", rule.path)] == [rule.action] * times + ["forward"]
-
-
-def test_a_read_gives_up_after_retry_for(proxy: FaultProxy, side: Side, ended_job: str) -> None:
-    path = f"/v1/jobs/{ended_job}"
-    proxy.add(Rule("GET", path, "answer", -1, 503, error_body("redis_unavailable")))
-    with pytest.raises(http.Unavailable) as raised:
-        side.run(side.client(proxy.url, retry_for=2).status(ended_job))
-    assert (raised.value.status, raised.value.code) == (503, "redis_unavailable")
-    assert len(proxy.requests("GET", path)) >= 2, "a 503 was not asked again"
-    nobody = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(http.ConnectionFailed):
-        side.run(side.client(nobody, retry_for=1).status(ended_job))
-    with pytest.raises(http.ConnectionFailed):
-        side.run(side.client(nobody, retry_for=1).submit(goal="x"))
-
-
-# -- base URLs -----------------------------------------------------------------------------------
+# -- base URLs -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("prefix", "suffix"), [("", "/"), ("/tandem", ""), ("/tandem", "/")])
@@ -412,177 +293,7 @@ def test_a_base_url_without_a_scheme_is_refused_when_the_client_is_made(side: Si
         side.client(url)
 
 
-# -- event streams that drop, stall, or lose their API -------------------------------------------
-
-
-@pytest.mark.parametrize("fault", ["cut", "stall"])
-def test_an_event_stream_cut_or_silent_resumes_after_its_last_whole_event(
-    world: World, proxy: FaultProxy, side: Side, fault: str
-) -> None:
-    """``cut``: two events then the connection cut mid-frame, then three more and cut again.
-    ``stall``: two events then nothing, not even heartbeats: asked again after 45 s of silence."""
-    api = side.client(proxy.url, retry_for=60)
-    job = side.run(api.submit(spec("add twice", ADD_TWICE)))
-    path = f"/v1/jobs/{job.id}/events"
-    for events in (2, 3) if fault == "cut" else (2,):
-        proxy.add(Rule("GET", path, fault, 1, events=events))
-    got = list(side.iterate(job.events()))
-    direct = handle_events(world.cluster, job.id)
-    assert [e.id for e in got] == [e.id for e in direct] and got == direct
-    asked = proxy.requests("GET", path)
-    resumes = [direct[1].id, direct[4].id] if fault == "cut" else [direct[1].id]
-    assert [s.action for s in asked] == [fault] * len(resumes) + ["forward"]
-    assert [resumed_from(s) for s in asked[1:]] == resumes
-
-
-def test_a_stream_trickled_byte_by_byte_gives_the_same_events(
-    world: World, proxy: FaultProxy, side: Side
-) -> None:
-    """Frames, lines and multi-byte characters split across reads, as a slow link delivers them."""
-    api = side.client(proxy.url)
-    job = side.run(api.submit(spec("Zürich → Köln, 東京 and ☃", ADD)))
-    proxy.add(Rule("GET", f"/v1/jobs/{job.id}/events", "trickle"))
-    got = list(side.iterate(job.events()))
-    assert got == handle_events(world.cluster, job.id)
-    assert isinstance(got[0], ev.JobStarted) and got[0].spec["goal"].startswith("Zürich → Köln, 東京 and ☃")
-
-
-def test_an_event_type_the_client_does_not_know_is_kept(
-    proxy: FaultProxy, side: Side, ended_job: str
-) -> None:
-    """docs/events.md: readers keep fields and event types they do not know (a newer worker)."""
-    proxy.add(newer_worker_stream(ended_job))
-    got = list(side.iterate(side.client(proxy.url).events(ended_job)))
-    assert [e.type for e in got] == ["job_started", "hologram_rendered", "final"], got
-    assert got[1].model_dump()["frames"] == [1, 2] and got[1].id == "2-0"
-    assert isinstance(got[2], ev.Final) and got[2].deliverable == "from the future"
-
-
-@pytest.mark.parametrize("fault", ["502", "503", "cut"])
-def test_result_rides_out_what_its_reads_ride_out(
-    world: World, proxy: FaultProxy, side: Side, fault: str
-) -> None:
-    """``result`` follows the job's events: a 502, a 503 or a cut on what it reads is ridden out."""
-    api = side.client(proxy.url, retry_for=60)
-    job = side.run(api.submit(spec("add twice", ADD_TWICE)))
-    reads = f"/v1/jobs/{job.id}(/events)?"
-    if fault == "cut":
-        proxy.add(Rule("GET", reads, "cut", 2, events=1))
-    else:
-        proxy.add(Rule("GET", reads, "answer", 2, int(fault), b"<html>bad gateway</html>", "text/html"))
-    outcome = side.run(job.result(timeout=180))
-    assert (outcome.job_id, outcome.status) == (job.id, "completed")
-    assert [s.action for s in proxy.requests("GET", reads)][:2] == ["cut" if fault == "cut" else "answer"] * 2
-
-
-def test_a_stream_outlives_its_api_process_killed_and_started_again_on_its_port(
-    world: World, side: Side
-) -> None:
-    own = ApiProcess(world.cluster.env)
-    try:
-        api = side.client(own.url, retry_for=120)
-        job = side.run(api.submit(spec("mail ann", NOTIFY)))
-        parked, got = threading.Event(), []
-
-        def outage() -> None:
-            assert parked.wait(180)
-            own.kill()
-            own.start()
-            with Client(own.url, token=FULL) as other:
-                other.approve(job.id, 1)
-
-        with in_background(outage):
-            for event in side.iterate(job.events()):  # blocked in a read while the API dies and returns
-                got.append(event)
-                if event.type == "approval_requested":
-                    parked.set()
-        assert got == handle_events(world.cluster, job.id)
-        assert side.run(api.status(job.id)).state == "completed"
-    finally:
-        own.stop()
-
-
-def test_one_async_client_serves_many_tasks_at_once(world: World) -> None:
-    done = asyncio.run(many_jobs(world.api.url, FULL, 12))
-    assert len({job_id for job_id, *_ in done}) == 12
-    for job_id, events, outcome, state in done:
-        assert (outcome, state) == ("completed", "completed"), job_id
-        assert events == handle_events(world.cluster, job_id)
-
-
-def test_one_async_client_holds_all_the_streams_its_token_may_and_still_answers(world: World) -> None:
-    """100 tasks follow one job on one ``AsyncClient`` (``TANDEM_API_MAX_STREAMS``: what one token
-    may hold), and the same client still reads the job's status and approves its call."""
-    job_id = parked_job(world.api.url, OTHER)
-    state, streams = asyncio.run(hundred_streams(world.api.url, OTHER, job_id))
-    assert state.state == "awaiting_approval"
-    direct = handle_events(world.cluster, job_id)
-    assert direct[-1].status == "completed" and all(got == direct for got in streams)
-
-
-# -- a busy API: 429 and 503 of its own; closing frees its streams --------------------------------
-
-
-@pytest.fixture(scope="module")
-def busy(world: World) -> Iterator[ApiProcess]:
-    """A second ``tandem api`` on the cluster: one stream per token, one job's events at a time."""
-    made = ApiProcess({**world.cluster.env, "TANDEM_API_MAX_STREAMS": "1", "TANDEM_API_STREAM_JOBS": "1"})
-    yield made
-    made.stop()
-
-
-def test_one_stream_too_many_raises_rate_limited(world: World, busy: ApiProcess, side: Side) -> None:
-    job_id = parked_job(world.api.url)
-    with hold_stream(busy.url, job_id) as held:
-        assert held.status_code == 200
-        with pytest.raises(http.RateLimited) as raised:
-            list(side.iterate(side.client(busy.url, retry_for=5).events(job_id)))
-    got = raised.value
-    assert (got.status, got.code, got.retry_after) == (429, "too_many_streams", 5.0)
-
-
-def test_a_stream_refused_with_503_is_asked_again_until_retry_for(
-    world: World, busy: ApiProcess, side: Side
-) -> None:
-    """The API follows one job's events (``TANDEM_API_STREAM_JOBS=1``): another job's stream gets
-    503 until that one closes; within ``retry_for`` the client gets it, past it ``Unavailable``."""
-    followed, wanted = parked_job(world.api.url), parked_job(world.api.url)
-    counted = FaultProxy(busy.port)
-    path = f"/v1/jobs/{wanted}/events"
-    try:
-        with hold_stream(busy.url, followed, READER) as held:
-            assert held.status_code == 200
-            with pytest.raises(http.Unavailable) as raised:
-                list(side.iterate(side.client(counted.url, retry_for=2).events(wanted)))
-            assert (raised.value.status, raised.value.code) == (503, "too_many_jobs_streamed")
-            assert raised.value.retry_after is not None
-            assert len(counted.requests("GET", path)) >= 2, "a 503 stream was not asked again"
-            counted.seen.clear()
-
-            def release() -> None:
-                counted.wait_for(lambda: any(s.upstream_status == 503 for s in counted.seen))
-                held.close()
-                with Client(busy.url, token=FULL) as other:
-                    other.cancel(wanted)
-
-            with in_background(release):
-                got = list(side.iterate(side.client(counted.url, retry_for=120).events(wanted)))
-    finally:
-        counted.close()
-    assert isinstance(got[-1], ev.Final) and got[-1].status == "cancelled"
-    assert [s.upstream_status for s in counted.requests("GET", path)][-1] == 200
-
-
-@pytest.mark.parametrize("how", ["context", "close"])
-def test_closing_a_client_closes_the_streams_it_left_open(
-    world: World, busy: ApiProcess, side: Side, how: str
-) -> None:
-    """A stream read halfway, its iterator still referenced: leaving the context manager (or
-    ``close``/``aclose``) hangs it up, so the token's one stream is free again."""
-    job_id = parked_job(world.api.url)
-    first, freed = side.leave_half_read(busy.url, job_id, how)
-    assert isinstance(first, ev.JobStarted)
-    assert freed, "the stream the closed client left open still holds the token's one slot"
+# -- a client-only install -------------------------------------------------------------------------
 
 
 def test_a_client_only_install_runs_a_job_with_each_client(world: World, tmp_path: Any) -> None:

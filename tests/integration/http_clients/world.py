@@ -57,6 +57,13 @@ NOTIFY = [[{"name": "notify", "args": {"to": "ann@example.com"}}]]
 TRIP = [[{"name": "book_trip", "args": {}}]]
 """``book_trip`` asks a person which city: the job parks on ``question_asked``."""
 
+HEARTBEAT = 1
+"""Seconds between the heartbeats of this world's ``tandem api`` (``TANDEM_API_HEARTBEAT``)."""
+SILENCE = 5 * HEARTBEAT
+"""The ``stream_silence`` of a client that a test leaves on a silent stream: five missed
+heartbeats, so only a stream that really went silent is given up on (docs/api.md: keep it above
+the API's heartbeat interval; the default, 45 s, is three of the default 15 s)."""
+
 
 def spec(text: str, plan: list[list[dict[str, Any]]], **fields: Any) -> dict[str, Any]:
     """A job spec whose goal carries ``plan`` (``tests.integration.plan_model``)."""
@@ -135,8 +142,8 @@ class World:
 
 def running_world(redis_base: str) -> Iterator[World]:
     """Thinker, actor and tools workers with streaming hosts and the toolkit that asks questions,
-    and one ``tandem api`` with the three tokens; torn down with the cluster's checks (no worker
-    exited by itself, every key has a TTL)."""
+    and one ``tandem api`` with the three tokens and a heartbeat every ``HEARTBEAT`` seconds; torn
+    down with the cluster's checks (no worker exited by itself, every key has a TTL)."""
     gen = _make_cluster(
         redis_base,
         TANDEM_TOOLKIT="tests.integration.tools:questions_toolkit",
@@ -144,6 +151,7 @@ def running_world(redis_base: str) -> Iterator[World]:
         TANDEM_ACTOR_STREAM="true",
         TANDEM_API_TOKENS=TOKENS,
         TANDEM_API_MAX_BODY="200000",
+        TANDEM_API_HEARTBEAT=str(HEARTBEAT),
     )
     cluster, _, _ = next(gen)
     cluster.start("thinker", "actor", "tools")
@@ -180,8 +188,8 @@ def parked_job(url: str, token: str = FULL) -> str:
 @contextmanager
 def hold_stream(url: str, job_id: str, token: str = FULL) -> Iterator[httpx.Response]:
     """An event stream of ``job_id`` opened with plain httpx and held while the block runs. An API
-    may notice a stream closed before only at its next write to it (a heartbeat, every 15 s), so a
-    429 or 503 is asked again, up to 60 s; the response yielded is the last (200 unless it gave up)."""
+    may notice a stream closed before only at its next write to it (a heartbeat, ``HEARTBEAT``), so
+    a 429 or 503 is asked again, up to 60 s; the response yielded is the last (200 unless it gave up)."""
     deadline = time.monotonic() + 60
     headers = {"Authorization": f"Bearer {token}"}
     while True:

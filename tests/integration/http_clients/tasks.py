@@ -12,7 +12,7 @@ from typing import Any
 
 from tandem import AsyncClient
 from tandem.client.events import JobEvent
-from tests.integration.client_world import ADD, spec
+from tests.integration.http_clients.world import ADD, spec
 
 
 async def many_jobs(url: str, token: str, count: int) -> list[tuple[str, list[JobEvent], str, str]]:
