@@ -21,6 +21,7 @@ from tandem.tasks.state.record import text as _text
 from tandem.tasks.state.store import (
     FINAL_LOOKAHEAD,
     JobStore,
+    cancel_now,
     entry_types,
     final_ends,
     question_json,
@@ -92,8 +93,11 @@ class AsyncJobStore:
 
     async def request_cancel(self, job_id: str) -> None:
         """Ask the job to stop at its next step (as ``JobStore.request_cancel``)."""
+        pipe = self.redis.pipeline(transaction=False)
         # The store's key TTL where it has one, so a flag on a job that never runs expires too.
-        await self.redis.set(self.keys.key(job_id, "cancel"), "1", ex=getattr(self.keys, "ttl", None))
+        pipe.set(self.keys.key(job_id, "cancel"), "1", ex=getattr(self.keys, "ttl", None))
+        cancel_now(pipe, self.keys.prefix, job_id)
+        await pipe.execute()
 
     async def start_id(self, job_id: str, after: str) -> str:
         """The stream id to read after ``after``: ``"$"`` (only new events) is the newest entry's

@@ -23,6 +23,7 @@ from tandem.tasks.job_events import (
     Waiting,
 )
 from tandem.tasks.spec import JobResult, JobSpec
+from tandem.tasks.state.keys import live_shard_key, live_shard_of
 from tandem.tasks.state.store import JobStore
 from tests.tasks.slots import SlotCheckingRedis
 
@@ -120,6 +121,21 @@ def test_tool_results_come_in_call_order_with_gaps(store: JobStore) -> None:
 def test_cancellation_flag(store: JobStore) -> None:
     store.request_cancel(JOB)
     assert store.cancel_requested(JOB)
+
+
+def test_a_cancel_brings_the_jobs_next_look_forward_and_never_indexes_an_unknown_job(store: JobStore) -> None:
+    """A waiting job's next look may be far off (a parked one's: its lease after intake); the
+    cancel moves it to now, so the reconciler ends the job at its next sweep."""
+    live = live_shard_key(store.prefix, live_shard_of(JOB))
+    store.redis.zadd(live, {JOB: time.time() + 3600})
+    store.request_cancel(JOB)
+    assert store.redis.zscore(live, JOB) <= time.time()
+    soon = time.time() - 60
+    store.redis.zadd(live, {JOB: soon})
+    store.request_cancel(JOB)  # never later than it was
+    assert store.redis.zscore(live, JOB) == soon
+    store.request_cancel(unknown := "job-unknown")
+    assert store.redis.zscore(live_shard_key(store.prefix, live_shard_of(unknown)), unknown) is None
 
 
 # -- finish -------------------------------------------------------------------------------------------
