@@ -14,6 +14,8 @@ COPY tasks tasks
 COPY workers workers
 COPY broker_config broker_config
 COPY client client
+# pyproject.toml's build backend (backend-path): the install line builds the wheel with it
+COPY build_backend build_backend
 RUN pip install --no-cache-dir '.[worker,otlp]' && useradd --create-home --uid 1000 tandem
 USER tandem
 CMD ["tandem", "worker", "all"]

@@ -10,6 +10,10 @@ time) are handed out first, so that a long one does not start last while the oth
 idle; xdist would otherwise start the modules with the most tests first, which are quick unit tests.
 A serial run (plain ``pytest``) keeps the usual order: the hook acts only in xdist's processes.
 
+The install and image tests share the fresh environments they make across the session's processes
+(``tests/integration/installs.py``): the first process names the session's folder for them, and
+removes it when the session ends.
+
 At the end, the summary lists the slowest modules: the seconds of their tests' setup, call and
 teardown summed (a module's shared cluster counts once, in its first setup and last teardown), as
 xdist's processes report them; ``-ra`` (``pyproject.toml``) still lists what did not pass.
@@ -25,6 +29,20 @@ SLOWEST_MODULES = 15
 """How many modules the summary's "slowest modules" section lists."""
 _module_seconds: defaultdict[str, float] = defaultdict(float)
 """Seconds per test module (its path), summed over its tests' reports."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # before xdist starts its processes: they inherit it
+        from tests.integration import installs
+
+        installs.start_session()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        from tests.integration import installs
+
+        installs.end_session()
 
 
 def _is_integration(item: pytest.Item) -> bool:

@@ -4,7 +4,11 @@ from them (workers, ``tandem api``), stopped by pid.
 
 Written from the README's Install section and the docs alone. The repository has no public git
 address: where the README writes ``git+https://git.example.com/tandem.git`` these tests use
-``git+file://`` of a local clone of the commit under test.
+``git+file://`` of a local clone of the work tree under test.
+
+The clone and the environments are the test session's (``tests/integration/installs.py``): made
+once, by this module or by test_install.py, which runs the same lines. They are not changed here:
+a test that changes one, or must be its only user, takes a ``private`` copy.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -32,6 +35,7 @@ from redis import Redis
 
 from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
+from tests.integration import installs
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -88,15 +92,6 @@ def run(
         timeout=timeout,
         check=False,
     )
-
-
-def pip_env() -> dict[str, str]:
-    """The environment pip runs in: this machine's (its index and cache settings), minus anything
-    that would point it at another environment."""
-    env = dict(os.environ)
-    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV", "PIP_USER"):
-        env.pop(name, None)
-    return env
 
 
 @dataclass
@@ -166,30 +161,42 @@ class Venv:
         )
         return self
 
+    def private(self, dest: Path) -> Venv:
+        """A copy of this environment at ``dest``, for a test that changes it or must be its only
+        user (the shared one stays as it is)."""
+        copy = installs.private_copy(self.path, dest)
+        return Venv(copy, self.line, self.log, self.returncode, self.check, self.check_returncode)
+
 
 class Workspace:
     """A clone of the commit under test where the docs' lines run, and the environments they make.
 
     Environments are made on demand, several at once (``prefetch``): pip mostly waits on disk and
-    on the index, so three installs side by side take little more than the longest.
+    on the index, so three installs side by side take little more than the longest. The clone and
+    the environments are the session's (``installs``): ``clone`` is not changed here but by a test
+    that puts a file back as it was (and after the wheel was built from it).
     """
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.clone = base / "clone"
-        self.commit = run(["git", "rev-parse", "HEAD"], cwd=ROOT).stdout.strip()
-        result = run(
-            ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", ROOT, self.clone], cwd=base
-        )
-        assert result.returncode == 0, result.stderr
-        result = run(["git", "checkout", "--quiet", "--detach", self.commit], cwd=self.clone)
-        assert result.returncode == 0, result.stderr
+        """This module's own folder: a user's project, clones of its own."""
+        tree = installs.checkout()
+        self.clone, self.commit, self._key = tree.path, tree.commit, tree.key
         self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="venv")
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="build")
         """The wheel is built apart: installs of it wait for it and must not hold the slots it needs."""
         self._lock = threading.Lock()
         self._venvs: dict[str, Future[Venv]] = {}
+        self._own: dict[Path, Venv] = {}
         self._build: Future[Venv] | None = None
+
+    def own(self, env: Venv) -> Venv:
+        """This module's own copy of ``env`` (made once; ``Venv.private``): for the tests that must
+        be its only users, or change it."""
+        with self._lock:
+            if env.path not in self._own:
+                self._own[env.path] = env.private(self.base / f"own-{env.path.parent.name}")
+            return self._own[env.path]
 
     def git_url(self) -> str:
         """What stands in for the README's placeholder: the clone, over ``git+file://`` (with the
@@ -205,7 +212,7 @@ class Workspace:
         with self._lock:
             if self._build is None:
                 line = next(x for x in documented_pip_lines() if x.startswith("pip wheel"))
-                self._build = self._builder.submit(self._make, "build", line)
+                self._build = self._builder.submit(self._make, line)
         return self._build.result(timeout=INSTALL_TIMEOUT).ready()
 
     def venv(self, line: str) -> Venv:
@@ -222,27 +229,17 @@ class Workspace:
                 if "dist/" in line:  # a wheel install needs the wheel first
                     self._venvs[line] = self._pool.submit(self._after_build, line)
                 else:
-                    self._venvs[line] = self._pool.submit(self._make, _slug(line), line)
+                    self._venvs[line] = self._pool.submit(self._make, line)
             return self._venvs[line]
 
     def _after_build(self, line: str) -> Venv:
         self.built()
-        return self._make(_slug(line), line)
+        return self._make(line)
 
-    def _make(self, name: str, line: str) -> Venv:
-        venv = Venv(self.base / f"venv-{name}", line)
-        made = run([sys.executable, "-m", "venv", venv.path], cwd=self.base, env=pip_env(), timeout=300)
-        if made.returncode != 0:
-            venv.log, venv.returncode = made.stdout + made.stderr, made.returncode
-            return venv
-        argv = shlex.split(self.substitute(line))
-        assert argv[0] == "pip", line
-        done = run([venv.bin / "pip", *argv[1:]], cwd=self.clone, env=pip_env(), timeout=INSTALL_TIMEOUT)
-        venv.log, venv.returncode = done.stdout + done.stderr, done.returncode
-        if done.returncode == 0:
-            checked = run([venv.bin / "pip", "check"], cwd=self.base, env=pip_env(), timeout=300)
-            venv.check, venv.check_returncode = checked.stdout + checked.stderr, checked.returncode
-        return venv
+    def _make(self, line: str) -> Venv:
+        """``line`` run in a fresh environment from the clone, then ``pip check`` (once per session)."""
+        made = installs.install(line, cwd=self.clone, key=self._key, command=self.substitute(line))
+        return Venv(made.venv, line, made.log, made.returncode, made.check, made.check_returncode)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -403,7 +400,8 @@ KEYS: dict[str, str | None] = {
     "worker+otlp": _find("wheel", frozenset({"worker", "otlp"})),
     "worker+gevent": _find("wheel", frozenset({"worker", "gevent"})),
     "git": _find("git", frozenset({"worker"})),
-    "editable": _find("editable", frozenset({"worker", "dev"})),
+    # the README's development line: the workers' stack, the test tools and the charts' matplotlib
+    "editable": _find("editable", frozenset({"worker", "dev", "viz"})),
     # docs/tracing.md in words, not a line: "a process that only submits jobs adds `otlp` to its core
     # install"; this is that install written the way the other lines are.
     "core+otlp": f"pip install '{WHEEL}[otlp]'",
@@ -412,8 +410,9 @@ for _line in LINES:  # a line the docs write in another shape: no test below nam
     if _line.startswith("pip install") and _line not in KEYS.values():
         KEYS[_slug(_line)] = _line
 NEEDS: dict[str, tuple[str, ...]] = {}
-FIRST = ("git", "editable", "worker", "worker+gevent", "worker+otlp")
-"""Made first: the longest installs, and two that do not wait for the wheel to be built."""
+FIRST = ("editable", "git", "worker", "worker+gevent", "worker+otlp")
+"""Made first: the longest installs (the development one the longest), and two that do not wait
+for the wheel to be built."""
 
 
 def needs(*keys: str) -> Any:

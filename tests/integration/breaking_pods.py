@@ -3,7 +3,7 @@
 - ``build_image``: the Dockerfile read and carried out in a fresh virtual environment: its
   ``COPY`` lines (what ``docker build`` sends, less ``.dockerignore``'s patterns), its ``ENV`` and its
   install line (pip's cache instead of ``--no-cache-dir``: the same packages, without a download
-  per run).
+  per run), once per test session (``tests/integration/installs.py``: test_image.py makes the same).
 - ``Pods``: each process started as a pod of the manifests starts: a mount namespace of its own
   whose root file system is read-only, with an empty tmpfs on ``/tmp`` (the pod's emptyDir) and an
   ``/etc/hosts`` that resolves the Service names the manifests' URLs use (``tandem-redis``,
@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from redis import Redis
 
+from tests.integration import installs
 from tests.integration.otlp_receiver import OtlpReceiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,18 +87,13 @@ def build_image(dest: Path) -> Image:
     install = next(part for part in run.split("&&") if "pip install" in part)
     words = [w for w in shlex.split(install) if w != "--no-cache-dir"]
     assert words[:2] == ["pip", "install"], words
-    venv = dest / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    done = subprocess.run(
-        [str(venv / "bin" / "pip"), *words[1:]], cwd=app, capture_output=True, text=True, timeout=1200
-    )
-    assert done.returncode == 0, (
-        f"the Dockerfile's install line failed: {done.stdout[-3000:]}{done.stderr[-3000:]}"
-    )
+    # once per test session for these files and this line (test_image.py runs the same)
+    installed, done = installs.image(app, words[2:])
+    assert done.returncode == 0, f"the Dockerfile's install line failed: {done.log[-6000:]}"
     (cmd,) = re.findall(r"^CMD (\[.+\])$", text, flags=re.M)
     import json
 
-    return Image(app, venv, env, json.loads(cmd))
+    return Image(installed, done.venv, env, json.loads(cmd))
 
 
 def free_port() -> int:

