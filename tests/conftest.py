@@ -6,8 +6,9 @@ is started once; each cluster takes a Redis database of its own
 (``tests/integration/conftest.py``: ``_exclusive_db``).
 
 The integration modules (``tests/integration/``: seconds to minutes per test, most of the suite's
-time) are handed out first, so that a long one does not start last while the other processes sit
-idle; xdist would otherwise start the modules with the most tests first, which are quick unit tests.
+time) are handed out first, the longest known ones (``LONGEST_FIRST``) before the others, so that
+a long one does not start last while the other processes sit idle; xdist would otherwise start the
+modules with the most tests first, which are quick unit tests.
 A serial run (plain ``pytest``) keeps the usual order: the hook acts only in xdist's processes.
 
 The install and image tests share the fresh environments they make across the session's processes
@@ -45,13 +46,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         installs.end_session()
 
 
-def _is_integration(item: pytest.Item) -> bool:
-    return item.nodeid.startswith("tests/integration/")
+LONGEST_FIRST = (
+    "tests/integration/test_install.py",
+    "tests/integration/test_real_model.py",
+    "tests/integration/test_breaking_console.py",
+    "tests/integration/test_breaking_install.py",
+    "tests/integration/test_breaking_image.py",
+    "tests/integration/test_image.py",
+    "tests/integration/http_clients/test_breaking_reads.py",
+    "tests/integration/http_clients/test_breaking_methods.py",
+    "tests/integration/http_clients/test_breaking_streams.py",
+)
+"""The modules that took longest in the last measured runs (their summary's "slowest modules"),
+longest first: handed out before the other integration modules, so that none of them starts
+last (xdist keeps two modules queued on each process; a long one queued behind another would end
+the run alone)."""
+
+
+def _order(item: pytest.Item) -> tuple[int, int]:
+    module = item.nodeid.split("::", 1)[0]
+    if module in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(module))
+    return (1, 0) if module.startswith("tests/integration/") else (2, 0)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # one of xdist's processes: all sort the same way
-        items.sort(key=lambda item: not _is_integration(item))  # stable: each module stays whole
+        items.sort(key=_order)  # stable: each module stays whole
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
