@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,6 +36,8 @@ class Exchange:
     path: str
     body: dict[str, Any]
     status: int = 0
+    arrived: float = field(default_factory=time.time)
+    """When the request reached the proxy (``time.time()``)."""
     usage: dict[str, int] | None = None
     """The usage of a chat completion's answer (streamed: any chunk's; ``None`` when none came)."""
     streamed: bool = False
@@ -68,6 +72,9 @@ class RecordingProxy:
 
     upstream: str
     exchanges: list[Exchange] = field(default_factory=list)
+    on_chunk: Callable[[Exchange, bytes], None] | None = None
+    """Called with each piece of an answer right after it was relayed to tandem (a test that
+    stops or kills the server mid-stream hooks it here); ``upstream`` may be changed meanwhile."""
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _httpd: ThreadingHTTPServer | None = None
     _open = 0
@@ -175,6 +182,8 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
                     received += piece
                     self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
                     self.wfile.flush()
+                    if proxy.on_chunk is not None:
+                        proxy.on_chunk(exchange, piece)
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             finally:
