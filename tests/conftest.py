@@ -47,15 +47,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 LONGEST_FIRST = (
-    "tests/integration/test_install.py",
-    "tests/integration/test_real_model.py",
-    "tests/integration/test_breaking_console.py",
     "tests/integration/test_breaking_install.py",
+    "tests/integration/test_real_model.py",
     "tests/integration/test_breaking_image.py",
+    "tests/integration/test_install.py",
+    "tests/integration/test_breaking_commit_pushes.py",
     "tests/integration/test_image.py",
+    "tests/integration/test_breaking_console.py",
+    "tests/integration/test_breaking_queue_and_keys.py",
+    "tests/integration/test_breaking_event_order.py",
+    "tests/integration/test_breaking_durability.py",
     "tests/integration/http_clients/test_breaking_reads.py",
+    "tests/integration/test_breaking_conversation.py",
     "tests/integration/http_clients/test_breaking_methods.py",
-    "tests/integration/http_clients/test_breaking_streams.py",
 )
 """The modules that took longest in the last measured runs (their summary's "slowest modules"),
 longest first: handed out before the other integration modules, so that none of them starts
