@@ -21,7 +21,6 @@ from tandem.tasks.state.record import text as _text
 from tandem.tasks.state.store import (
     FINAL_LOOKAHEAD,
     JobStore,
-    cancel_now,
     entry_types,
     final_ends,
     question_json,
@@ -96,7 +95,7 @@ class AsyncJobStore:
         pipe = self.redis.pipeline(transaction=False)
         # The store's key TTL where it has one, so a flag on a job that never runs expires too.
         pipe.set(self.keys.key(job_id, "cancel"), "1", ex=getattr(self.keys, "ttl", None))
-        cancel_now(pipe, self.keys.prefix, job_id)
+        self.keys.machine.look_now(job_id, pipe)
         await pipe.execute()
 
     async def start_id(self, job_id: str, after: str) -> str:

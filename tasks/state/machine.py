@@ -131,6 +131,11 @@ class JobMachine:
         if own:
             pipe.execute()
 
+    def look_now(self, job_id: str, pipe: Any) -> None:
+        """Queue on ``pipe`` the move of a live job's next look to now: only ever earlier (``LT``),
+        and only for a job in the index (``XX``: an ended job is not indexed again)."""
+        pipe.zadd(self.shard_key(self.shard_of(job_id)), {job_id: time.time()}, xx=True, lt=True)
+
     def unindex(self, job_id: str) -> None:
         """Take the job out of the live index."""
         self.redis.zrem(self.shard_key(self.shard_of(job_id)), job_id)

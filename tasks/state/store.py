@@ -43,8 +43,6 @@ from tandem.tasks.state.keys import (
     LEGACY_RECENT_KEY,
     RECENT_SHARDS,
     TENANT_RECENT_SHARDS,
-    live_shard_key,
-    live_shard_of,
     pause_id,
     recent_shard_key,
     recent_shard_keys,
@@ -167,12 +165,6 @@ TENANT_RECENT_PER_SHARD = 2 * RECENT_LIMIT // TENANT_RECENT_SHARDS
 RECENT_TRIM_EVERY = 16
 """``remember`` trims the index of recent jobs on one call in this many (on average): between
 trims it may hold a few more than ``RECENT_LIMIT`` jobs."""
-
-
-def cancel_now(pipe: Any, prefix: str, job_id: str) -> None:
-    """Queue on ``pipe`` the move of a live job's entry in the live-job index to now (only ever
-    earlier: ``LT``; only an entry there: ``XX``, so an ended job is not indexed again)."""
-    pipe.zadd(live_shard_key(prefix, live_shard_of(job_id)), {job_id: time.time()}, xx=True, lt=True)
 
 
 class JobStore:
@@ -423,10 +415,10 @@ class JobStore:
     def request_cancel(self, job_id: str) -> None:
         """Ask the job to stop at its next step, and bring its entry in the live-job index forward
         to now: a job that waits (for an approval, an answer, a back-off) ends at the reconciler's
-        next sweep, not when its next look was due (``cancel_now``)."""
+        next sweep, not when its next look was due (``JobMachine.look_now``)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.key(job_id, "cancel"), "1", ex=self.ttl)
-        cancel_now(pipe, self.prefix, job_id)
+        self.machine.look_now(job_id, pipe)
         pipe.execute()
 
     def cancel_requested(self, job_id: str) -> bool:
