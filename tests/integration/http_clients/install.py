@@ -1,19 +1,18 @@
 """A client-only virtual environment, made as the README's Install section makes one for a client.
 
-In a copy of the checkout (the files git would commit): ``pip wheel --no-deps --wheel-dir dist .``,
-then, in a fresh virtual environment, ``pip install dist/tandem_llm-<version>-py3-none-any.whl``
-(the core install, no extra) and ``pip check``. ``SCRIPT`` runs there: it submits a job with each
-client, built from a URL and a token as docs/api.md shows, and prints what it saw as JSON.
+In the session's clone of the work tree (``tests.integration.installs``): the README's ``pip wheel
+--no-deps --wheel-dir dist .``, then, in a fresh virtual environment, its ``pip install
+dist/tandem_llm-<version>-py3-none-any.whl`` (the core install, no extra) and ``pip check``.
+``SCRIPT`` runs there: it submits a job with each client, built from a URL and a token as
+docs/api.md shows, and prints what it saw as JSON.
 """
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.integration import installs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,51 +43,29 @@ print(json.dumps({
 """
 
 
-def _env(venv: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TANDEM_", "VIRTUAL_ENV"))}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv))
-    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_PROGRESS_BAR="off")
-    return env
+def _readme_line(prefix: str) -> str:
+    """The README's line that starts with ``prefix``, without its comment."""
+    text = (ROOT / "README.md").read_text()
+    return next(line.split("#", 1)[0].strip() for line in text.splitlines() if line.startswith(prefix))
 
 
-def _sh(line: str, cwd: Path, venv: Path) -> str:
-    done = subprocess.run(
-        ["bash", "-c", line],
-        cwd=cwd,
-        env=_env(venv),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    assert done.returncode == 0, f"{line!r} failed:\n{(done.stdout + done.stderr)[-4000:]}"
-    return done.stdout
-
-
-def client_venv(base: Path) -> Path:
-    """The venv of a client-only install, built from the README's lines; ``pip check`` is clean."""
-    checkout, venv = base / "checkout", base / "venv"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_symlink() or source.exists():
-            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, checkout / name, follow_symlinks=False)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    _sh("pip wheel --no-deps --wheel-dir dist .", checkout, venv)
-    wheels = sorted((checkout / "dist").glob("tandem_llm-*-py3-none-any.whl"))
-    assert len(wheels) == 1, wheels
-    _sh(f"pip install dist/{wheels[0].name}", checkout, venv)
-    _sh("python -m pip check", checkout, venv)
-    return venv
+def client_venv() -> Path:
+    """The venv of a client-only install, made by the README's build and wheel lines once per test
+    session (``tests.integration.installs``: shared with ``test_install``); ``pip check`` is clean."""
+    tree = installs.checkout()
+    for line in (_readme_line("pip wheel "), _readme_line("pip install dist/")):
+        made = installs.install(line, cwd=tree.path, key=tree.key)
+        assert made.returncode == 0, f"{line!r} failed:\n{made.log[-4000:]}"
+    assert made.check_returncode == 0, made.check
+    return made.venv
 
 
 def run_script(venv: Path, *args: str) -> str:
-    """``SCRIPT`` in ``venv``'s Python, from a folder outside the checkout."""
-    return _sh(shlex.join(["python", "-c", SCRIPT, *args]), venv, venv)
+    """``SCRIPT`` in ``venv``'s Python, from a folder outside the checkout; no bytecode is written
+    into the shared venv."""
+    env = installs.shell_env(venv) | {"PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        ["python", "-c", SCRIPT, *args], cwd=venv, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, f"the script failed:\n{(done.stdout + done.stderr)[-4000:]}"
+    return done.stdout

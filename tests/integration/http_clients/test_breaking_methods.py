@@ -296,8 +296,8 @@ def test_a_base_url_without_a_scheme_is_refused_when_the_client_is_made(side: Si
 # -- a client-only install -------------------------------------------------------------------------
 
 
-def test_a_client_only_install_runs_a_job_with_each_client(world: World, tmp_path: Any) -> None:
-    venv = client_venv(tmp_path)
+def test_a_client_only_install_runs_a_job_with_each_client(world: World) -> None:
+    venv = client_venv()
     printed = run_script(venv, world.api.url, FULL, "What is (17 * 23) + 4?")
     seen = json.loads(printed.strip().splitlines()[-1])
     assert seen["tandem"].startswith(str(venv)), seen["tandem"]
