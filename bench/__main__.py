@@ -61,6 +61,13 @@ GOALS = {
         f"under 2 × TANDEM_LEASE_SECONDS ({2 * bench_chaos.LEASE_SECONDS:g} s)",
     ),
     "chaos_stuck": Goal("chaos_stuck_jobs", 0.0, True, "no job left running"),
+    "context_check": Goal(
+        "context_check_us_per_request_100_rounds", 1000.0, True, "under 1 ms a request at 100 rounds"
+    ),
+    "context_over_budget": Goal(
+        "context_job_fitting_requests_over_budget", 0.0, True, "no request over a 4,096-token budget"
+    ),
+    "context_20kb_job": Goal("context_job_20kb_completed", 1.0, False, "completes (needs issue 34 part 3)"),
     "chaos_duplicates": Goal("chaos_duplicate_tool_runs", 0.0, True, "no at_most_once call run twice"),
     "toolkit_recommend": Goal(
         "toolkit_recommend_ms", bench_toolkit.GOAL_MS, True, f"under {bench_toolkit.GOAL_MS:g} ms"
@@ -183,10 +190,11 @@ def distributed(report: Report, quick: bool) -> None:
 
 def in_process(report: Report, quick: bool) -> None:
     """The parser and toolkit figures of their own issues."""
-    from bench import parsers, toolkit
+    from bench import context, parsers, toolkit
 
     report.add(_quiet(parsers.run, quick))
     report.add(toolkit.run(quick))
+    report.add(_quiet(context.run, quick))
 
 
 MARKDOWN_HEAD = """# Benchmark results

@@ -7,8 +7,10 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
+from tandem.broker_config.intake_lanes import IntakeLanes
+from tandem.broker_config.sentinel import SentinelUrl, is_sentinel_url
 from tandem.broker_config.settings import Settings
-from tandem.broker_config.transport import TRANSPORT
+from tandem.broker_config.transport import SENTINEL_TRANSPORT, TRANSPORT
 
 ROLE_QUEUES = ("thinker", "actor", "tools")
 
@@ -17,6 +19,8 @@ TASK_QUEUES: dict[str, str] = {
     "tandem.actor_turn": "actor",
     "tandem.react_turn": "actor",
     "tandem.finalize": "actor",
+    "tandem.compact_thinker": "thinker",
+    "tandem.compact_actor": "actor",
     "tandem.run_tool": "tools",
     "tandem.collect_tools": "tools",
 }
@@ -27,7 +31,8 @@ STEP_EXCHANGE = "tandem.steps"
 
 
 def task_queues(settings: Settings) -> list[Queue]:
-    """The intake queue and the three role queues, declared as the broker needs them.
+    """The intake queue (and its lanes, ``TANDEM_INTAKE_LANES``) and the three role queues,
+    declared as the broker needs them (a lane as the intake queue).
 
     - Redis: plain queues; kombu keeps ten lists per queue, one per priority level.
     - RabbitMQ, classic queues: the role queues carry ``x-max-priority`` (``JobSpec.priority``).
@@ -43,15 +48,18 @@ def task_queues(settings: Settings) -> list[Queue]:
       delayed delivery) instead of in a worker, where it would hold one of the worker's fixed
       prefetch slots until its time came.
     """
-    intake = settings.intake_queue
+    intake = IntakeLanes.of(settings).queues  # the intake queue, then its lanes (if any)
     if not settings.broker_url.startswith(("amqp", "pyamqp")):
-        return [Queue(intake), *(Queue(name) for name in ROLE_QUEUES)]
+        return [*(Queue(name) for name in intake), *(Queue(name) for name in ROLE_QUEUES)]
     if settings.rabbitmq_queue_type == "classic":
-        return [Queue(intake), *(Queue(name, queue_arguments={"x-max-priority": 9}) for name in ROLE_QUEUES)]
+        return [
+            *(Queue(name) for name in intake),
+            *(Queue(name, queue_arguments={"x-max-priority": 9}) for name in ROLE_QUEUES),
+        ]
     quorum = {"x-queue-type": "quorum"}
     steps = Exchange(STEP_EXCHANGE, type="topic")
     return [
-        Queue(intake, queue_arguments=quorum),
+        *(Queue(name, queue_arguments=quorum) for name in intake),
         *(Queue(name, steps, routing_key=name, queue_arguments=quorum) for name in ROLE_QUEUES),
     ]
 
@@ -94,11 +102,33 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             if settings.broker_url.startswith("rediss://"):
                 # What kombu's scheme would have set: naming the transport skips it.
                 broker["broker_use_ssl"] = {"ssl_cert_reqs": ssl.CERT_NONE}
+        elif is_sentinel_url(settings.broker_url):
+            # tandem's channel over kombu's Sentinel channel: the master the Sentinels name, found
+            # again after a failover (``tandem.broker_config.sentinel``).
+            parsed = SentinelUrl.parse(settings.broker_url, "TANDEM_BROKER_URL")
+            broker["broker_url"], options = parsed.broker(sockets)
+            broker["broker_transport"] = SENTINEL_TRANSPORT
+            transport.update(options, dead_letter_key=f"{settings.prefix}:dead-letters")
+            if (use_ssl := parsed.celery_ssl()) is not None:
+                broker["broker_use_ssl"] = use_ssl
         if settings.broker_ack_emulation is False:
             transport["ack_emulation"] = False
         elif settings.broker_ack_emulation is None and "broker_transport" in broker:
             # Step messages are re-sent by the reconciler: no "unacked" copy of them in Redis.
             transport["resent_queues"] = list(ROLE_QUEUES)
+        if settings.intake_lanes and "broker_transport" in broker:
+            # tandem's channel takes the intake queue and its lanes in turn (``intake_lanes.LaneCycle``)
+            transport["rotated_queues"] = list(IntakeLanes.of(settings).queues)
+    backend: dict[str, Any] = {"result_backend": settings.result_backend}
+    backend_options: dict[str, Any] = {"visibility_timeout": visibility}
+    if is_sentinel_url(settings.result_backend):
+        # Celery's Sentinel result backend (``sentinel://`` URLs joined by ``;``, the master's name
+        # in its transport options, TLS in ``redis_backend_use_ssl``).
+        parsed = SentinelUrl.parse(settings.result_backend, "TANDEM_RESULT_BACKEND")
+        backend["result_backend"], options = parsed.backend(sockets)
+        backend_options.update(options)
+        if (use_ssl := parsed.celery_ssl()) is not None:
+            backend["redis_backend_use_ssl"] = use_ssl
     routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
     routes["tandem.infer"] = {"queue": settings.intake_queue}
     routes["tandem.decide"] = {"queue": settings.intake_queue}  # by name, from any client
@@ -108,9 +138,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     routes["tandem.webhook"] = {"queue": settings.intake_queue}  # tandem.tasks.webhooks
     routes["tandem.message"] = {"queue": settings.intake_queue}
     routes["tandem.follow_up"] = {"queue": settings.intake_queue}
+    lanes = IntakeLanes.of(settings)  # with lanes, ``tandem.infer`` goes to its tenant's lane first
+    routers: Any = [lanes, routes] if lanes.count else routes
     return {
         "broker_url": settings.broker_url,
-        "result_backend": settings.result_backend,
+        **backend,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -122,7 +154,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.intake_queue,
         "task_queues": task_queues(settings),
         "task_inherit_parent_priority": True,
-        "task_routes": routes,
+        "task_routes": routers,
         # Nobody reads a step task's own result (a job's result is stored under the job id when it
         # ends): storing and publishing it would cost every step a SETEX and a PUBLISH.
         "task_annotations": {name: {"ignore_result": True} for name in TASK_QUEUES},
@@ -142,7 +174,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": max(settings.task_time_limit - 30, settings.task_time_limit * 0.9),
         "broker_transport_options": {**transport, **sockets},
         **broker,
-        "result_backend_transport_options": {"visibility_timeout": visibility},
+        "result_backend_transport_options": backend_options,
         "redis_socket_timeout": settings.redis_socket_timeout,
         "redis_socket_connect_timeout": settings.redis_connect_timeout,
         "redis_socket_keepalive": True,

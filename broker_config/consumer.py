@@ -16,6 +16,14 @@ before it reaches the pool, where it would fail with nobody told (``unfit_body``
 Every message dropped here is also told to the listeners of ``tandem.broker_config.dropped`` with
 its headers, so the caller of a public task still gets an answer.
 
+A step message (``tandem.thinker_turn``, ``tandem.run_tool``, ...: the tasks routed to a role
+queue) that arrives on the intake queue or one of its lanes is refused before it reaches the pool
+(``misplaced_step``): one WARNING line, and the message is rejected. Clients may write the intake
+queue but not the role queues (docs/security.md, "Redis ACL users"), so a step found there was put
+there by a client, never by a worker. Which queue a message came from is the queue tandem's Redis
+channel took it from (``tandem.broker_config.transport.QUEUE_STAMP``), else its routing key (on
+RabbitMQ, what the broker routed it by).
+
 Celery uses this consumer through ``worker_consumer`` (see ``tandem.broker_config.celery_config``).
 """
 
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +39,15 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 from vine import promise
 
 from tandem.broker_config import dropped
+from tandem.broker_config.celery_config import TASK_QUEUES
+from tandem.broker_config.intake_lanes import is_intake
+from tandem.broker_config.transport import QUEUE_STAMP, unstamped
 
 log = logging.getLogger("tandem.broker")
+
+DELAY_PREFIX = re.compile(r"^(?:[01]\.){28}")
+"""What RabbitMQ's delayed delivery (Celery's, on quorum queues) puts before a routing key: the
+delay's 28 bits, each followed by a dot (``kombu.transport.native_delayed_delivery``)."""
 
 
 class Consumer(CeleryConsumer):
@@ -65,12 +81,17 @@ class Consumer(CeleryConsumer):
         """Celery's handler of task messages, guarded (see the module docstring)."""
         handle = super().create_task_handler(promise)
         connection_errors = lost_connection_errors(self.connection_errors)
+        intake = str(self.app.conf.task_default_queue or "celery")
 
         def on_task_received(message: Any) -> Any:
             try:
                 unfit = unfit_body(message)
                 if unfit is not None:
                     drop(message, unfit, connection_errors)
+                    return None
+                misplaced = misplaced_step(message, intake)
+                if misplaced is not None:
+                    refuse(message, misplaced, connection_errors)
                     return None
                 return handle(message)
             except connection_errors:
@@ -116,6 +137,48 @@ def unfit_body(message: Any) -> str | None:
     return None
 
 
+def arrival_queue(message: Any) -> str | None:
+    """The queue ``message`` was taken from: the one tandem's Redis channel wrote into its
+    ``delivery_info`` (``QUEUE_STAMP``), else its routing key without the prefix of RabbitMQ's
+    delayed delivery (``None`` when it has neither)."""
+    info = getattr(message, "delivery_info", None) or {}
+    queue = info.get(QUEUE_STAMP)
+    if isinstance(queue, str):
+        return queue
+    key = info.get("routing_key")
+    return DELAY_PREFIX.sub("", key, count=1) if isinstance(key, str) else None
+
+
+def misplaced_step(message: Any, intake_queue: str) -> str | None:
+    """Why ``message`` is refused when it is a step task (one routed to a role queue,
+    ``TASK_QUEUES``) taken from ``intake_queue`` or one of its lanes, where clients may write;
+    ``None`` for any other message, and for one whose body cannot be decoded (Celery drops it, and
+    it is dead-lettered as malformed)."""
+    headers = getattr(message, "headers", None)
+    task = headers.get("task") if isinstance(headers, dict) else None
+    arrived = arrival_queue(message)
+    if not isinstance(task, str) or task not in TASK_QUEUES or not is_intake(arrived, intake_queue):
+        return None
+    try:
+        message.payload  # noqa: B018 - decoded once: a body that cannot be is malformed, not misplaced
+    except Exception:
+        return None
+    task_id = str(headers.get("id"))[:80] if isinstance(headers, dict) else "?"
+    return (
+        f"{task} (task id {task_id}) arrived on the intake queue {arrived!r}: a step runs only "
+        f"from its role queue {TASK_QUEUES[task]!r}, which only workers may write (docs/security.md, "
+        "Redis ACL users); whoever can write the intake queue sent it"
+    )
+
+
+def refuse(message: Any, reason: str, connection_errors: tuple[type[BaseException], ...] = ()) -> None:
+    """Log ``message`` as refused (one WARNING line: ``reason``) and reject it without requeue:
+    it never reaches a task."""
+    log.warning("message refused, nothing done: %s", reason)
+    if not message.acknowledged:
+        message.reject_log_error(log, connection_errors)
+
+
 def lost_connection_errors(errors: Any) -> tuple[type[BaseException], ...]:
     """The errors of ``errors`` (a transport's ``connection_errors``) that mean a lost connection.
 
@@ -135,11 +198,10 @@ def keep(message: Any, reason: str) -> None:
 
 def _keep(message: Any, reason: str) -> None:
     try:
-        info = message.delivery_info or {}
-        queue = str(info.get("routing_key") or "?")
+        queue = arrival_queue(message) or "?"
         dead_letter = getattr(message.channel, "dead_letter", None)
         if callable(dead_letter):
-            raw = getattr(message, "_raw", None)
+            raw = unstamped(getattr(message, "_raw", None))  # as it came, without the channel's stamp
             dead_letter(json.dumps(raw, default=str) if raw is not None else message.body, queue, reason)
         else:
             body = message.body if isinstance(message.body, bytes | str) else repr(message.body)

@@ -1,8 +1,11 @@
 """The job store's Redis (``TANDEM_REDIS_URL``): its URL forms and the one factory of its clients.
 
-The job state lives in one Redis or in a Redis Cluster:
+The job state lives in one Redis, in one Redis whose master Sentinel elects, or in a Redis Cluster:
 
 - ``redis://host:port/db``, ``rediss://...`` (TLS), ``unix:///path?db=N``: one Redis;
+- ``redis+sentinel://[user:password@]h1:26379,h2:26379/<service>/<db>`` (``rediss+sentinel://`` for
+  TLS): the master the Sentinels name, followed through a failover (``tandem.broker_config.sentinel``,
+  which also maps the form onto Celery's broker and result backend);
 - ``redis+cluster://[user:password@]h1:p1,h2:p2[/]``: a Redis Cluster, found from these start-up
   nodes (any of its nodes; naming a few rides out one being down);
 - ``rediss+cluster://...?ssl_ca_certs=/ca.pem``: the same over TLS. Certificates are given as for
@@ -30,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, unquote
 
+from tandem.broker_config import sentinel, sentinel_clients
 from tandem.broker_config.errors import RedisClusterError, SettingsError
+from tandem.broker_config.sentinel import SentinelUrl, is_sentinel_url
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -52,12 +57,8 @@ def is_cluster_url(url: str) -> bool:
 
 
 def masked(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages)."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, hosts = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hosts}"
+    """``url`` with its passwords replaced by ``***`` (for messages)."""
+    return sentinel.masked(url)
 
 
 @dataclass(frozen=True)
@@ -151,21 +152,57 @@ def refuse_cluster(env: Mapping[str, str], name: str, what: str, instead: str) -
         )
 
 
+BROKER_SCHEMES = (
+    "redis",
+    "rediss",
+    "redis+socket",
+    *sentinel.SCHEMES,
+    sentinel.CELERY_SCHEME,
+    "amqp",
+    "pyamqp",
+)
+"""The schemes ``TANDEM_BROKER_URL`` may start with."""
+
+
+def read_urls(env: Mapping[str, str], default: str) -> tuple[str, str, str]:
+    """``(TANDEM_BROKER_URL, TANDEM_REDIS_URL, TANDEM_RESULT_BACKEND)`` from ``env``, checked, a
+    Sentinel URL in tandem's form (``tandem.broker_config.sentinel``); ``default`` is the broker's
+    URL when unset, the job store's defaults to a Redis broker's, the backend's to the store's."""
+    broker = env.get("TANDEM_BROKER_URL", "").strip() or default
+    if not broker.startswith(tuple(f"{s}://" for s in BROKER_SCHEMES)):
+        allowed = ", ".join(f"{s}://" for s in BROKER_SCHEMES)
+        raise SettingsError(
+            f"TANDEM_BROKER_URL={masked(broker)!r} is not a supported URL: it must start with one of "
+            f"{allowed}"
+        )
+    broker = sentinel.canonical(broker, "TANDEM_BROKER_URL")
+    # A Unix socket is ``redis+socket://`` to Celery and ``unix://`` to redis-py: a default taken
+    # from the other variable is translated, never rejected under a variable nobody set.
+    if broker.startswith(("redis://", "rediss://")) or is_sentinel_url(broker):
+        store_default = broker
+    elif broker.startswith("redis+socket://"):
+        store_default = "unix://" + broker.removeprefix("redis+socket://")
+    else:
+        store_default = default
+    return (broker, *store_urls(env, broker, store_default))
+
+
 def store_urls(env: Mapping[str, str], broker: str, default: str) -> tuple[str, str]:
     """``(TANDEM_REDIS_URL, TANDEM_RESULT_BACKEND)`` from ``env``, checked; ``default`` is the
     job store's URL when unset (from the broker's)."""
     raw = env.get("TANDEM_REDIS_URL", "").strip() or default
-    schemes = (*PLAIN_SCHEMES, *CLUSTER_SCHEMES)
+    schemes = (*PLAIN_SCHEMES, *CLUSTER_SCHEMES, *sentinel.SCHEMES, sentinel.CELERY_SCHEME)
     if not raw.startswith(tuple(f"{s}://" for s in schemes)):
         allowed = ", ".join(f"{s}://" for s in schemes)
         raise SettingsError(
             f"TANDEM_REDIS_URL={masked(raw)!r} is not a supported URL: it must start with one of {allowed}"
         )
+    raw = sentinel.canonical(raw, "TANDEM_REDIS_URL")
     refuse_cluster(env, "TANDEM_RESULT_BACKEND", "Celery's result backend", "one Redis (redis://host:6379/0)")
     backend = env.get("TANDEM_RESULT_BACKEND", "").strip()
     if is_cluster_url(raw):
         ClusterUrl.parse(raw)
-        if not backend and not broker.startswith(("redis://", "rediss://")):
+        if not backend and not (broker.startswith(("redis://", "rediss://")) or is_sentinel_url(broker)):
             raise SettingsError(
                 f"TANDEM_REDIS_URL={masked(raw)!r} is a Redis Cluster, which Celery's result backend cannot "
                 "use: set TANDEM_RESULT_BACKEND to one Redis (redis://host:6379/0)"
@@ -173,12 +210,14 @@ def store_urls(env: Mapping[str, str], broker: str, default: str) -> tuple[str, 
         return raw, backend or broker
     if not backend:
         backend = "redis+socket://" + raw.removeprefix("unix://") if raw.startswith("unix://") else raw
-    elif not backend.startswith(("redis://", "rediss://", "redis+socket://")):
+    elif not backend.startswith(("redis://", "rediss://", "redis+socket://")) and not is_sentinel_url(
+        backend
+    ):
         raise SettingsError(
             f"TANDEM_RESULT_BACKEND={masked(backend)!r} is not a supported URL: it must start with one of "
-            "redis://, rediss://, redis+socket://"
+            "redis://, rediss://, redis+socket://, redis+sentinel://, rediss+sentinel://, sentinel://"
         )
-    return raw, backend
+    return raw, sentinel.canonical(backend, "TANDEM_RESULT_BACKEND")
 
 
 # -- clients ---------------------------------------------------------------------------------
@@ -211,7 +250,8 @@ def job_store_client(
     check: bool = True,
     **options: Any,
 ) -> Redis:
-    """The job store's client: a ``Redis`` of ``TANDEM_REDIS_URL``, or for a cluster URL a
+    """The job store's client: a ``Redis`` of ``TANDEM_REDIS_URL`` (for a Sentinel URL, of the master
+    the Sentinels name, followed through a failover), or for a cluster URL a
     ``redis.cluster.RedisCluster`` (which takes the same commands, each sent to its key's node).
 
     With ``max_connections`` each server gets a blocking pool of that many connections, where a
@@ -224,6 +264,11 @@ def job_store_client(
     pooled: dict[str, Any] = {}
     if max_connections is not None:
         pooled = {"max_connections": max_connections, "timeout": pool_timeout}
+    if is_sentinel_url(url):
+        parsed_url = SentinelUrl.parse(url)
+        return sentinel_clients.sentinel_client(
+            parsed_url, max_connections=max_connections, pool_timeout=pool_timeout, **options
+        )
     if not is_cluster_url(url):
         if not pooled:
             return Redis.from_url(url, **options)
@@ -326,12 +371,21 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def async_job_store_client(settings: Settings, **options: Any) -> AsyncRedis:
-    """The asyncio twin of ``job_store_client`` (no pool bound, no check: it connects on first
-    use): ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``."""
+def async_job_store_client(
+    settings: Settings, *, pool_timeout: float | None = None, **options: Any
+) -> AsyncRedis:
+    """The asyncio twin of ``job_store_client`` (no check: it connects on first use):
+    ``redis.asyncio.Redis``, a Sentinel master's (on a blocking pool of ``max_connections``, where
+    a command waits ``pool_timeout`` seconds for a free one, when both are given), or
+    ``redis.asyncio.cluster.RedisCluster``."""
     from redis.asyncio import Redis as AsyncRedis
 
     url = settings.redis_url
+    if is_sentinel_url(url):
+        limit = options.pop("max_connections", None)
+        return sentinel_clients.async_sentinel_client(
+            SentinelUrl.parse(url), max_connections=limit, pool_timeout=pool_timeout, **options
+        )
     if not is_cluster_url(url):
         return AsyncRedis.from_url(url, **options)
     from redis.asyncio.cluster import ClusterNode, RedisCluster

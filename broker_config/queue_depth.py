@@ -3,10 +3,12 @@
 The metric ``tandem_queue_depth{queue}`` (``tandem.tasks.metrics``) and an autoscaler built on it
 (docs/kubernetes.md) need one number per queue: the messages no worker has taken yet.
 
-- **Redis.** kombu keeps each queue as ten lists, one per priority level (tandem's
-  ``priority_steps`` are 0-9): ``<queue>`` for level 0 and ``<queue>\\x06\\x16<n>`` for level n.
-  The depth of a queue is the sum of their lengths, read for every queue in one pipelined round
-  trip (40 ``LLEN``). Messages a worker holds are in none of these lists.
+- **Redis** (one, or the master Sentinels name). kombu keeps each queue as ten lists, one per
+  priority level (tandem's ``priority_steps`` are 0-9): ``<queue>`` for level 0 and
+  ``<queue>\\x06\\x16<n>`` for level n. The depth of a queue is the sum of their lengths, read for
+  every queue in one pipelined round trip (40 ``LLEN``, and 10 more per intake lane: the intake
+  queue's depth counts its lanes', ``TANDEM_INTAKE_LANES``). Messages a worker holds are in none
+  of these lists.
 - **RabbitMQ.** A passive ``queue.declare`` answers with the queue's ready messages (not those
   delivered and unacknowledged); one per queue, on a connection kept open between reads. A queue
   not declared yet holds nothing: its depth is 0.
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from tandem.broker_config.celery_config import ROLE_QUEUES
+from tandem.broker_config.intake_lanes import IntakeLanes
+from tandem.broker_config.sentinel import SentinelUrl, is_sentinel_url
+from tandem.broker_config.sentinel_clients import sentinel_client
 from tandem.broker_config.settings import Settings
 
 PRIORITY_SEPARATOR = "\x06\x16"
@@ -52,29 +57,45 @@ def redis_keys(queue: str) -> list[str]:
 
 
 class RedisQueueDepths:
-    """Queue depths on a Redis broker: the lengths of each queue's priority lists, summed."""
+    """Queue depths on a Redis broker: the lengths of each queue's priority lists, summed.
+    ``parts`` lists the further queues counted in a queue's depth (an intake queue's lanes)."""
 
-    def __init__(self, client: Any, queues: Sequence[str]) -> None:
+    def __init__(
+        self, client: Any, queues: Sequence[str], parts: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self.client = client
         self.queues = tuple(queues)
+        self.parts = {queue: tuple((parts or {}).get(queue, ())) for queue in self.queues}
 
     def read(self) -> dict[str, int]:
-        """One pipelined round trip of ``LLEN`` for every list of every queue."""
+        """One pipelined round trip of ``LLEN`` for every list of every queue (and of its parts)."""
         pipe = self.client.pipeline(transaction=False)
-        for queue in self.queues:
-            for key in redis_keys(queue):
+        counted = [(queue, part) for queue in self.queues for part in (queue, *self.parts[queue])]
+        for _queue, part in counted:
+            for key in redis_keys(part):
                 pipe.llen(key)
         lengths = pipe.execute()
         n = len(PRIORITY_LEVELS)
-        return {queue: sum(lengths[i * n : (i + 1) * n]) for i, queue in enumerate(self.queues)}
+        depths = dict.fromkeys(self.queues, 0)
+        for i, (queue, _part) in enumerate(counted):
+            depths[queue] += sum(lengths[i * n : (i + 1) * n])
+        return depths
 
 
 class AmqpQueueDepths:
-    """Queue depths on RabbitMQ: the ready messages a passive ``queue.declare`` reports."""
+    """Queue depths on RabbitMQ: the ready messages a passive ``queue.declare`` reports (``parts``
+    as for ``RedisQueueDepths``)."""
 
-    def __init__(self, url: str, queues: Sequence[str], timeout: float = READ_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        queues: Sequence[str],
+        timeout: float = READ_TIMEOUT,
+        parts: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.url = url
         self.queues = tuple(queues)
+        self.parts = {queue: tuple((parts or {}).get(queue, ())) for queue in self.queues}
         self.timeout = timeout
         self._connection: Any = None
         self._channel: Any = None
@@ -94,16 +115,17 @@ class AmqpQueueDepths:
                         raise
 
     def _declare_each(self) -> dict[str, int]:
-        depths: dict[str, int] = {}
+        depths = dict.fromkeys(self.queues, 0)
         for queue in self.queues:
-            channel = self._open()
-            try:
-                _, messages, _ = channel.queue_declare(queue, passive=True)
-            except self._connection.channel_errors as exc:
-                if getattr(exc, "code", None) != NOT_FOUND:
-                    raise
-                self._channel, messages = None, 0  # RabbitMQ closed the channel: open another
-            depths[queue] = int(messages)
+            for part in (queue, *self.parts[queue]):
+                channel = self._open()
+                try:
+                    _, messages, _ = channel.queue_declare(part, passive=True)
+                except self._connection.channel_errors as exc:
+                    if getattr(exc, "code", None) != NOT_FOUND:
+                        raise
+                    self._channel, messages = None, 0  # RabbitMQ closed the channel: open another
+                depths[queue] += int(messages)
         return depths
 
     def _open(self) -> Any:
@@ -130,15 +152,19 @@ class AmqpQueueDepths:
 
 
 def queue_depths(settings: Settings) -> QueueDepths:
-    """The reader for ``settings``' broker, over the intake queue and the three role queues."""
+    """The reader for ``settings``' broker, over the intake queue and the three role queues; the
+    intake queue's depth counts its lanes' messages too (``TANDEM_INTAKE_LANES``)."""
     queues = (settings.intake_queue, *ROLE_QUEUES)
+    parts = {settings.intake_queue: IntakeLanes.of(settings).names}
     url = settings.broker_url
     if url.startswith(("amqp://", "pyamqp://")):
-        return AmqpQueueDepths(url, queues)
+        return AmqpQueueDepths(url, queues, parts=parts)
     from redis import Redis
 
     timeouts: dict[str, Any] = {"socket_timeout": READ_TIMEOUT, "socket_connect_timeout": READ_TIMEOUT}
-    if url.startswith("redis+socket://"):  # kombu's spelling: redis+socket:///path?virtual_host=<db>
+    if is_sentinel_url(url):  # the master the Sentinels name now
+        client = sentinel_client(SentinelUrl.parse(url, "TANDEM_BROKER_URL"), **timeouts)
+    elif url.startswith("redis+socket://"):  # kombu's spelling: redis+socket:///path?virtual_host=<db>
         path, _, query = url.removeprefix("redis+socket://").partition("?")
         db = int(parse_qs(query).get("virtual_host", ["0"])[0] or 0)
         client = Redis(unix_socket_path=path, db=db, **timeouts)
@@ -148,4 +174,4 @@ def queue_depths(settings: Settings) -> QueueDepths:
             {"ssl_cert_reqs": "none"} if url.startswith("rediss://") and "ssl_cert_reqs" not in url else {}
         )
         client = Redis.from_url(url, **timeouts, **tls)
-    return RedisQueueDepths(client, queues)
+    return RedisQueueDepths(client, queues, parts)

@@ -12,11 +12,16 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from tandem.broker_config.api_settings import ApiSettings
+from tandem.broker_config.child_settings import ChildSettings
+from tandem.broker_config.compaction_settings import CompactionSettings
 from tandem.broker_config.errors import SettingsError
-from tandem.broker_config.job_redis import refuse_cluster, store_urls
+from tandem.broker_config.intake_lanes import read_intake
+from tandem.broker_config.job_redis import read_urls, refuse_cluster
+from tandem.broker_config.sentinel import SentinelUrl, is_sentinel_url
 from tandem.broker_config.signing import Signing, read_signing
 from tandem.broker_config.tokens import read_tokens
 from tandem.broker_config.webhook_settings import WebhookSettings
+from tandem.reasoner.host_auth import api_base_refusal
 from tandem.reasoner.tool_choice import DEFAULT_TOOL_CHOICE, TOOL_CHOICES
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -85,11 +90,11 @@ def _memory_ttl(env: Mapping[str, str], broker: str, task_time_limit: float, lea
     return ttl
 
 
-def _optional_integer(env: Mapping[str, str], name: str) -> int | None:
-    """A positive whole number, or ``None`` when the variable is unset or empty."""
+def _optional_integer(env: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
+    """A whole number of at least ``minimum``, or ``None`` when the variable is unset or empty."""
     if not env.get(name, "").strip():
         return None
-    return _integer(env, name, 1, minimum=1)
+    return _integer(env, name, minimum, minimum=minimum)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -101,6 +106,10 @@ def _flag(env: Mapping[str, str], name: str) -> bool | None:
     if raw.lower() in ("0", "false", "no", "off"):
         return False
     raise SettingsError(f"{name}={raw!r} is not a yes/no value: use true or false, or leave it unset")
+
+
+MIN_CONTEXT_TOKENS = 256
+"""The shortest context window a role may be given: less holds no prompt and reply."""
 
 
 def _function_calling(env: Mapping[str, str], name: str) -> Literal["native", "prompt"] | None:
@@ -121,14 +130,6 @@ def _tool_choice(env: Mapping[str, str], name: str) -> str:
             f"{name}={raw!r} must be one of {', '.join(TOOL_CHOICES)} (the tool_choice sent with tools; "
             "'omit' sends none)"
         )
-    return raw
-
-
-def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...]) -> str:
-    raw = env.get(name, "").strip() or default
-    if not raw.startswith(tuple(f"{s}://" for s in schemes)):
-        allowed = ", ".join(f"{s}://" for s in schemes)
-        raise SettingsError(f"{name}={raw!r} is not a supported URL: it must start with one of {allowed}")
     return raw
 
 
@@ -209,13 +210,15 @@ class RoleSettings:
     """Ask the host for a streamed reply, so its tokens reach the job's events as they come."""
     tool_choice: str = "auto"
     """The ``tool_choice`` sent whenever a request offers tools (``"omit"``: none is sent)."""
+    context_tokens: int | None = None
+    """The model's context window in tokens (``None``: as the host or LiteLLM's model map says)."""
 
     @classmethod
     def from_env(cls, role: RoleName, env: Mapping[str, str]) -> RoleSettings:
         """Read ``TANDEM_<ROLE>_MODEL``, ``_API_BASE``, ``_API_KEY``, ``_REASONING_PARSER``,
         ``_TEMPERATURE``, ``_MAX_TOKENS``, ``_TIMEOUT``, ``_THINKING``, ``_FUNCTION_CALLING``,
-        ``_STREAM``, ``_TOOL_CHOICE`` and the fleet-wide capacity of the role's host: ``_MAX_IN_FLIGHT``,
-        ``_RPM``, ``_TPM``."""
+        ``_STREAM``, ``_TOOL_CHOICE``, ``_CONTEXT_TOKENS`` and the fleet-wide capacity of the role's
+        host: ``_MAX_IN_FLIGHT``, ``_RPM``, ``_TPM``."""
         p = f"TANDEM_{role.upper()}_"
         parser = env.get(f"{p}REASONING_PARSER", "").strip() or None
         if parser is not None:
@@ -228,16 +231,16 @@ class RoleSettings:
                 )
         temperature = _number(env, f"{p}TEMPERATURE", None)
         if temperature is not None and temperature > 2:
-            raw = env[f"{p}TEMPERATURE"].strip()
-            raise SettingsError(f"{p}TEMPERATURE={raw!r} must be between 0 and 2")
+            raise SettingsError(f"{p}TEMPERATURE={env[f'{p}TEMPERATURE'].strip()!r} must be between 0 and 2")
         api_base = env.get(f"{p}API_BASE", "").strip() or None
-        if api_base and not api_base.startswith(("http://", "https://")):
-            raise SettingsError(f"{p}API_BASE={api_base!r} must be an http:// or https:// URL")
+        api_key = env.get(f"{p}API_KEY", "").strip() or None
+        if refused := api_base_refusal(api_base, api_key, f"{p}API_BASE", f"{p}API_KEY"):
+            raise SettingsError(refused)
         return cls(
             role=role,
             model=env.get(f"{p}MODEL", "").strip() or None,
             api_base=api_base,
-            api_key=env.get(f"{p}API_KEY", "").strip() or None,
+            api_key=api_key,
             reasoning_parser=parser,
             temperature=temperature,
             max_tokens=(
@@ -253,6 +256,7 @@ class RoleSettings:
             tpm=_optional_integer(env, f"{p}TPM"),
             stream=bool(_flag(env, f"{p}STREAM")),
             tool_choice=_tool_choice(env, f"{p}TOOL_CHOICE"),
+            context_tokens=_optional_integer(env, f"{p}CONTEXT_TOKENS", MIN_CONTEXT_TOKENS),
         )
 
     @property
@@ -338,6 +342,15 @@ class Limits:
         )
 
 
+def _wait_timeout(env: Mapping[str, str]) -> int:
+    timeout = _integer(env, "TANDEM_REDIS_WAIT_TIMEOUT_MS", 1000, minimum=1)
+    socket = _number(env, "TANDEM_REDIS_SOCKET_TIMEOUT", 30.0, minimum=2.0) or 30.0
+    if timeout >= socket * 1000:  # a wait that long would be cut as a lost connection
+        limit = f"under TANDEM_REDIS_SOCKET_TIMEOUT ({socket:g} s): write fewer milliseconds"
+        raise SettingsError(f"TANDEM_REDIS_WAIT_TIMEOUT_MS={timeout!r} is not {limit}")
+    return timeout
+
+
 @dataclass(frozen=True)
 class Settings:
     """All of tandem's configuration. Build it with ``Settings.from_env()``.
@@ -356,6 +369,7 @@ class Settings:
     redis_url: str = DEFAULT_URL
     toolkit: str | None = None
     intake_queue: str = "celery"
+    intake_lanes: int = 0  # TANDEM_INTAKE_LANES: lanes of the intake queue (``intake_lanes.IntakeLanes``)
     thinker: RoleSettings = field(default_factory=lambda: RoleSettings("thinker"))
     actor: RoleSettings = field(default_factory=lambda: RoleSettings("actor"))
     task_time_limit: float = 900.0
@@ -367,6 +381,12 @@ class Settings:
     memory_ttl: int = 86400
     tool_timeout: float = 60.0
     max_output_chars: int = 8000
+    """``TANDEM_MAX_OUTPUT_CHARS``: the most characters of one tool output (or one ``read_artifact``
+    page) the model reads."""
+    artifact_bytes: int = 8000
+    """``TANDEM_ARTIFACT_BYTES``: a longer tool output (UTF-8 bytes) is kept whole as an artifact and the
+    model reads a preview and its handle (``tandem.reasoner.artifacts``); 0: never. At or below
+    ``max_output_chars`` (the default), no output is ever lost past the cut."""
     prefix: str = "tandem"
     limits: Limits = field(default_factory=Limits)
     tool_policy: str | None = None
@@ -382,12 +402,15 @@ class Settings:
     """Size of each worker process's Redis connection pool; ``None``: sized from its concurrency."""
     redis_pool_timeout: float = 20.0
     """Seconds a thread waits for a free Redis connection before ``ConnectionError``."""
+    redis_wait_replicas: int = 0
+    """``TANDEM_REDIS_WAIT_REPLICAS``: replicas the writes that must survive a failover wait for
+    (``WAIT``; 0: none); ``redis_wait_timeout_ms`` the longest wait (``tandem.tasks.state.replicas``)."""
+    redis_wait_timeout_ms: int = 1000
     metrics_port: int | None = None
     """Port of the worker's Prometheus ``/metrics`` endpoint; ``None``: no endpoint."""
-    events_maxlen: int = 10000
-    """``TANDEM_EVENTS_MAXLEN``: about how many entries a job's event stream keeps."""
-    deltas: bool = True
-    """``TANDEM_EVENT_DELTAS``: publish ``model_delta`` events (live tokens)."""
+    events_maxlen: int = 10000  # TANDEM_EVENTS_MAXLEN: about how many entries a job's event stream keeps
+    deltas: bool = True  # TANDEM_EVENT_DELTAS: publish ``model_delta`` events (live tokens)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)  # TANDEM_COMPACT_AT, ...
     delta_interval_ms: int = 100
     """``TANDEM_DELTA_INTERVAL_MS``: a reply's deltas are published at most this often..."""
     delta_max_chars: int = 512
@@ -399,8 +422,7 @@ class Settings:
     """``TANDEM_API_MAX_BODY``: the largest request body ``tandem api`` reads, in bytes."""
     api: ApiSettings = field(default_factory=ApiSettings)
     task_events: bool = False
-    """``TANDEM_TASK_EVENTS``: workers send Celery task events from the start (each costs a Redis
-    ``PUBLISH``). Off by default: Flower turns them on in every worker while it runs."""
+    """``TANDEM_TASK_EVENTS``: workers send Celery task events from the start (a ``PUBLISH`` each)."""
     broker_ack_emulation: bool | None = None
     """``TANDEM_BROKER_ACK_EMULATION`` (Redis broker): whether kombu keeps each message a worker holds
     in an "unacked" hash until its task ends (8 more Redis commands per message). Unset: only for
@@ -426,30 +448,16 @@ class Settings:
     go to a host at once (a request budget: at least one request); the rest is paced, and no 60 s
     window gets more than the limit (``tandem.tasks.hosts.rate_buckets``)."""
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)  # TANDEM_WEBHOOK_*
-    rabbitmq_queue_type: Literal["classic", "quorum"] = "classic"
-    """``TANDEM_RABBITMQ_QUEUE_TYPE``: ``quorum`` declares tandem's queues as RabbitMQ quorum queues,
-    replicated on a majority of the cluster's nodes (see ``tandem.broker_config.celery_config``)."""
+    rabbitmq_queue_type: Literal["classic", "quorum"] = "classic"  # TANDEM_RABBITMQ_QUEUE_TYPE (quorum)
+    children: ChildSettings = field(default_factory=ChildSettings)  # TANDEM_SPAWN_*, TANDEM_CHILD_*
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and check the ``TANDEM_*`` variables; errors name the variable and the value."""
         env = os.environ if env is None else env
         refuse_cluster(env, "TANDEM_BROKER_URL", "Celery's broker", "one Redis or RabbitMQ (amqp://)")
-        broker = _url(
-            env, "TANDEM_BROKER_URL", DEFAULT_URL, ("redis", "rediss", "redis+socket", "amqp", "pyamqp")
-        )
-        # A Unix socket is ``redis+socket://`` to Celery and ``unix://`` to redis-py: a default taken
-        # from the other variable is translated, never rejected under a variable nobody set.
-        if broker.startswith(("redis://", "rediss://")):
-            redis_default = broker
-        elif broker.startswith("redis+socket://"):
-            redis_default = "unix://" + broker.removeprefix("redis+socket://")
-        else:
-            redis_default = DEFAULT_URL
-        redis_url, backend = store_urls(env, broker, redis_default)
-        queue = env.get("TANDEM_INTAKE_QUEUE", "").strip() or "celery"
-        if queue in ("thinker", "actor", "tools"):
-            raise SettingsError(f"TANDEM_INTAKE_QUEUE={queue!r} clashes with a role queue: pick another name")
+        broker, redis_url, backend = read_urls(env, DEFAULT_URL)
+        queue, lanes = read_intake(env)  # TANDEM_INTAKE_QUEUE, TANDEM_INTAKE_LANES
         lease = _number(env, "TANDEM_LEASE_SECONDS", 30.0, minimum=1.0) or 30.0
         limit = _number(env, "TANDEM_TASK_TIME_LIMIT", 900.0, minimum=10.0) or 900.0
         stall = _number(env, "TANDEM_STALL_SECONDS", max(60.0, 2 * lease), minimum=1.0) or 60.0
@@ -460,6 +468,7 @@ class Settings:
             redis_url=redis_url,
             toolkit=env.get("TANDEM_TOOLKIT", "").strip() or None,
             intake_queue=queue,
+            intake_lanes=lanes,
             thinker=RoleSettings.from_env("thinker", env),
             actor=RoleSettings.from_env("actor", env),
             task_time_limit=limit,
@@ -470,6 +479,7 @@ class Settings:
             memory_ttl=_memory_ttl(env, broker, limit, lease),
             tool_timeout=_number(env, "TANDEM_TOOL_TIMEOUT", 60.0, minimum=0.1) or 60.0,
             max_output_chars=_integer(env, "TANDEM_MAX_OUTPUT_CHARS", 8000, minimum=100),
+            artifact_bytes=_integer(env, "TANDEM_ARTIFACT_BYTES", 8000, minimum=0),
             prefix=env.get("TANDEM_PREFIX", "").strip() or "tandem",
             limits=Limits.from_env(env),
             tool_policy=env.get("TANDEM_TOOL_POLICY", "").strip() or None,
@@ -479,9 +489,12 @@ class Settings:
             signing=read_signing(env, _integer(env, "TANDEM_SIGNING_MAX_AGE", 3600, minimum=10)),
             redis_max_connections=_optional_integer(env, "TANDEM_REDIS_MAX_CONNECTIONS"),
             redis_pool_timeout=_number(env, "TANDEM_REDIS_POOL_TIMEOUT", 20.0, minimum=0.1) or 20.0,
+            redis_wait_replicas=_integer(env, "TANDEM_REDIS_WAIT_REPLICAS", 0, minimum=0),
+            redis_wait_timeout_ms=_wait_timeout(env),
             metrics_port=_metrics_port(env),
             events_maxlen=_integer(env, "TANDEM_EVENTS_MAXLEN", 10000, minimum=100),
             deltas=_flag(env, "TANDEM_EVENT_DELTAS") is not False,
+            compaction=CompactionSettings.from_env(env),
             delta_interval_ms=_integer(env, "TANDEM_DELTA_INTERVAL_MS", 100, minimum=0),
             delta_max_chars=_integer(env, "TANDEM_DELTA_MAX_CHARS", 512, minimum=1),
             api_tokens=tuple(t.token for t in read_tokens(env)),
@@ -495,6 +508,7 @@ class Settings:
             rate_burst_seconds=_burst_seconds(env),
             rabbitmq_queue_type=_queue_type(env, broker),
             webhooks=WebhookSettings.from_env(env),
+            children=ChildSettings.from_env(env),
         )
 
     def register_secrets(self) -> None:
@@ -505,6 +519,8 @@ class Settings:
 
         for url in (self.broker_url, self.result_backend, self.redis_url):
             register_url(url)
+            if is_sentinel_url(url):  # decoded, and the Sentinels' own password (in the query)
+                register_secret(SentinelUrl.parse(url).password, SentinelUrl.parse(url).sentinel_password)
         for conf in (self.thinker, self.actor):
             register_secret(conf.api_key)
             register_url(conf.api_base)

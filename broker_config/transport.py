@@ -16,6 +16,8 @@ Messages of every other queue (the intake queue: ``tandem.infer`` sent by a bare
 keeps one Redis client instead of making one per command, and takes the messages of those queues
 in batches: after a BRPOP, as many more as the prefetch limit allows (at most the transport
 option ``batch_fetch``) in one ``RPOP`` with a count (paused while such ``RPOP``s find nothing).
+With intake lanes (``TANDEM_INTAKE_LANES``, transport option ``rotated_queues``) it takes the
+intake queue and its lanes in turn, one message each (``tandem.broker_config.intake_lanes``).
 
 The channel also survives what kombu's does not:
 
@@ -26,14 +28,20 @@ The channel also survives what kombu's does not:
   reconnect loop handles), and the messages it held are dropped from memory: step messages are
   sent again by the reconciler, and intake messages keep their "unacked" copy in Redis, which
   kombu restores after the visibility timeout.
+- **A message that says it came from elsewhere.** On Redis a message's ``delivery_info`` (its
+  exchange and routing key) is written by whoever pushed it, not by the broker. The channel writes
+  the list it really took the message from into ``delivery_info[QUEUE_STAMP]``, over anything the
+  sender put there, so that the worker's consumer knows a step message pushed onto the intake queue
+  for what it is (``tandem.broker_config.consumer.misplaced_step``).
 - **A malformed message** (not JSON, not a kombu envelope, a body it cannot decode). kombu's
   ``loads`` would raise into the worker's event loop and end the worker; here the message is
   logged, kept in a capped dead-letter list (transport option ``dead_letter_key``, when set) and
   dropped, and the listeners of ``tandem.broker_config.dropped`` are told (with its headers, when
   the envelope has readable ones: the caller of a public task is answered).
 
-Celery uses this transport for every ``redis://``, ``rediss://`` and ``redis+socket://`` broker
-(``broker_transport`` names ``Transport``; see ``tandem.broker_config.celery_config``).
+Celery uses this transport for every ``redis://`` and ``rediss://`` broker (``broker_transport``
+names ``Transport``; see ``tandem.broker_config.celery_config``), and ``SentinelTransport``, the same
+channel over kombu's Sentinel channel, for a ``redis+sentinel://`` one (``tandem.broker_config.sentinel``).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from kombu.utils.json import loads
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tandem.broker_config import capture, dropped
+from tandem.broker_config.intake_lanes import LaneCycle
 
 log = logging.getLogger("tandem.broker")
 
@@ -57,6 +66,8 @@ DEAD_LETTERS_KEPT = 1000
 """How many malformed messages the dead-letter list keeps (the newest)."""
 DEAD_LETTER_TTL = 7 * 86400
 """How long the dead-letter list lives after its last entry (seconds)."""
+QUEUE_STAMP = "tandem_queue"
+"""The ``delivery_info`` key where the channel writes the queue it took a message from."""
 DEAD_LETTER_EXCERPT = 4096
 """How much of a malformed message is kept (bytes of its UTF-8 text)."""
 
@@ -131,6 +142,23 @@ def check_envelope(payload: Any) -> dict[str, Any]:
     if not isinstance(payload.get("headers", {}), dict | None):
         raise MalformedMessage("'headers' is not an object")
     return payload
+
+
+def stamp(payload: dict[str, Any], queue: str) -> None:
+    """Write ``queue``, the list the envelope ``payload`` was taken from, into its
+    ``delivery_info`` (``QUEUE_STAMP``), replacing whatever the sender wrote there."""
+    payload["properties"]["delivery_info"][QUEUE_STAMP] = queue
+
+
+def unstamped(payload: Any) -> Any:
+    """``payload`` as its sender wrote it: a copy without the ``QUEUE_STAMP`` the channel wrote
+    (what a dead letter keeps); anything else as it is."""
+    props = payload.get("properties") if isinstance(payload, dict) else None
+    info = props.get("delivery_info") if isinstance(props, dict) else None
+    if not isinstance(props, dict) or not isinstance(info, dict) or QUEUE_STAMP not in info:
+        return payload
+    info = {k: v for k, v in info.items() if k != QUEUE_STAMP}
+    return {**payload, "properties": {**props, "delivery_info": info}}
 
 
 class QoS(redis.QoS):
@@ -217,11 +245,15 @@ class Channel(redis.Channel):
     (transport option; 0: one per BRPOP, as kombu does)."""
     dead_letter_key: str | None = None
     """The Redis list that keeps malformed messages (transport option; ``None``: logged only)."""
+    rotated_queues: tuple[str, ...] | list[str] = ()
+    """Queues taken in turn (transport option: the intake queue and its lanes, ``LaneCycle``);
+    none: kombu's order, fixed."""
     from_transport_options = (  # type: ignore[assignment]
         *redis.Channel.from_transport_options,
         "resent_queues",
         "batch_fetch",
         "dead_letter_key",
+        "rotated_queues",
     )
 
     _client: Any = None
@@ -229,6 +261,11 @@ class Channel(redis.Channel):
     """``RPOP``s in a row that found nothing (up to 5)."""
     _fetch_pause = 0
     """``BRPOP``s still to go without an ``RPOP`` after them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.rotated_queues:
+            self._queue_cycle = LaneCycle(self.rotated_queues, list(self._queue_cycle.items))
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         # kombu makes a new redis-py client for every command it sends (a publish, a restore),
@@ -264,6 +301,7 @@ class Channel(redis.Channel):
             self.dead_letter(raw, queue, str(exc))
             dropped.tell(headers_of(raw), str(exc))
             return
+        stamp(payload, queue)
         self._deliver_checked(payload, queue, raw)
 
     def _deliver_checked(self, payload: dict[str, Any], queue: str, raw: Any) -> None:
@@ -317,6 +355,7 @@ class Channel(redis.Channel):
                         dropped.tell(headers_of(item), str(exc))
                         continue
                     self._maybe_update_queues_expire(client, queue)
+                    stamp(payload, queue)
                     return payload
             self._maybe_update_queues_expire(client, queue)
         raise Empty()
@@ -400,3 +439,55 @@ class Transport(redis.Transport):
 
 TRANSPORT = f"{__name__}:Transport"
 """The ``broker_transport`` value that selects this transport."""
+
+
+class SentinelChannel(Channel, redis.SentinelChannel):
+    """``Channel`` above on the master the Sentinels name (kombu's ``SentinelChannel`` finds it at
+    every connection, so a channel opened after a failover reaches the new master).
+
+    The Sentinels come from the transport option ``sentinels`` (``[[host, port], ...]``), not from
+    Celery's ``;`` list of URLs: kombu treats such a list as alternates and, at a connection error,
+    switches to the next one by parsing it again, which puts its own transport for the
+    ``sentinel`` scheme in place of this one (``tandem.broker_config.sentinel.SentinelUrl.broker``)."""
+
+    sentinels: tuple[tuple[str, int], ...] | list[list[Any]] = ()
+    """Every Sentinel, ``[host, port]`` each (transport option); none: the URL's host."""
+    from_transport_options = (  # type: ignore[assignment]
+        *Channel.from_transport_options,
+        *(o for o in redis.SentinelChannel.from_transport_options if o not in Channel.from_transport_options),
+        "sentinels",
+    )
+
+    def _sentinel_managed_pool(self, asynchronous: bool = False) -> Any:
+        from redis import Redis
+        from redis.sentinel import Sentinel
+
+        params = self._connparams(asynchronous)
+        host, port = params.pop("host", None), params.pop("port", None)
+        nodes = [(str(h), int(p)) for h, p in self.sentinels] or [(str(host), int(port or 26379))]
+        manager = Sentinel(
+            nodes,
+            min_other_sentinels=getattr(self, "min_other_sentinels", 0),
+            sentinel_kwargs=getattr(self, "sentinel_kwargs", None),
+            **params,
+        )
+        # kept so that kombu closes the Sentinel connections with the channel's pools
+        if asynchronous:
+            self._async_sentinel_manager = manager
+        else:
+            self._sentinel_manager = manager
+        master_name = getattr(self, "master_name", None)
+        if master_name is None:
+            raise ValueError("the transport option 'master_name' (the Sentinels' service) is not set")
+        return manager.master_for(master_name, redis_class=Redis).connection_pool
+
+
+class SentinelTransport(Transport):
+    """kombu's Redis transport with ``SentinelChannel`` above (Sentinel's default port)."""
+
+    Channel = SentinelChannel
+    default_port = 26379  # type: ignore[assignment]  # (kombu's base declares None)
+
+
+SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
+"""The ``broker_transport`` value that selects ``SentinelTransport``."""

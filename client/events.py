@@ -122,8 +122,20 @@ class ToolCall(_Event):
     attempt: int = 1
 
 
+class ArtifactInfo(BaseModel):
+    """A tool output kept whole as an artifact of its job: its ``handle`` (what
+    ``JobHandle.artifact`` and ``GET /v1/jobs/{id}/artifacts/{handle}`` read), its length in
+    characters and in UTF-8 bytes."""
+
+    handle: str
+    chars: int = 0
+    bytes: int = 0
+
+
 class ToolResult(_Event):
-    """A tool call finished (``status`` is ``succeeded`` or ``failed``)."""
+    """A tool call finished (``status`` is ``succeeded`` or ``failed``). ``artifact``: the output
+    was over ``TANDEM_ARTIFACT_BYTES`` and is kept whole under this handle (``output`` is then the
+    preview the model read); ``None`` otherwise."""
 
     type: Literal["tool_result"] = "tool_result"
     round: int
@@ -131,6 +143,7 @@ class ToolResult(_Event):
     name: str = ""
     status: str = ""
     output: Any = ""
+    artifact: ArtifactInfo | None = None
 
 
 class Waiting(_Event):
@@ -213,6 +226,28 @@ class QuestionAnswered(_Event):
     answer: Any = None
 
 
+class ChildrenSpawned(_Event):
+    """Call ``call_index`` of round ``round`` started child jobs ``children`` (their ids, in
+    order) and the job waits for them (state ``waiting_for_children``) until ``wait`` holds:
+    ``all`` ended, ``any`` did, or that many did (docs/children.md)."""
+
+    type: Literal["children_spawned"] = "children_spawned"
+    round: int
+    call_index: int = 0
+    children: list[str] = Field(default_factory=list)
+    wait: str = "all"
+
+
+class ChildEnded(_Event):
+    """Child job ``child_id`` of this job ended with ``status`` (``error`` when it did not
+    complete); a child's failure is its outcome, not this job's."""
+
+    type: Literal["child_ended"] = "child_ended"
+    child_id: str
+    status: str
+    error: str | None = None
+
+
 class MessageReceived(_Event):
     """A person's message (``tandem.message``, redacted) was stored; the job's leading model (the
     Thinker of a dual job, the Actor otherwise) reads it at the start of round ``round``."""
@@ -221,6 +256,31 @@ class MessageReceived(_Event):
     message_id: str
     round: int
     text: str = ""
+
+
+class MemoryCompacted(_Event):
+    """The ``role``'s view compacted for its request of round ``round``: rounds
+    ``summary_of_rounds`` (first and last, from 0) are ``summarized`` (a summary entry, stored
+    beside the originals, stands in for them; ``rounds_summarized``: how many of them this summary
+    read itself, the rest came through the previous one) or ``dropped`` (a marker stands in for
+    them; ``rounds_dropped`` repeats them). ``tokens_before`` and ``tokens_after``: the request's
+    tokens without and with the compaction. The originals stay in the memory."""
+
+    type: Literal["memory_compacted"] = "memory_compacted"
+    round: int
+    role: str
+    tokens_before: int
+    tokens_after: int
+    summary_of_rounds: list[int] = Field(default_factory=list)
+    rounds_summarized: int = 0
+    rounds_dropped: list[int] = Field(default_factory=list)
+    how: str = "dropped"
+
+    @property
+    def rounds(self) -> list[int]:
+        """The rounds compacted, ``[first, last]`` (``rounds_dropped`` for an event written
+        before ``summary_of_rounds`` existed)."""
+        return self.summary_of_rounds or self.rounds_dropped
 
 
 class Final(_Event):
@@ -233,6 +293,7 @@ class Final(_Event):
     rounds: int = 0
     error: str | None = None
     usage: Usage = Field(default_factory=Usage)
+    children: list[str] = Field(default_factory=list)
 
     def result(self) -> JobResult:
         """The event as a ``JobResult`` (``tandem.tasks.spec``: the direct client's install)."""
@@ -295,6 +356,9 @@ KnownEvent = Annotated[
     | WebhookDelivered
     | WebhookFailed
     | MessageReceived
+    | MemoryCompacted
+    | ChildrenSpawned
+    | ChildEnded
     | Final,
     Field(discriminator="type"),
 ]
@@ -316,6 +380,9 @@ EVENT_TYPES: tuple[str, ...] = (
     "webhook_delivered",
     "webhook_failed",
     "message_received",
+    "memory_compacted",
+    "children_spawned",
+    "child_ended",
     "final",
 )
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)
@@ -352,10 +419,14 @@ __all__ = [
     "EVENT_TYPES",
     "ApprovalDecided",
     "ApprovalRequested",
+    "ArtifactInfo",
+    "ChildEnded",
+    "ChildrenSpawned",
     "Final",
     "JobEvent",
     "JobStarted",
     "KnownEvent",
+    "MemoryCompacted",
     "MessageReceived",
     "ModelDelta",
     "ModelReply",

@@ -35,10 +35,13 @@ from tandem.tasks.errors import (
     JobTimeout,
     RedisUnavailable,
     ResumeRefused,
+    UnknownArtifactError,
     UnknownJobError,
 )
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobStatus
+from tandem.tasks.state.artifacts import TOTAL_FIELD
 from tandem.tasks.state.async_store import AsyncJobStore, AsyncRedisFactory, async_redis_factory
+from tandem.tasks.state.keys import CLIENT_PARTS, JOB_PARTS
 from tandem.tasks.state.results import ResultDelivery
 from tandem.tasks.state.store import JobStore
 
@@ -243,8 +246,21 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
         entry_id = newest[0][0]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
+    def artifact(self, handle: str) -> str:
+        """The whole text of the job's artifact ``handle``: a tool output over
+        ``TANDEM_ARTIFACT_BYTES``, kept whole (a ``tool_result`` event's ``artifact.handle``).
+        ``UnknownArtifactError`` when the job holds no such artifact (not one of its handles, or
+        its keys expired); ``RedisUnavailable`` as ``status``."""
+        text = self._reconnect().call(lambda: self._store.artifacts(self.id).get(handle))
+        if text is None:
+            raise UnknownArtifactError(
+                f"job {self.id!r} holds no artifact {handle!r}: use a handle of its tool_result events "
+                "(their 'artifact'), while the job's records last (TANDEM_MEMORY_TTL)"
+            )
+        return text
+
     def cancel(self) -> None:
-        """Stop the job at its next step.
+        """Stop the job, and every child job it started (theirs too), at their next step.
 
         Steps still queued find the flag when a worker takes them and end at once, without
         calling a model or a tool; the job's result is ``cancelled``. (Queued steps are not
@@ -265,9 +281,12 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
     def _cancel_queued(self, reach: Reconnect) -> None:
         """No worker has started the job: it ends here, and its intake message is revoked.
 
-        The revoke is best effort: a worker that takes the message finds the job ended and does
-        nothing, so a failed broadcast (a client whose Redis user may not broadcast to workers'
-        control queues, see docs/security.md, or a broker outage) loses nothing."""
+        Its Celery result is stored by this client if its Redis user may write Celery's results,
+        else by the workers' reconciler (``ResultDelivery.for_client``; the job's own result and
+        ``final`` event are written here either way). The revoke is best effort: a worker that
+        takes the message finds the job ended and does nothing, so a failed broadcast (a client
+        whose Redis user may not broadcast to workers' control queues, see docs/security.md, or a
+        broker outage) loses nothing."""
         queued = reach.call(lambda: self._store.status(self.id))
         owner = queued.owner if queued is not None else DEFAULT_TENANT
         reach.call(
@@ -276,7 +295,8 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
                     job_id=self.id, status="cancelled", error="cancelled before it started", owner=owner
                 ),
                 ttl=_seconds(self._app.conf.result_expires),
-                delivery=ResultDelivery.for_store(self._app, self._store),
+                delivery=ResultDelivery.for_client(self._app),
+                parts=[p for p in JOB_PARTS if p in CLIENT_PARTS],  # those its Redis user may write
             )
         )
         try:
@@ -364,6 +384,18 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
             return found
         return await asyncio.to_thread(self.status)
 
+    async def aartifact(self, handle: str) -> str:
+        """``artifact`` for asyncio."""
+        reach = self._reconnect()
+        async with self._astore() as store:
+            raw = await reach.acall(lambda: store.redis.hget(self._store.key(self.id, "artifacts"), handle))
+        if raw is None or handle == TOTAL_FIELD:
+            raise UnknownArtifactError(
+                f"job {self.id!r} holds no artifact {handle!r}: use a handle of its tool_result events "
+                "(their 'artifact'), while the job's records last (TANDEM_MEMORY_TTL)"
+            )
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
     async def aresult(self, timeout: float | None = None) -> JobResult:
         """``result`` for asyncio: waits on the job's event stream (woken by its ``final``
         event), not by polling; ``JobTimeout`` after ``timeout`` seconds. Rides out a Redis
@@ -434,11 +466,13 @@ class JobHandle(HandleApprovals, HandleQuestions, HandleMessages):
         return await asyncio.to_thread(self.fork, round, goal, max_rounds=max_rounds, timeout=timeout)
 
     async def acancel(self) -> None:
-        """``cancel`` for asyncio (the flag is set with the asyncio client; a job no worker has
-        started yet is ended and revoked through Celery, in a thread)."""
+        """``cancel`` for asyncio (the job's flag is set with the asyncio client; its child jobs'
+        flags, and the end and revoke of a job no worker has started yet, in a thread)."""
         reach = self._reconnect()
         async with self._astore() as store:
             await reach.acall(lambda: store.request_cancel(self.id))
+            # Its descendants' flags (the walk of the children indexes), in a thread.
+            await asyncio.to_thread(reach.call, lambda: self._store.request_cancel(self.id))
             status = await reach.acall(lambda: store.status(self.id))
         if status is None:
             try:

@@ -76,6 +76,11 @@ def bounded(store: JobStore, timeout: float = CLIENT_SOCKET_TIMEOUT) -> JobStore
     with _bounded_lock:
         client = _bounded.get(pool)
         if client is None:
+            from tandem.broker_config.sentinel_clients import is_sentinel_client, with_socket_timeout
+
+            if is_sentinel_client(store.redis):  # a pool of the same Sentinels' master
+                client = _bounded[pool] = with_socket_timeout(store.redis, timeout)
+                return JobStore(client, store.prefix, store.ttl, stream=store.stream)
             extra = {"timeout": pool.timeout} if isinstance(pool, BlockingConnectionPool) else {}
             copy = type(pool)(
                 connection_class=pool.connection_class,
@@ -89,11 +94,16 @@ def bounded(store: JobStore, timeout: float = CLIENT_SOCKET_TIMEOUT) -> JobStore
 
 def redis_address(redis: Any) -> str:
     """Where a redis-py client connects (``host:port/db`` or ``unix:path/db``), never its
-    credentials; for a Redis Cluster, ``cluster:`` and its masters' ``host:port``)."""
+    credentials; for a Redis Cluster, ``cluster:`` and its masters' ``host:port``; for a Sentinel
+    master, ``sentinel:<service>@`` and the Sentinels' ``host:port``, then ``/db``)."""
     from tandem.broker_config.job_redis import is_cluster
+    from tandem.broker_config.sentinel_clients import sentinel_address
 
     if is_cluster(redis):
         return "cluster:" + ",".join(f"{n.host}:{n.port}" for n in redis.get_primaries())
+    if (found := sentinel_address(redis)) is not None:
+        _, nodes, service, db, _ = found
+        return f"sentinel:{service}@" + ",".join(f"{h}:{p}" for h, p in sorted(nodes)) + f"/{db}"
     kwargs: Mapping[str, Any] = getattr(getattr(redis, "connection_pool", None), "connection_kwargs", {})
     db = kwargs.get("db", 0)
     if kwargs.get("path"):

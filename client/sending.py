@@ -18,9 +18,19 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
 
+from tandem.broker_config.acl_refusals import refused_error
+
 NO_WORKER = (CeleryTimeoutError, OperationalError)
 """What a client's wait for a control task's reply raises when no worker answered (or the broker
 did not take the message)."""
+
+
+def _unless_refused(exc: BaseException) -> None:
+    """Raise the Redis refusal behind ``exc`` (a ``NOPERM`` kombu re-raised as an outage): this
+    client's Redis user may not send the request, which no worker's answer would change."""
+    refused = refused_error(exc)
+    if refused is not None:
+        raise refused from exc
 
 
 def with_owner(kwargs: dict[str, Any], owner: str | None) -> dict[str, Any]:
@@ -41,7 +51,8 @@ def ask_or_withdraw(
     the reply kept: a worker's, if it came first) and return what was kept."""
     try:
         reply = app.send_task(task, kwargs=kwargs).get(timeout=timeout)
-    except NO_WORKER:
+    except NO_WORKER as exc:
+        _unless_refused(exc)
         reply = json.loads(withdraw(json.dumps(withdrawn)))
     return dict(reply) if isinstance(reply, dict) else {"accepted": False, "error": repr(reply)}
 
@@ -51,7 +62,8 @@ def ask(app: Celery, task: str, kwargs: dict[str, Any], timeout: float, doing: s
     with ``reason`` ``timeout`` saying ``doing`` (e.g. "the fork") may still happen."""
     try:
         reply = app.send_task(task, kwargs=kwargs).get(timeout=timeout)
-    except NO_WORKER:
+    except NO_WORKER as exc:
+        _unless_refused(exc)
         return {
             "job_id": kwargs.get("job_id"),
             "accepted": False,

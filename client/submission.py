@@ -15,6 +15,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tandem.broker_config.acl_refusals import ACL_DOCS, refused_error
 from tandem.client.connection import connection
 from tandem.client.handle import JobHandle
 from tandem.client.outages import restart_note, server_info
@@ -65,22 +66,26 @@ def submit(
     # Known (``queued``, listed among recent jobs) before any worker can see it: a follower that
     # starts reading its events at once does not take it for an unknown job. The spec is kept
     # until a worker starts the job, and the job is in the reconciler's index: a lost intake
-    # message is sent again after TANDEM_STALL_SECONDS.
-    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire), owner=job_spec.owner)
+    # message is sent again after TANDEM_STALL_SECONDS. The index entry is written first: a
+    # failover loses the last writes only (replication is one ordered stream), so a record that
+    # survived has its entry, and is never left queued with nobody to send it again.
     timeout = job_spec.timeout_s or rt.settings.job_timeout
     store.machine.index(job_id, time.time() + rt.settings.stall_seconds, int(timeout + store.ttl))
+    store.mark_queued(job_id, job_spec.reasoner, intake=json.dumps(wire), owner=job_spec.owner)
     try:
         send_intake(app, job_id, wire)
     except (OperationalError, RedisConnectionError, RedisTimeoutError, OSError) as exc:
         # The job is stored and indexed: the reconciler sends its intake message once the broker
         # answers. Raising here would make a caller submit it again, and run it twice.
+        refused = refused_error(exc)
         log.warning(
             "job %s is stored as queued, but its message could not be sent now (%s: %s); it is "
-            "sent again within TANDEM_STALL_SECONDS (%gs) of the broker answering",
+            "sent again within TANDEM_STALL_SECONDS (%gs) of the broker answering%s",
             job_id,
             type(exc).__name__,
             exc,
             rt.settings.stall_seconds,
+            f" (by a worker: {ACL_DOCS} gives clients the intake queue)" if refused is not None else "",
         )
     handle = JobHandle(job_id, store, app, submitted=True)
     handle.owner = job_spec.owner  # its decisions, answers, resume and fork ask as the job's tenant

@@ -7,6 +7,7 @@ The tree::
     ├── ModelCallError            a model host failed; ``model`` and ``api_base`` name it
     │   └── TransientModelError   the failure may pass (429, 5xx, timeout); retried before it escapes
     ├── MemoryLimitError          a run's conversation grew past ``Task.max_memory_bytes``
+    ├── ContextLimitError         what a request must keep does not fit its role's context budget
     └── ApprovalError             decisions on tool calls awaiting approval are unusable
 
 Errors of tools and toolkits have their own root, ``tandem.toolkit.errors.ToolkitError``.
@@ -53,6 +54,16 @@ class TransientModelError(ModelCallError):
 
 class MemoryLimitError(ReasonerError):
     """The conversation grew past ``Task.max_memory_bytes``: the run stops, its memory is kept."""
+
+
+class ContextLimitError(ReasonerError):
+    """A model request cannot fit its role's context budget even with every earlier round left
+    out: ``needed`` tokens, over ``budget`` (both named in the message, with what to change)."""
+
+    def __init__(self, message: str, *, needed: int, budget: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.budget = budget
 
 
 class ApprovalError(ReasonerError):

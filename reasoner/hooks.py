@@ -12,6 +12,7 @@ from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 
 if TYPE_CHECKING:
     from tandem.reasoner.approval import Decision, PendingCall
+    from tandem.reasoner.context.compaction import Compaction
     from tandem.reasoner.function_calling import ParsedFunctionCall
     from tandem.reasoner.models.model_service import DeltaListener
     from tandem.reasoner.task import ReasonerOutcome
@@ -32,6 +33,10 @@ class ReasonerHooks:
 
     def model_replied(self, message: ModelMessage) -> None:
         """A model reply was stored (its ``reasoning`` and ``content`` are apart)."""
+
+    def memory_compacted(self, compaction: Compaction) -> None:
+        """A model request left out rounds of its role's view to fit its context budget (the
+        stored memory is unchanged)."""
 
     def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
         """A tool call is about to run (``index`` counts from 1 in reply order)."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tandem.reasoner.messages import ModelMessage, Role
+from tandem.toolkit.artifacts import InMemoryArtifactStore
 
 if TYPE_CHECKING:
     from redis import Redis
 
-_ROLE_ORDER: dict[str, int] = {"person": -1, "thinker": 0, "actor": 1, "tool": 2}
+_ROLE_ORDER: dict[str, int] = {"person": -1, "thinker": 0, "actor": 1, "tool": 2, "summary": 3}
 
 
 def _order(message: ModelMessage) -> tuple[int, int, str]:
@@ -48,10 +49,14 @@ class ReasonerMemory(Protocol):
 
 
 class InMemoryReasonerMemory:
-    """A job's messages in a dict, for in-process runs and tests."""
+    """A job's messages in a dict, for in-process runs and tests, with the run's ``artifacts``
+    (tool outputs kept whole: ``tandem.reasoner.artifacts``), counted with the messages against
+    the run's memory limit."""
 
     def __init__(self, messages: list[ModelMessage] | None = None) -> None:
         self._messages: dict[str, ModelMessage] = {}
+        self.artifacts = InMemoryArtifactStore(self.size_bytes)
+        """The run's artifacts: ``artifacts.get(handle)`` is an output's whole text."""
         for message in messages or []:
             self.add_message(message)
 
@@ -69,6 +74,10 @@ class InMemoryReasonerMemory:
     def get_messages(self) -> list[ModelMessage]:
         """All messages in order."""
         return sorted(self._messages.values(), key=_order)
+
+    def size_bytes(self) -> int:
+        """The messages' size as JSON (UTF-8 bytes), as the memory limit counts it."""
+        return sum(len(m.model_dump_json().encode("utf-8", "surrogatepass")) for m in self._messages.values())
 
     def clear(self) -> None:
         """Forget every message."""

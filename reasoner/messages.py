@@ -11,9 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Role = Literal["thinker", "actor", "tool", "person"]
-"""Who wrote a message: the Thinker model, the Actor model (also mono and ReAct), the tools, or the
-person who set the task (a message sent into the running job: ``tandem.message``)."""
+from tandem.toolkit.artifacts import ArtifactRef
+
+Role = Literal["thinker", "actor", "tool", "person", "summary"]
+"""Who wrote a message: the Thinker model, the Actor model (also mono and ReAct), the tools, the
+person who set the task (a message sent into the running job: ``tandem.message``), or a summary of
+earlier rounds that a role's requests read in their place (``SummaryOf``)."""
 
 
 class Usage(BaseModel):
@@ -63,6 +66,14 @@ class FunctionCallResult(BaseModel):
     """The id of a native tool call (ReAct); ``None`` for ``<function_call>`` blocks."""
     return_direct: bool = False
     """The tool asked for its result to end the run (ReAct)."""
+    artifact: ArtifactRef | None = None
+    """Where the whole output is kept when it was over the artifact threshold (``output`` is then
+    its preview): ``tandem.toolkit.artifacts``. ``None`` for an output shown whole (or cut)."""
+    usage: Usage = Field(default_factory=Usage)
+    """What the child jobs this call started spent (on workers: the sum of the ended children's
+    ``JobResult.usage``, their own children's included), attached by the framework whatever the
+    tool returned; counted in the round's ``tool`` message, so in the job's usage and budgets.
+    Empty for a call that started no child job."""
 
     def to_prompt(self) -> str:
         """Render the result as the ``<function_call_result>`` block the models read."""
@@ -87,6 +98,24 @@ class NativeToolCall(BaseModel):
     """The arguments exactly as the model sent them (JSON text, possibly invalid)."""
 
 
+class SummaryOf(BaseModel):
+    """What a ``summary`` entry of the memory stands for: rounds ``first`` to ``last`` (from 0) of
+    ``role``'s view, in ``tokens`` (its text's count). ``how``: ``summarized`` by a model, or
+    ``dropped`` (summarizing failed: the text is a marker saying what was left out). ``since``:
+    the first round this entry read itself (the rounds before it came through the previous
+    entry's text), so no round is ever read by two summaries."""
+
+    role: Literal["thinker", "actor"]
+    first: int
+    last: int
+    since: int
+    tokens: int
+    how: Literal["summarized", "dropped"] = "summarized"
+    summarized_to: int = -1
+    """The last round a summary's text stands for; the rounds after it up to ``last`` are left
+    out with a marker (a ``dropped`` entry; -1: no summary under it)."""
+
+
 class ModelMessage(BaseModel):
     """One entry of a job's memory: a model reply or the results of a round's tool calls.
 
@@ -105,19 +134,37 @@ class ModelMessage(BaseModel):
     model: str | None = None
     message_id: str | None = None
     """The id of a person's message (role ``person``): several may share a round."""
+    summary: SummaryOf | None = None
+    """A ``summary`` entry's span (its ``round`` is the last round it stands for)."""
 
     @property
     def key(self) -> str:
         """The idempotency key of this message within its job (``round:role``; a person's message
-        adds its id, since a round may get several)."""
+        adds its id, since a round may get several; a summary its view's role)."""
         if self.role == "person":
             return f"{self.round}:person:{self.message_id}"
+        if self.role == "summary":
+            return f"{self.round}:summary:{self.summary.role if self.summary else 'actor'}"
         return f"{self.round}:{self.role}"
 
 
 def total_usage(messages: Sequence[ModelMessage]) -> Usage:
-    """Token usage summed over ``messages``."""
+    """Token usage summed over ``messages`` (a ``tool`` message's holds what the child jobs its
+    calls started spent)."""
     usage = Usage()
     for m in messages:
         usage = usage + m.usage
     return usage
+
+
+def calls_usage(results: Sequence[FunctionCallResult]) -> Usage:
+    """The usage of tool call ``results`` summed: what the child jobs they started spent."""
+    usage = Usage()
+    for r in results:
+        usage = usage + r.usage
+    return usage
+
+
+def children_usage(messages: Sequence[ModelMessage]) -> Usage:
+    """Of ``total_usage(messages)``, what the child jobs started by the messages' tool calls spent."""
+    return calls_usage([r for m in messages for r in m.function_results])

@@ -56,6 +56,10 @@ class Task:
     """Seconds a question (``ask_person``, ``ToolCallContext.ask``) waits for its answer; none in
     time fails the question with ``no answer within N s``. ``None``: no limit in process."""
 
+    spawn_jobs: bool = False
+    """Offer the model the built-in ``spawn_jobs`` tool (child jobs; workers only, for the tenants
+    of ``TANDEM_SPAWN_TENANTS``: see ``tandem.toolkit.children``)."""
+
     def __post_init__(self) -> None:
         if not self.goal or not self.goal.strip():
             raise ConfigurationError("Task.goal is empty: say what the reasoner should achieve")
@@ -97,6 +101,10 @@ class Task:
             from tandem.reasoner.questions import ASK_PERSON, ask_person_tool
 
             tools.setdefault(ASK_PERSON, ask_person_tool(self.answer_timeout_s))
+        if self.spawn_jobs:
+            from tandem.reasoner.spawning import SPAWN_JOBS, spawn_jobs_tool
+
+            tools.setdefault(SPAWN_JOBS, spawn_jobs_tool())
         return list(tools.values()), actions
 
 
@@ -110,3 +118,6 @@ class ReasonerOutcome(BaseModel):
     messages: list[ModelMessage] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     error: str | None = None
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    """The whole text of every tool output kept as an artifact, by handle (a result's
+    ``artifact.handle``; ``tandem.reasoner.artifacts``)."""

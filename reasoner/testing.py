@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tandem.reasoner.context.budget import ContextBudget, make_budget
+from tandem.reasoner.context.counting import ESTIMATE, Tokenizer
 from tandem.reasoner.errors import ModelCallError
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.models.model_service import BaseModelService, ChatMessage, DeltaListener
@@ -34,6 +36,9 @@ class ScriptedModelService(BaseModelService):
     with ``sys_prompt``, ``messages`` and ``tools``. Usage is estimated at four characters a token.
     Thread-safe, so it can stand in for a host shared by parallel jobs.
 
+    With ``context_tokens``, the model has a context budget (``context_budget``): the reasoners
+    keep every request within it (``tandem.reasoner.context``).
+
     With ``stream_chunk``, a text reply reaches ``on_delta`` in pieces of that many characters
     (``stream_delay`` seconds apart), split by the reasoning parser's stream as a streaming
     host's would be; otherwise ``on_delta`` gets the whole reply once.
@@ -48,8 +53,17 @@ class ScriptedModelService(BaseModelService):
         tool_runner: ToolRunner | None = None,
         stream_chunk: int | None = None,
         stream_delay: float = 0.0,
+        context_tokens: int | None = None,
+        reply_reserve: int | None = None,
+        tokenizer: Tokenizer | None = None,
+        role: str = "actor",
     ) -> None:
         super().__init__(tool_runner)
+        self.context_tokens = context_tokens
+        self.reply_reserve = reply_reserve
+        self.tokenizer: Tokenizer = tokenizer or ESTIMATE
+        self.role = role
+        """The role errors name (``TANDEM_<ROLE>_CONTEXT_TOKENS``)."""
         self.stream_chunk = stream_chunk
         self.stream_delay = stream_delay
         self.name = name
@@ -57,6 +71,18 @@ class ScriptedModelService(BaseModelService):
         self._parser_name = reasoning_parser
         self._lock = threading.Lock()
         self.calls: list[dict[str, Any]] = []
+
+    def context_budget(self) -> ContextBudget | None:
+        """The budget of a ``context_tokens`` window (``None``: no budget), ``reply_reserve``
+        tokens kept for the reply (a quarter of the window by default), counted by ``tokenizer``
+        (the conservative estimate by default)."""
+        return make_budget(
+            self.context_tokens,
+            "setting",
+            reply_reserve=self.reply_reserve,
+            tokenizer=self.tokenizer,
+            role=self.role,
+        )
 
     def _next_reply(self, sys_prompt: str, messages: list[ChatMessage]) -> Reply:
         with self._lock:

@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from tandem.reasoner.artifacts import READ_ARTIFACT, preview
 from tandem.reasoner.function_calling import ParsedFunctionCall, format_parse_error, parse_function_calls
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
+from tandem.toolkit.artifacts import ArtifactRef, artifact_handle, storable, text_bytes
 from tandem.toolkit.context import InjectionMapping, ToolCallContext
 from tandem.toolkit.errors import ToolArgumentsError
 from tandem.toolkit.output import cut_note, render_head
@@ -137,6 +139,14 @@ class ToolRunner:
     Every output and error is cut to ``max_output_chars`` and then redacted (with the call
     context's secrets) before the model or any record sees it (``shown_output``): cut first, so a
     huge output or error costs no more than ``max_output_chars`` characters to redact.
+
+    ``artifact_bytes``: an output longer than this in UTF-8 bytes (``TANDEM_ARTIFACT_BYTES``; 0:
+    never) is kept whole, redacted, as an artifact of the job when the call's context keeps
+    artifacts (``ToolCallContext.bind_artifacts``), and its result's ``output`` is a preview (the
+    first quarter of ``max_output_chars``, and the handle: ``tandem.reasoner.artifacts``). Such an
+    output is rendered as far as the job's memory limit allows, no further; one that does not fit
+    in it is cut as any output is, saying why it was not kept. The built-in ``read_artifact``'s
+    pages are never kept again.
     """
 
     timeout: float = 60.0
@@ -147,6 +157,12 @@ class ToolRunner:
     max_calls: int = 16
     max_args_bytes: int = 64_000
     max_hung: int = 16
+    artifact_bytes: int = 8000
+
+    @property
+    def preview_chars(self) -> int:
+        """How many characters of an output kept as an artifact the model reads first."""
+        return self.max_output_chars // 4 if self.max_output_chars > 0 else 2000
 
     def call_function(
         self,
@@ -236,7 +252,7 @@ class ToolRunner:
                 return failed(f"{tool.name!r} timed out: {within}. {_TIMEOUT_ADVICE}")
             except Exception as exc:
                 return failed(f"{tool.name!r} raised {_describe_error(exc)}")
-            return self._succeeded(tool, call, index, call_id, secrets, value)
+            return self._succeeded(tool, call, index, call_id, secrets, value, ctx)
         except Exception as exc:  # the contract: a result, whatever happened
             return failed(f"the call could not be handled ({_describe_error(exc)})")
 
@@ -303,6 +319,7 @@ class ToolRunner:
         size: int | None = -1,
         name: str | None = None,
         return_direct: bool = False,
+        cut: bool = True,
     ) -> FunctionCallResult:
         try:
             args = json.loads(json.dumps(call.args, default=str))
@@ -314,7 +331,10 @@ class ToolRunner:
             args = {"(arguments)": f"over {self.max_args_bytes} bytes, not kept"}
         objective = call.call_objective
         try:
-            shown = shown_output(output, self.max_output_chars, secrets, size)
+            # An artifact's preview (``cut=False``) is bounded already, and redacted whole.
+            shown = (
+                shown_output(output, self.max_output_chars, secrets, size) if cut else redact(output, secrets)
+            )
         except Exception:
             shown = "(the output could not be shown)"
         return FunctionCallResult(
@@ -365,7 +385,7 @@ class ToolRunner:
                 FunctionCallStatus.FAILED,
                 f"{tool.name!r} raised {_describe_error(exc)}",
             )
-        return self._succeeded(tool, call, index, call_id, secrets, value)
+        return self._succeeded(tool, call, index, call_id, secrets, value, ctx)
 
     def _succeeded(
         self,
@@ -375,11 +395,27 @@ class ToolRunner:
         call_id: str | None,
         secrets: tuple[str, ...],
         value: Any,
+        ctx: ToolCallContext | None = None,
     ) -> FunctionCallResult:
+        kept = self._keep(tool, value, secrets, ctx)
+        if isinstance(kept, tuple):
+            shown, ref = kept
+            result = self._result(
+                call,
+                index,
+                call_id,
+                secrets,
+                FunctionCallStatus.SUCCEEDED,
+                shown,
+                name=tool.name,
+                return_direct=tool.return_direct,
+                cut=False,
+            )
+            return result.model_copy(update={"artifact": ref})
         limit = self.max_output_chars
         # Rendered only as far as shown (plus the margin the redaction reads past the cut).
         text, size = render_head(value, limit + head_margin(secrets) if limit > 0 else 0)
-        return self._result(
+        result = self._result(
             call,
             index,
             call_id,
@@ -390,6 +426,38 @@ class ToolRunner:
             name=tool.name,
             return_direct=tool.return_direct,
         )
+        return result if kept is None else result.model_copy(update={"output": result.output + kept})
+
+    def _keep(
+        self, tool: Tool, value: Any, secrets: tuple[str, ...], ctx: ToolCallContext | None
+    ) -> tuple[str, ArtifactRef] | str | None:
+        """An output over ``artifact_bytes`` kept as an artifact: its preview and reference; or
+        the line saying why it was not kept (added to the cut output); ``None`` for an output
+        shown as it is (not over the threshold, or no artifacts here)."""
+        store = ctx.artifacts if ctx is not None else None
+        if store is None or self.artifact_bytes <= 0 or tool.name == READ_ARTIFACT:
+            return None
+        head, size = render_head(value, self.artifact_bytes + 1)
+        if size is not None and size <= self.artifact_bytes and text_bytes(head) <= self.artifact_bytes:
+            return None  # short enough to show as it is
+        assert ctx is not None
+        cap = ctx.artifact_limit or 0
+        over = f"it would bring the job's memory over its limit of {cap} bytes (TANDEM_MAX_MEMORY_BYTES)"
+        if cap and size is not None and size > cap:
+            # Known too long already: not copied up to the limit (20 MB by default), a copy that
+            # holds the GIL, so the process's lease keeper with it, for seconds on a loaded machine.
+            return f"\n[the whole output was not kept: {over}]"
+        text, size = render_head(value, cap + 1 if cap else 0)
+        if size is None or (cap and (size > cap or text_bytes(text) > cap)):
+            return f"\n[the whole output was not kept: {over}]"  # before redacting a text never kept
+        kept = storable(redact(text, secrets))
+        try:
+            ref = store.put(artifact_handle(ctx.round, ctx.call_index, kept), kept, limit=cap or None)
+        except Exception as exc:  # the tool ran: its success stands, shown cut
+            return f"\n[the whole output was not kept: storing it failed ({_describe_error(exc)})]"
+        if ref is None:
+            return f"\n[the whole output was not kept: {over}]"
+        return preview(kept, ref, self.preview_chars, ctx.page_chars), ref
 
     def _prepare(
         self,

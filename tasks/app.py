@@ -25,7 +25,12 @@ def create_app(settings: Settings) -> Celery:
     settings.register_secrets()
     # Quorum queues delay messages in RabbitMQ, in whole seconds (``tandem.broker_config.delays``).
     app_cls = QuorumCelery if settings.rabbitmq_queue_type == "quorum" else Celery
-    celery_app = app_cls("tandem", task_cls="tandem.tasks.task_base:TandemTask")
+    celery_app = app_cls(
+        "tandem",
+        task_cls="tandem.tasks.task_base:TandemTask",
+        # Its URL names the broker (Flower's queue views pick their client by it).
+        amqp="tandem.broker_config.connection:TandemAMQP",
+    )
     celery_app.conf.update(celery_config(settings))
     if settings.signing is not None:
         celery_app.setup_security(allowed_serializers=["json"], serializer="json")
@@ -36,6 +41,7 @@ def create_app(settings: Settings) -> Celery:
     celery_app.conf.imports = (
         "tandem.tasks.steps.intake",
         "tandem.tasks.steps.model",
+        "tandem.tasks.steps.compact",
         "tandem.tasks.steps.tools",
         "tandem.tasks.steps.finalize",
         "tandem.tasks.control.decide",
@@ -46,6 +52,7 @@ def create_app(settings: Settings) -> Celery:
         "tandem.tasks.control.messages",
         "tandem.tasks.control.follow_up",
         "tandem.tasks.worker_signals",
+        "tandem.tasks.tenants.sweeper",
     )
     return celery_app
 

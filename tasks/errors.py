@@ -7,6 +7,7 @@ The tree::
     │   └── SpecLimitError    a spec (or a part of it) is over a size or depth limit (``code`` 413)
     ├── UnknownJobError       no job with this id is known to the store (never submitted, or expired)
     │   └── JobLostError      a job this handle submitted is gone from Redis (its data was lost or expired)
+    ├── UnknownArtifactError  the job holds no artifact with this handle (not one of its, or expired)
     ├── JobTimeout            ``JobHandle.result`` waited its timeout and the job had not ended
     ├── RedisUnavailable      Redis stayed unreachable for a client call's whole reconnect window; the
     │                         job may still be running (also a ``redis.exceptions.ConnectionError``)
@@ -50,6 +51,11 @@ class SpecLimitError(JobSpecError):
 
 class UnknownJobError(JobError, LookupError):
     """No job with this id is known to the store."""
+
+
+class UnknownArtifactError(JobError, LookupError):
+    """The job holds no artifact with this handle: not a handle of its ``tool_result`` events, or
+    its keys expired."""
 
 
 class JobLostError(UnknownJobError):

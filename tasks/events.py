@@ -17,10 +17,19 @@ from typing import TYPE_CHECKING
 
 from tandem.reasoner.hooks import ReasonerHooks
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.tasks.job_events import JobEvent, ModelDelta, ModelReply, RoundStarted, ToolCall, ToolResult
+from tandem.tasks.job_events import (
+    JobEvent,
+    MemoryCompacted,
+    ModelDelta,
+    ModelReply,
+    RoundStarted,
+    ToolCall,
+    ToolResult,
+)
 from tandem.tasks.state.store import JobStore
 
 if TYPE_CHECKING:
+    from tandem.reasoner.context.compaction import Compaction
     from tandem.reasoner.function_calling import ParsedFunctionCall
     from tandem.reasoner.models.model_service import DeltaListener
 
@@ -195,6 +204,21 @@ class EventHooks(ReasonerHooks):
                 content=message.content,
                 usage=message.usage.model_dump(),
             ),
+        )
+
+    def memory_compacted(self, compaction: Compaction) -> None:
+        """Publish ``memory_compacted``."""
+        self._append(
+            MemoryCompacted(
+                round=compaction.round,
+                role=compaction.role,
+                tokens_before=compaction.tokens_before,
+                tokens_after=compaction.tokens_after,
+                summary_of_rounds=list(compaction.summary_of_rounds),
+                rounds_summarized=compaction.rounds_summarized,
+                rounds_dropped=list(compaction.rounds_dropped),
+                how=compaction.how,
+            )
         )
 
     def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall, *, attempt: int = 1) -> None:

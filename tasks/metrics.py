@@ -33,8 +33,14 @@ Names (all prefixed ``tandem_``)::
     host_waiting_steps{host}                   gauge      steps waiting for one of its slots, fleet-wide
     jobs{state}                                gauge      live jobs by state, fleet-wide (census of the
                                                           live-job index: tandem.tasks.state.census)
-    jobs_parked{reason}                        gauge      parked jobs: approval, a capacity wait, retry
+    jobs_parked{reason}                        gauge      parked jobs: approval, children, a capacity wait,
+                                                          retry
     jobs_live                                  gauge      jobs in the live-job index, fleet-wide
+    tenant_jobs{tenant,state}                  gauge      a tenant's jobs running / waiting for their
+                                                          turn, fleet-wide (when TANDEM_TENANTS or
+                                                          TANDEM_MAX_RUNNING_JOBS is set: docs/tenants.md)
+    tenant_tokens_today{tenant}                gauge      model tokens of its jobs this UTC day
+    tenant_cost_usd_today{tenant}              gauge      USD of its jobs' model calls this UTC day
     queue_depth{queue}                         gauge      messages waiting in the broker queue (intake,
                                                           thinker, actor, tools), fleet-wide: what an
                                                           autoscaler reads (tandem.broker_config.queue_depth)
@@ -205,13 +211,15 @@ class JobCensusCollector:
         return (
             GaugeMetricFamily(
                 "tandem_jobs",
-                "Live jobs by state, fleet-wide (queued, running, waiting, awaiting_approval; ended: "
+                "Live jobs by state, fleet-wide (queued, running, waiting, awaiting_approval, "
+                "waiting_for_children; ended: "
                 "their Celery result not stored yet). Estimated above the census limit.",
                 labels=["state"],
             ),
             GaugeMetricFamily(
                 "tandem_jobs_parked",
-                "Parked jobs by reason, fleet-wide: approval (awaiting a person), in_flight/rpm/tpm/"
+                "Parked jobs by reason, fleet-wide: approval (awaiting a person), children (waiting for "
+                "child jobs), in_flight/rpm/tpm/"
                 "backoff/probe (waiting for a model host's capacity), retry (after a transient failure).",
                 labels=["reason"],
             ),
@@ -234,7 +242,7 @@ class JobCensusCollector:
                 states.add_metric([state], census.states.get(state, 0.0))
             if "unknown" in census.states:
                 states.add_metric(["unknown"], census.states["unknown"])
-            for reason in ("approval", *PARK_REASONS, "retry"):
+            for reason in ("approval", "children", *PARK_REASONS, "retry"):
                 parked.add_metric([reason], census.parked.get(reason, 0.0))
             live.add_metric([], census.live)
         yield states
@@ -242,16 +250,67 @@ class JobCensusCollector:
         yield live
 
 
+class TenantCollector:
+    """``tandem_tenant_jobs{tenant,state}``, ``tandem_tenant_tokens_today{tenant}`` and
+    ``tandem_tenant_cost_usd_today{tenant}``, read from Redis at each scrape
+    (``tandem.tasks.tenants.report``). It describes itself, so registering it reads nothing."""
+
+    def __init__(self, rows: Callable[[], list[dict[str, Any]]]) -> None:
+        self.rows = rows
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "tandem_tenant_jobs",
+                "A tenant's jobs running (admitted) or waiting for their turn, fleet-wide.",
+                labels=["tenant", "state"],
+            ),
+            GaugeMetricFamily(
+                "tandem_tenant_tokens_today",
+                "Model tokens of a tenant's jobs this UTC day.",
+                labels=["tenant"],
+            ),
+            GaugeMetricFamily(
+                "tandem_tenant_cost_usd_today",
+                "USD of a tenant's model calls this UTC day.",
+                labels=["tenant"],
+            ),
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The gauges, without samples."""
+        yield from self._families()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The gauges (no samples when Redis cannot be read: never a false zero)."""
+        jobs, tokens, cost = self._families()
+        try:
+            rows = self.rows()
+        except Exception:
+            log.warning("could not read the tenants for /metrics", exc_info=True)
+            rows = []
+        for row in rows:
+            jobs.add_metric([row["tenant"], "running"], row["running"])
+            jobs.add_metric([row["tenant"], "waiting"], row["waiting"])
+            tokens.add_metric([row["tenant"]], row["tokens_today"])
+            cost.add_metric([row["tenant"]], row["cost_usd_today"])
+        yield jobs
+        yield tokens
+        yield cost
+
+
 def serve(
     port: int,
     snapshots: Callable[[], list[HostSnapshot]] | None = None,
     depths: Callable[[], Mapping[str, int]] | None = None,
     census: Callable[[], Census] | None = None,
+    tenants: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> int:
     """Serve ``/metrics`` on ``port`` (0: any free port) in a daemon thread; the port it got.
 
     ``snapshots`` adds the fleet-wide gauges of ``FleetCollector``, ``depths`` the queue depths of
-    ``QueueDepthCollector``, ``census`` the jobs by state of ``JobCensusCollector``.
+    ``QueueDepthCollector``, ``census`` the jobs by state of ``JobCensusCollector``, ``tenants``
+    the tenants' jobs and usage of ``TenantCollector``.
     """
     registry = REGISTRY
     if process_metrics.enabled():  # a prefork worker: add up the samples of its processes
@@ -263,6 +322,8 @@ def serve(
         registry.register(QueueDepthCollector(depths))
     if census is not None:
         registry.register(JobCensusCollector(census))
+    if tenants is not None:
+        registry.register(TenantCollector(tenants))
     server, _thread = start_http_server(port, registry=registry)
     bound = int(server.server_address[1])
     log.info("Prometheus metrics on port %d", bound)

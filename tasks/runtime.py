@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +18,14 @@ from redis import Redis
 
 from tandem.broker_config import Settings
 from tandem.broker_config.job_redis import job_store_client, redis_options
+from tandem.reasoner.context.budget import ContextBudget, budget_of
+from tandem.reasoner.context.counting import MESSAGE_SLACK
+from tandem.reasoner.errors import ConfigurationError
 from tandem.reasoner.loop.kinds import plan_for
 from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.react import FunctionCalling
 from tandem.reasoner.models.model_service import ModelService
+from tandem.reasoner.prompts import task_text
 from tandem.reasoner.task import Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.tasks.errors import JobSpecError
@@ -44,6 +50,8 @@ log = logging.getLogger("tandem.runtime")
 
 DEFAULT_CONCURRENCY = 4
 """The step threads assumed before a worker says how many it runs (clients, tests)."""
+THREAD_SHARE = 2
+"""A follow-up's thread takes at most ``1/THREAD_SHARE`` of its smallest role budget."""
 POOL_SPARE = 8
 """Redis connections beyond two per step thread: the lease watchdog, event readers, metrics."""
 
@@ -132,6 +140,7 @@ class Runtime:
         return MeteredToolRunner(
             timeout=self.settings.tool_timeout,
             max_output_chars=self.settings.max_output_chars,
+            artifact_bytes=self.settings.artifact_bytes,
             max_calls=limits.tool_calls,
             max_args_bytes=limits.tool_args_bytes,
             max_hung=limits.hung_tools,
@@ -231,6 +240,7 @@ class Runtime:
         except ToolPolicyError as exc:
             raise JobSpecError(str(exc)) from None
         check_webhooks(spec.webhooks, self.settings.webhooks, signing=True)
+        self.check_context(spec)
         return self.secret_box.seal_spec(spec)
 
     @cached_property
@@ -263,13 +273,25 @@ class Runtime:
                 self._models[key] = self._build_model(role, mode)
             return self._models[key]
 
-    def _build_model(self, role: str, mode: str) -> ModelService:
+    def summarizer(self, role: str, mode: str = "dual") -> ModelService:
+        """The model that summarizes ``role``'s older rounds: ``TANDEM_<ROLE>_SUMMARY_MODEL`` on the
+        role's host settings, else the role's own model (``model``)."""
+        name = self.settings.compaction.summary_model(role)
+        if name is None:
+            return self.model(role, mode)
+        key = f"{role}:summary"
+        with self._lock:
+            if key not in self._models:
+                self._models[key] = self._build_model(role, mode, name)
+            return self._models[key]
+
+    def _build_model(self, role: str, mode: str, name: str | None = None) -> ModelService:
         from tandem.tasks.hosts.host_model import HostModel
 
         capacity = self.capacity(role)
         MODEL_LOOP.direct_http = self.settings.direct_http
         return HostModel(
-            self._build_inner_model(role, mode, limited=capacity is not None),
+            self._build_inner_model(role, mode, limited=capacity is not None, name=name),
             role=role,
             host=self.settings.role(role).host_id,
             capacity=capacity,
@@ -278,8 +300,12 @@ class Runtime:
             model_loop=MODEL_LOOP if self.settings.model_loop else None,
         )
 
-    def _build_inner_model(self, role: str, mode: str, *, limited: bool) -> ModelService:
+    def _build_inner_model(
+        self, role: str, mode: str, *, limited: bool, name: str | None = None
+    ) -> ModelService:
         conf = self.settings.role(role)
+        if name is not None:  # a summary model of its own, on the role's host settings
+            conf = replace(conf, model=name)
         if conf.is_demo:
             from tandem.reasoner.demo import demo_model
 
@@ -288,7 +314,11 @@ class Runtime:
                 role,
                 role.upper(),
             )
-            return demo_model(role if mode == "dual" else "mono")
+            demo = demo_model(role if mode == "dual" else "mono")
+            demo.context_tokens = conf.context_tokens
+            demo.reply_reserve = conf.max_tokens or None
+            demo.role = role
+            return demo
         from tandem.reasoner.models.litellm_service import LiteLlmModelService
         from tandem.reasoner.models.litellm_setup import price_unpriced_model
         from tandem.tasks.hosts.host_model import BACKOFF_STATUSES
@@ -312,7 +342,58 @@ class Runtime:
             retry_hold=self.settings.retry_hold_seconds,
             stream=conf.stream,
             tool_choice=conf.tool_choice,
+            context_tokens=conf.context_tokens,
+            reply_reserve=conf.max_tokens or None,  # set: kept whole; unset: the default, capped
         )
+
+    def context_budgets(self, spec: JobSpec) -> dict[str, ContextBudget]:
+        """The context budgets of the roles a job's models play (the Thinker's and the Actor's
+        for a dual job, the Actor's otherwise), for those that have one (``tandem.reasoner.context``).
+        ``ConfigurationError`` when a role's reply reserve leaves no room in its window."""
+        plan = self.plan(spec)
+        roles = ("thinker", "actor") if spec.reasoner == "dual" else ("actor",)
+        found = {}
+        for role in roles:
+            model_role, mode = plan.model(role)  # type: ignore[arg-type]
+            budget = budget_of(self.model(model_role, mode))
+            if budget is not None:
+                found[role] = budget
+        return found
+
+    def check_context(self, spec: JobSpec) -> None:
+        """Refuse a job whose goal and context alone do not fit the context budget of one of its
+        roles (``JobSpecError`` naming both numbers): every request of the job carries them."""
+        try:
+            budgets = self.context_budgets(spec)
+        except ConfigurationError as exc:
+            raise JobSpecError(str(exc)) from None
+        if not budgets:  # no role has a window: nothing to count
+            return
+        text = task_text(spec.goal, spec.context)
+        for budget in budgets.values():
+            tokens = budget.tokenizer.count(text) + MESSAGE_SLACK
+            if tokens > budget.limit:
+                raise JobSpecError(
+                    f"field 'goal': the goal and context take {tokens:,} tokens, over {budget.describe()}; "
+                    "every request of the job carries them, so none could be sent: shorten the goal or "
+                    f"the context, or give the model a longer context ({budget.setting})"
+                )
+
+    def thread_tokens(self, spec: JobSpec, goal: str) -> tuple[int, Callable[[str], int]] | None:
+        """How many tokens a follow-up of ``spec`` with ``goal`` may give its thread (``THREAD_SHARE``
+        of the smallest of its roles' budgets, less the goal and the first job's context) and how
+        they are counted; ``None`` when no role has a budget."""
+        try:
+            budgets = self.context_budgets(spec)
+        except ConfigurationError:
+            return None
+        if not budgets:
+            return None
+        budget = min(budgets.values(), key=lambda b: b.limit)
+        count = budget.tokenizer.count
+        background = spec.context.split("<thread id=", 1)[0]
+        room = budget.limit // THREAD_SHARE - count(task_text(goal, background)) - MESSAGE_SLACK
+        return max(room, 0), count
 
     def task_for(self, job_id: str, spec: JobSpec) -> Task:
         """The reasoner ``Task`` of a job (tools from the toolkit, or the demo tools without one),
@@ -343,6 +424,7 @@ class Runtime:
             approval_timeout_s=spec.approval_timeout_s,
             ask_person=spec.ask_person,
             answer_timeout_s=spec.answer_timeout_s or self.settings.memory_ttl,
+            spawn_jobs=self.settings.children.may_spawn(spec.owner),
         )
 
 

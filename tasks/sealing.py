@@ -45,6 +45,11 @@ class SecretBox:
 
             self._fernet = Fernet(key.encode())
 
+    @property
+    def has_key(self) -> bool:
+        """Whether this box seals (it has ``TANDEM_SECRETS_KEY``)."""
+        return self._fernet is not None
+
     def _require(self, spec: JobSpec) -> None:
         if self._fernet is None:
             names = ", ".join(sorted(spec.secrets))

@@ -13,15 +13,27 @@ from tandem.broker_config.tokens import DEFAULT_TENANT, check_tenant
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.messages import Usage
 from tandem.tasks.errors import JobSpecError, SpecLimitError
+from tandem.tasks.sealing import is_sealed
 from tandem.tasks.webhooks.targets import MAX_WEBHOOKS, Webhook, shown_url
 from tandem.toolkit.redaction import MASK
 
 ReasonerKind = Literal["dual", "mono", "react"]
 JobState = Literal[
-    "queued", "running", "waiting", "awaiting_approval", "completed", "truncated", "failed", "cancelled"
+    "queued",
+    "running",
+    "waiting",
+    "awaiting_approval",
+    "waiting_for_children",
+    "completed",
+    "truncated",
+    "failed",
+    "cancelled",
 ]
 FINAL_STATES: frozenset[str] = frozenset({"completed", "truncated", "failed", "cancelled"})
 MAX_SECRET_CHARS = 8192
+MAX_SEALED_CHARS = 48_000
+"""The longest sealed value: a secret of ``MAX_SECRET_CHARS`` characters of up to four UTF-8 bytes
+each, sealed (Fernet, base64); a value sealed by a worker must pass the worker's own check."""
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 
@@ -62,7 +74,7 @@ class JobSpec(BaseModel):
         for name, secret in value.items():
             if not _SECRET_NAME.fullmatch(name):
                 raise ValueError(f"secret name {name!r} must be letters, digits, '_' or '-' (at most 64)")
-            if len(secret) > MAX_SECRET_CHARS:
+            if len(secret) > (MAX_SEALED_CHARS if is_sealed(secret) else MAX_SECRET_CHARS):
                 raise ValueError(f"secret {name!r} is longer than {MAX_SECRET_CHARS} characters")
         return value
 
@@ -143,6 +155,14 @@ class JobSpec(BaseModel):
         pattern=r"^[^\x00-\x20{}\x7f]+$",
         description="The conversation thread the job belongs to (GET /v1/threads/{id}): a follow-up "
         "names its thread; None: the job starts its own, whose id is the job's id (docs/conversation.md).",
+    )
+
+    parent_id: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,  # a spec of no parent reads as before (docs/upgrades.md)
+        max_length=256,
+        description="The job that started this one as a child (ToolCallContext.spawn, spawn_jobs); set by "
+        "the parent's worker, never by a client (docs/children.md).",
     )
 
     trace_context: dict[str, str] | None = Field(
@@ -330,7 +350,7 @@ class JobStatus(BaseModel):
     approval_until: float | None = None
     """While ``awaiting_approval``: when the undecided calls are rejected (Unix time), or, for a
     question, when it fails unanswered."""
-    pause_kind: Literal["approval", "question"] | None = None
+    pause_kind: Literal["approval", "question", "children"] | None = None
     """While ``awaiting_approval``: what the person is asked for, a decision on calls or an answer."""
     question: dict[str, Any] | None = None
     """While ``awaiting_approval`` on a question: its ``text``, ``answer_schema``, ``round``,
@@ -348,3 +368,5 @@ class JobResult(BaseModel):
     rounds: int = 0
     error: str | None = None
     usage: Usage = Field(default_factory=Usage)
+    children: list[str] = Field(default_factory=list)
+    """The ids of the child jobs this job started (``ToolCallContext.spawn``), in order."""

@@ -110,6 +110,10 @@ def fits(value: Any, hint: Any) -> bool:
     (never a ``bool`` or a ``float``), ``bool``, ``float``, ``None``, ``list[...]`` (each item
     too), ``dict[...]``, and unions of these; ``Any`` and any other type fit (the task checks
     those itself)."""
+    if hint is str or hint is int or hint is bool:  # the common hints first: no typing introspection
+        return type(value) is hint
+    if hint is Any:
+        return True
     alternatives = _alternatives(hint)
     if len(alternatives) > 1:
         return any(fits(value, h) for h in alternatives)
@@ -197,6 +201,8 @@ STEP_TASKS = frozenset(
         "tandem.run_tool",
         "tandem.collect_tools",
         "tandem.finalize",
+        "tandem.compact_thinker",
+        "tandem.compact_actor",
     }
 )
 """The internal steps: a refused message is ignored (no result, no answer)."""
@@ -350,7 +356,7 @@ def refusal_of(
     answer: bool = False,
 ) -> Any:
     """What a refused message gives, after one WARNING line: an answer for a control task
-    (``reason`` says why: ``invalid``, ``replayed``, ``foreign_tenant``); for ``tandem.infer``,
+    (``reason`` says why: ``invalid``, ``replayed``); for ``tandem.infer``,
     ``TaskCallError`` raised when it may ``answer`` (Celery stores it as the task's result: see the
     module docstring), else ``Ignore``; ``Ignore`` for an internal step (no result stored)."""
     log.warning("message refused, nothing done: %s", error)

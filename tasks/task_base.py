@@ -16,10 +16,12 @@ from typing import Any
 
 from celery import Task
 from celery.exceptions import Ignore
+from celery.signals import task_postrun
 from celery.worker.request import Request
 
 from tandem.tasks.call_answers import may_store_answer
 from tandem.tasks.errors import TaskCallError
+from tandem.tasks.intake_secrets import conceal
 from tandem.tasks.replay import SEAL, Replayed, check_seal
 from tandem.tasks.signers import SIGNER, ForeignTenant, bind_tenant
 from tandem.tasks.task_args import (
@@ -67,7 +69,11 @@ def shown(value: Any) -> str:
 
 
 class RedactingRequest(Request):
-    """A worker-side request whose ``argsrepr``/``kwargsrepr`` never hold secrets."""
+    """A worker-side request whose ``argsrepr``/``kwargsrepr`` never hold secrets, and whose
+    decoded ``tandem.infer`` arguments (what ``celery inspect active|reserved|scheduled`` and
+    Flower's worker page show) hold no secret in clear: a bare client's clear value is ``***``
+    there (the task runs from the message's body, decoded again, so it still gets the value;
+    ``tandem.tasks.intake_secrets``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -77,6 +83,11 @@ class RedactingRequest(Request):
                 # credential shapes to mask, at a fraction of the cost of the general path.
                 self._argsrepr, self._kwargsrepr = redact(repr(list(self.args))), "{}"
                 return
+            # What ``celery inspect`` and Flower's worker page show (a message decoded once runs
+            # from these very arguments: left alone).
+            if self.name == INTAKE and not self._decoded:
+                for value in (self.kwargs.get("spec"), *self.args):
+                    conceal(value, None)
             self._argsrepr = shown(list(self.args))
             self._kwargsrepr = shown(dict(self.kwargs))
         except Exception:
@@ -126,8 +137,8 @@ class TandemTask(Task):
                 if self._signed() and not direct:
                     self._check_seal(named.get("job_id"))
                     kwargs = self._bind_tenant(name, named, kwargs)
-            except ForeignTenant as foreign:  # an intake for another tenant gets no result (docs/security.md)
-                return refusal_of(name, foreign, kwargs, args, reason="foreign_tenant")
+            except ForeignTenant as foreign:
+                return self._foreign(name, foreign, named, kwargs, args)
             except Replayed as replayed:
                 said = Replayed(f"{name} (task id {self.request.id}): {replayed}")
                 return refusal_of(name, said, kwargs, args, reason="replayed")
@@ -135,13 +146,28 @@ class TandemTask(Task):
             return copy_context().run(super().__call__, *args, **kwargs)
         # From a message: every task starts with no job's secret scope (the step enters its
         # job's), which stays through Celery's own log of the outcome, tracebacks included, and
-        # ends in ``after_return``.
+        # ends at ``task_postrun`` (``_end_job_scope``).
         enter_scope(None)
         return super().__call__(*args, **kwargs)
 
-    def after_return(self, *args: Any, **kwargs: Any) -> None:
-        """End the job's secret scope a step entered (after Celery logged the task's outcome)."""
-        enter_scope(None)
+    def _foreign(
+        self,
+        name: str,
+        foreign: ForeignTenant,
+        named: dict[str, Any],
+        kwargs: dict[str, Any],
+        args: tuple[Any, ...],
+    ) -> Any:
+        """A message signed by a tenant's certificate that asks as another tenant: one WARNING
+        line, and a control task answers the one refusal of a job the tenant may not see, word
+        for word what it answers for a job that does not exist (``tandem.tasks.control.owners``);
+        an intake for another tenant and an internal step get no result (docs/security.md)."""
+        if name not in CONTROL_TASKS:
+            return refusal_of(name, foreign, kwargs, args)
+        from tandem.tasks.control.owners import unknown_job  # a client's app loads no state machine
+
+        log.warning("message refused, nothing done: %s", foreign)
+        return unknown_job(name, named.get("job_id"), named.get("pause_id"))
 
     def _may_answer(self) -> bool:
         """Whether a refused ``tandem.infer`` message may store its refusal as its result: its id
@@ -188,3 +214,13 @@ class TandemTask(Task):
             prefix=rt.settings.prefix,
             redelivered=bool(delivery.get("redelivered")),
         )
+
+
+@task_postrun.connect(weak=False)
+def _end_job_scope(task: Any = None, **_: Any) -> None:
+    """End the job's secret scope a tandem task's step entered, whatever its outcome. Celery
+    sends this signal once it has logged the outcome; ``after_return`` would miss a task ignored
+    (an intake handed back for a newer worker), retried or rejected, and leave its job's scope
+    on the thread that ran it."""
+    if isinstance(task, TandemTask):
+        enter_scope(None)

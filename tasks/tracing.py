@@ -29,7 +29,14 @@ if TYPE_CHECKING:
 QUIET: tuple[type[BaseException], ...] = (Ignore, Retry)
 """Celery's control-flow exceptions: a step that ends with one did not fail."""
 
-_ROLES = {"thinker": "thinker", "actor": "actor", "tools": "tools", "collect": "tools"}
+_ROLES = {
+    "thinker": "thinker",
+    "actor": "actor",
+    "tools": "tools",
+    "collect": "tools",
+    "compact_thinker": "thinker",
+    "compact_actor": "actor",
+}
 
 
 def headers(trace_context: Mapping[str, str] | None) -> dict[str, str]:

@@ -41,6 +41,7 @@ from tandem.tasks.state.claims import Reconciled
 from tandem.tasks.state.reconciler import Reconciler
 from tandem.tasks.state.record import step_kind
 from tandem.tasks.state.results import deliver
+from tandem.tasks.state.versions import SPEC_VERSION
 from tandem.tasks.steps.dispatch import send, send_outbox
 from tandem.tasks.steps.guard import end_job
 from tandem.tasks.steps.messages import step_messages
@@ -68,8 +69,9 @@ def _resend(job_id: str, verdict: Reconciled) -> None:
     rt = get_runtime()
     if verdict.action == "intake":  # a job still queued: its intake message was lost
         intake = rt.machine.intake(job_id)
+        versions = rt.machine.job_versions(job_id)  # the queued record's: the spec submit sent
         if intake is not None:
-            send_intake(app, job_id, json.loads(intake))
+            send_intake(app, job_id, json.loads(intake), versions.spec if versions else SPEC_VERSION)
         return
     outbox_id, _ = rt.machine.outbox(job_id)
     step = Step(verdict.round, step_kind(verdict.kind))
@@ -99,6 +101,12 @@ def _expire(job_id: str) -> None:
     send_outbox(rt, job_id)
 
 
+def _children(job_id: str) -> bool:
+    from tandem.tasks.control.children import resolve
+
+    return resolve(get_runtime(), job_id)
+
+
 def persistence_warning(info: Mapping[str, Any]) -> str | None:
     """The warning for a Redis whose ``INFO persistence`` says jobs would not survive a restart."""
     if str(info.get("aof_enabled", "0")) == "1":
@@ -119,11 +127,15 @@ def _redact_logs(logger: logging.Logger | None = None, **_: Any) -> None:
 
 
 def check_start() -> str | None:
-    """Load the toolkit (listing its MCP servers) and the tool policy, and check a Redis Cluster
-    job store (``tandem.broker_config.job_redis``), as a worker does at start; the problem as one
-    line, or ``None`` when the worker can start."""
+    """Load the toolkit (listing its MCP servers) and the tool policy, check a Redis Cluster job
+    store (``tandem.broker_config.job_redis``), that the Sentinels of a Sentinel URL know its
+    service (``tandem.broker_config.sentinel``) and ``TANDEM_TENANTS``, as a worker does at start;
+    the problem as one line, or ``None`` when the worker can start."""
     from tandem.broker_config.errors import RedisClusterError, SettingsError
     from tandem.broker_config.job_redis import is_cluster_url
+    from tandem.broker_config.sentinel import SentinelUrl, is_sentinel_url
+    from tandem.broker_config.sentinel_clients import check_service
+    from tandem.broker_config.tenant_settings import TenantSettings
     from tandem.reasoner.errors import ReasonerError
     from tandem.toolkit.errors import ToolkitError
 
@@ -133,6 +145,18 @@ def check_start() -> str | None:
             rt.redis  # noqa: B018 - builds and checks the cluster client
         except RedisClusterError as exc:
             return redact(str(exc))
+    named = {rt.settings.broker_url: "TANDEM_BROKER_URL", rt.settings.result_backend: "TANDEM_RESULT_BACKEND"}
+    named[rt.settings.redis_url] = "TANDEM_REDIS_URL"
+    for url, name in named.items():
+        if is_sentinel_url(url):
+            try:
+                check_service(SentinelUrl.parse(url, name), name, rt.settings.redis_connect_timeout)
+            except SettingsError as exc:
+                return redact(str(exc))
+    try:  # the tenants' caps and quotas (docs/tenants.md): a bad value names tenant, field, value
+        TenantSettings.from_env()
+    except SettingsError as exc:
+        return str(exc)
     try:
         toolkit = rt.load_toolkit()
         policy = rt.policy
@@ -259,10 +283,14 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         from tandem.tasks.hosts.capacity import host_snapshots
         from tandem.tasks.metrics import WORKER_UP, serve
         from tandem.tasks.state.census import JobCensus
+        from tandem.tasks.tenants.gate import gate_of
+        from tandem.tasks.tenants.report import tenant_rows
 
         census = JobCensus(rt.redis, rt.store.prefix)
         snapshots = lambda: host_snapshots(rt.redis, rt.settings)  # noqa: E731
-        serve(port, snapshots, queue_depths(rt.settings).read, census.read)
+        gate = gate_of(rt)  # the tenants' gauges, when tenant caps or quotas are set
+        rows = None if gate is None else lambda: tenant_rows(rt.redis, rt.settings.prefix, gate.tenants)
+        serve(port, snapshots, queue_depths(rt.settings).read, census.read, rows)
         role, pool = worker_labels(sender)
         WORKER_UP.labels(role, pool).set(1)
 
@@ -356,6 +384,7 @@ def _start_reconciler(**_: Any) -> None:
         end=_end,
         expire=_expire,
         deliver=_deliver,
+        children=_children,
     )
     _reconciler.start()
     log.info("reconciler started (lease %.1f s, stall %.1f s)", s.lease_seconds, s.stall_seconds)

@@ -5,7 +5,8 @@ What every run must show:
 
 - ``job_started`` first; ``final`` last (``webhook_*`` events of its own deliveries may follow);
 - each round's ``round_started`` exactly once, before every ``model_delta``, ``model_reply``,
-  ``tool_call`` and ``tool_result`` of that round, and after everything of the round before;
+  ``memory_compacted``, ``tool_call`` and ``tool_result`` of that round, and after everything of
+  the round before;
 - the deltas of the attempt that was stored (``seq`` 0, 1, ...) before its ``model_reply``,
   adding up to the reply's text.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-ROUND_EVENTS = frozenset({"model_delta", "model_reply", "tool_call", "tool_result"})
+ROUND_EVENTS = frozenset({"model_delta", "model_reply", "memory_compacted", "tool_call", "tool_result"})
 """The events that belong to a round and must follow its ``round_started``."""
 
 

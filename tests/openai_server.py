@@ -239,6 +239,10 @@ class OpenAIServer:
     ``in_flight_max`` is the most requests answered at once so far, ``rejected`` the requests
     refused with 429 by either rule, ``rejected_at`` when (``time.monotonic()``).
 
+    ``props``: the JSON ``GET /props`` answers, as llama.cpp's server does (``None``: 404).
+    ``max_model_len``: added to each model ``GET /v1/models`` lists, as vLLM does.
+    ``discovery_requests``: the paths of the ``GET`` requests received.
+
     ``tokenize``: a key of ``TOKENIZE`` (``"llama-cpp-python"``, ``"llama.cpp"``, ``"vllm"``) to
     serve that host's tokenize endpoint, which counts a text's words (``_word_count``); the other
     tokenize paths answer 404 as on that host. ``tokenize_requests`` are the bodies it received
@@ -259,7 +263,12 @@ class OpenAIServer:
         max_concurrency: int | None = None,
         overload_retry_after: float = 1.0,
         tokenize: str | None = None,
+        props: Mapping[str, Any] | None = None,
+        max_model_len: int | None = None,
     ) -> None:
+        self.props = dict(props) if props is not None else None
+        self.max_model_len = max_model_len
+        self.discovery_requests: list[str] = []
         if tokenize is not None and tokenize not in TOKENIZE:
             raise ValueError(f"tokenize must be one of {sorted(TOKENIZE)!r} or None, not {tokenize!r}")
         self.tokenize = tokenize
@@ -609,12 +618,19 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
         # -- routes ------------------------------------------------------------------
 
         def do_GET(self) -> None:
+            server.discovery_requests.append(self.path)
             if self.path.rstrip("/") in ("/v1/models", "/models"):
-                data = [
-                    {"id": model, "object": "model", "created": 0, "owned_by": "tandem-test"}
+                owner = "llamacpp" if server.props is not None else "tandem-test"  # as llama.cpp's own server
+                data: list[dict[str, Any]] = [
+                    {"id": model, "object": "model", "created": 0, "owned_by": owner}
                     for model in server.models
                 ]
+                if server.max_model_len is not None:
+                    for entry in data:
+                        entry["max_model_len"] = server.max_model_len
                 self._send_json(200, {"object": "list", "data": data})
+            elif self.path.rstrip("/") == "/props" and server.props is not None:
+                self._send_json(200, server.props)
             elif self.path.rstrip("/") in ("/health", "/v1/health"):
                 self._send_json(200, {"status": "ok"})
             else:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.integration.index_view import installable
+from tests.integration.index_view import installable, without_shadowed_sdists
 
 PIP_SAYS = """
 import json, sys
@@ -74,3 +74,60 @@ def test_every_file_that_is_not_a_readable_wheel_is_kept(filename: str) -> None:
 
 def test_without_tags_every_file_is_kept() -> None:
     assert installable("numpy-2.2.0-cp311-cp311-win_amd64.whl", None)
+
+
+def _files(*names: str, **fields: object) -> list[dict[str, object]]:
+    return [{"filename": name, **fields} for name in names]
+
+
+@pytest.mark.parametrize(
+    ("files", "kept"),
+    [
+        pytest.param(
+            _files("botocore-1.35.0.tar.gz", "botocore-1.35.0-py3-none-any.whl"),
+            ["botocore-1.35.0-py3-none-any.whl"],
+            id="a-wheel-of-the-version-shadows-its-sdist",
+        ),
+        pytest.param(
+            _files("botocore-1.34.0.tar.gz", "botocore-1.35.0-py3-none-any.whl"),
+            ["botocore-1.34.0.tar.gz", "botocore-1.35.0-py3-none-any.whl"],
+            id="an-sdist-of-another-version-stays",
+        ),
+        pytest.param(
+            [
+                {"filename": "botocore-1.35.0.tar.gz"},
+                {"filename": "botocore-1.35.0-py3-none-any.whl", "yanked": True},
+            ],
+            ["botocore-1.35.0.tar.gz", "botocore-1.35.0-py3-none-any.whl"],
+            id="a-yanked-wheel-shadows-nothing",
+        ),
+        pytest.param(
+            [
+                {"filename": "botocore-1.35.0.tar.gz", "requires-python": ">=3.8"},
+                {"filename": "botocore-1.35.0-py3-none-any.whl", "requires-python": ">=3.12"},
+            ],
+            ["botocore-1.35.0.tar.gz", "botocore-1.35.0-py3-none-any.whl"],
+            id="a-wheel-for-other-pythons-shadows-nothing",
+        ),
+        pytest.param(
+            _files("python-dateutil-2.8.2.tar.gz", "python_dateutil-2.8.2-py2.py3-none-any.whl"),
+            ["python_dateutil-2.8.2-py2.py3-none-any.whl"],
+            id="names-compare-canonically",
+        ),
+        pytest.param(
+            _files("botocore-1.35.0.zip", "botocore-1.35-py3-none-any.whl"),
+            ["botocore-1.35-py3-none-any.whl"],
+            id="versions-compare-normalized",
+        ),
+        pytest.param(
+            _files("weird_name.tar.gz", "botocore-latest.tar.gz", "botocore-1.35.0-py3-none-any.whl"),
+            ["weird_name.tar.gz", "botocore-latest.tar.gz", "botocore-1.35.0-py3-none-any.whl"],
+            id="an-unreadable-name-stays",
+        ),
+    ],
+)
+def test_an_sdist_is_left_out_only_when_a_wheel_pip_ranks_above_it_is_there(
+    files: list[dict[str, object]], kept: list[str]
+) -> None:
+    project = "python-dateutil" if "dateutil" in files[0]["filename"] else "botocore"  # type: ignore[operator]
+    assert [f["filename"] for f in without_shadowed_sdists(files, project)] == kept

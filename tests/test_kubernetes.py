@@ -257,3 +257,29 @@ def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
     for obj in objects:
         if not obj["apiVersion"].startswith("keda.sh/"):
             kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
+
+
+def test_the_api_as_the_client_user_renders(tmp_path: Path) -> None:
+    """docs/kubernetes.md's patch that gives the API the client user of docs/security.md (its
+    three URLs from the Secret's ``TANDEM_CLIENT_*`` keys), on ``redis-broker``: the workers keep
+    theirs, and the API's readiness probe is still ``tandem health``."""
+    guide = (ROOT / "docs" / "kubernetes.md").read_text()
+    [patch] = [b for b in re.findall(r"```yaml\n(.*?)```", guide, re.S) if "the API as the client user" in b]
+    overlay = os.path.relpath(KUSTOMIZE / "overlays" / "redis-broker", tmp_path)
+    head = f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {overlay}\n"
+    (tmp_path / "kustomization.yaml").write_text(head + patch)
+    objects = _render(tmp_path)
+    urls = ("TANDEM_BROKER_URL", "TANDEM_RESULT_BACKEND", "TANDEM_REDIS_URL")
+    for name, deployment in _of(objects, "Deployment").items():
+        refs = {
+            var["name"]: var["valueFrom"]["secretKeyRef"]
+            for var in _container(deployment)["env"]
+            if "secretKeyRef" in var.get("valueFrom", {})
+        }
+        client = name == "tandem-api"
+        for url in urls:
+            assert refs[url] == {"name": SECRET, "key": f"TANDEM_CLIENT_{url[7:]}" if client else url}, name
+        kubernetes_validate.validate(deployment, VERSIONS[-1], strict=True)
+    api = _container(_of(objects, "Deployment")["tandem-api"])
+    assert api["readinessProbe"]["exec"]["command"][:2] == ["tandem", "health"]
+    assert "TANDEM_API_TOKENS" in {var["name"] for var in api["env"]}  # the rest of its env is kept

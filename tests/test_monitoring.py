@@ -33,6 +33,7 @@ def _exported() -> set[str]:
     families += list(metrics.FleetCollector(list).collect())
     families += list(metrics.QueueDepthCollector(dict).describe())
     families += list(metrics.JobCensusCollector(Census).describe())
+    families += list(metrics.TenantCollector(list).describe())
     names: set[str] = set()
     for fam in families:
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}.get(fam.type, ("",))

@@ -1,7 +1,7 @@
 """Tools, actions, tool groups and the toolkit graph that recommends tools per step.
 
 Names load on first use, so a module that needs one piece (``redaction``, ``errors``) does not
-import the graph (networkx), YAML loading or MCP: the client side imports it without them.
+import the graph, YAML loading or MCP: the client side imports it without them.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ _EXPORTS: dict[str, str] = {
     "ToolkitError": "tandem.toolkit.errors",
     "ToolkitService": "tandem.toolkit.service",
     "UnknownVertexError": "tandem.toolkit.errors",
+    "ChildOutcome": "tandem.toolkit.children",
+    "ChildSpec": "tandem.toolkit.children",
+    "SpawnError": "tandem.toolkit.errors",
     "describe_actions": "tandem.toolkit.describe",
     "describe_tools": "tandem.toolkit.describe",
     "injection_mapping": "tandem.toolkit.context",
@@ -48,6 +51,8 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Action",
+    "ChildOutcome",
+    "ChildSpec",
     "InjectionMapping",
     "McpCallError",
     "McpToolError",
@@ -55,6 +60,7 @@ __all__ = [
     "NoAnswer",
     "Question",
     "QuestionError",
+    "SpawnError",
     "StaticToolGroup",
     "Tool",
     "ToolArgumentsError",
@@ -75,6 +81,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from tandem.toolkit.action import Action
+    from tandem.toolkit.children import ChildOutcome, ChildSpec
     from tandem.toolkit.context import InjectionMapping, Question, ToolCallContext, injection_mapping
     from tandem.toolkit.describe import describe_actions, describe_tools
     from tandem.toolkit.errors import (
@@ -82,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
         McpToolError,
         NoAnswer,
         QuestionError,
+        SpawnError,
         ToolArgumentsError,
         ToolDefinitionError,
         ToolkitError,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, PrivateAttr, computed_field
 
-from tandem.toolkit.errors import QuestionError
+from tandem.toolkit.errors import QuestionError, SpawnError
+
+if TYPE_CHECKING:
+    from tandem.toolkit.artifacts import ArtifactStore
+    from tandem.toolkit.children import ChildOutcome, Spawner
 
 MAX_QUESTION_CHARS = 4000
 """The longest question a tool or the model may ask a person (characters)."""
@@ -74,6 +78,11 @@ class ToolCallContext(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     _asker: Asker | None = PrivateAttr(default=None)
     _asked: int = PrivateAttr(default=0)
+    _spawner: Any = PrivateAttr(default=None)
+    _spawned: int = PrivateAttr(default=0)
+    _artifacts: Any = PrivateAttr(default=None)
+    _artifact_limit: int | None = PrivateAttr(default=None)
+    _page_chars: int = PrivateAttr(default=8000)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -85,6 +94,37 @@ class ToolCallContext(BaseModel):
         """This context, answering ``ask`` through ``asker`` (the driver sets it; tools never do)."""
         self._asker = asker
         return self
+
+    def bind_spawner(self, spawner: Spawner | None) -> ToolCallContext:
+        """This context, starting child jobs through ``spawner`` (the driver sets it; tools never do)."""
+        self._spawner = spawner
+        return self
+
+    def bind_artifacts(
+        self, store: ArtifactStore | None, *, limit: int | None = None, page_chars: int = 8000
+    ) -> ToolCallContext:
+        """This context, keeping large outputs in ``store`` (the job's artifacts) within the job's
+        memory limit ``limit`` in bytes, and reading them ``page_chars`` characters at a time at
+        most (``TANDEM_MAX_OUTPUT_CHARS``). The driver sets it; tools never do."""
+        self._artifacts = store
+        self._artifact_limit = limit
+        self._page_chars = page_chars
+        return self
+
+    @property
+    def artifacts(self) -> ArtifactStore | None:
+        """The job's artifacts (``tandem.toolkit.artifacts``), or ``None`` when this run keeps none."""
+        return self._artifacts
+
+    @property
+    def artifact_limit(self) -> int | None:
+        """The job's memory limit in bytes that its artifacts count against (``None``: none)."""
+        return self._artifact_limit
+
+    @property
+    def page_chars(self) -> int:
+        """The most characters of an artifact one ``read_artifact`` call returns."""
+        return self._page_chars
 
     def ask(self, question: str, schema: dict[str, Any] | None = None) -> Any:
         """Ask a person ``question`` and return the answer, a JSON value that fits ``schema``
@@ -110,6 +150,34 @@ class ToolCallContext(BaseModel):
             text=question, answer_schema=schema, round=self.round, call_index=self.call_index, seq=self._asked
         )
         return self._asker(asked)
+
+    def spawn(self, specs: Any, wait: Any = "all") -> list[ChildOutcome]:
+        """Start one child job per spec (a ``ChildSpec``, a dict with at least ``goal``, or a goal
+        string) and wait until ``wait`` holds: ``"all"`` children ended, ``"any"`` did, or ``n``
+        did; return one ``ChildOutcome`` (job id, status, deliverable, error) per child, in order.
+        A child's failure is its outcome, not this call's.
+
+        On workers the job parks (state ``waiting_for_children``, no worker held) until then; the
+        call then **runs again from the start** and this ``spawn`` returns at once: the children's
+        ids derive from (job, round, call, spawn, index), so the second run starts none again.
+        Children inherit the job's owner, share its deadline and budget, and carry ``parent_id``
+        (docs/children.md).
+
+        Raises ``SpawnError`` when children cannot run here (in process), a spec is malformed,
+        or a limit is reached (``TANDEM_CHILD_MAX_DEPTH``, ``TANDEM_CHILD_MAX_FANOUT``).
+        """
+        from tandem.toolkit.children import check_specs, check_wait
+
+        checked = check_specs(specs)
+        how = check_wait(wait, len(checked))
+        if self._spawner is None:
+            raise SpawnError(
+                "child jobs cannot be started here: they run on workers only (submit the job with "
+                "tandem.submit, or run it with the embedded runtime)"
+            )
+        self._spawned += 1
+        outcomes: list[ChildOutcome] = self._spawner(checked, how, self._spawned)
+        return outcomes
 
 
 class InjectionMapping:

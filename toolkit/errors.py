@@ -9,9 +9,13 @@ The tree::
     ├── ToolArgumentsError        arguments a model sent do not fit a tool's schema
     ├── McpCallError              an MCP tool call failed at run time: server unreachable, protocol error
     │   └── McpToolError          the server ran the tool and reported ``isError``; the message is its text
-    └── QuestionError             ``ToolCallContext.ask`` got no answer: no person can be asked here, the
-        │                         question or its schema is malformed, the answer does not fit
-        └── NoAnswer              no person answered within the job's ``answer_timeout_s``
+    ├── QuestionError             ``ToolCallContext.ask`` got no answer: no person can be asked here, the
+    │   │                         question or its schema is malformed, the answer does not fit
+    │   └── NoAnswer              no person answered within the job's ``answer_timeout_s``
+    ├── SpawnError                ``ToolCallContext.spawn`` started nothing: no child jobs here, a bad
+    │                             spec, or a limit (depth, fan-out) named with its setting
+    └── ArtifactError             ``read_artifact`` cannot read what was asked: an unknown handle, an
+                                  offset past the end, a run that keeps no artifacts
 
 Definition mistakes are the developer's to fix and surface at load or registration time.
 Argument and MCP call failures happen inside a tool call: the tool runner turns them into FAILED
@@ -72,6 +76,11 @@ class QuestionError(ToolkitError):
     for the model, says why. A tool may catch it and go on without the answer."""
 
 
+class SpawnError(ToolkitError):
+    """``ToolCallContext.spawn`` started no child job; the message, written for the tool and the
+    model, says why (children cannot run here, a spec is malformed, or a limit and its setting)."""
+
+
 class NoAnswer(QuestionError):
     """No person answered the question within its timeout (``timeout_s`` seconds)."""
 
@@ -81,6 +90,11 @@ class NoAnswer(QuestionError):
             "go on without the answer, or say what you need in the deliverable"
         )
         self.timeout_s = timeout_s
+
+
+class ArtifactError(ToolkitError):
+    """An artifact cannot be read as asked (the built-in ``read_artifact`` tool); the
+    message, written for the model, says what was wrong and what to ask instead."""
 
 
 def describe_known(kind: str, wanted: str, known: list[str]) -> str:

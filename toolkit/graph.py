@@ -1,4 +1,4 @@
-"""``Toolkit``: the directed graph of actions, tools and tool groups, on networkx.
+"""``Toolkit``: the directed graph of actions, tools and tool groups (``toolkit/digraph.py``).
 
 Vertices carry ``{"data": Action | Tool | ToolGroup}``; the vertex id is the object's ``id``
 (an action's id, a tool's or a group's name), so ids are shared across the three kinds.
@@ -19,15 +19,17 @@ reads are safe, concurrent writes are not.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal
 
 from tandem.toolkit.action import Action
+from tandem.toolkit.digraph import DiGraph, ReadOnlyAdjacency
 from tandem.toolkit.errors import ToolDefinitionError, UnknownVertexError
 from tandem.toolkit.group import ToolGroup
 from tandem.toolkit.policy import ToolPolicy
 from tandem.toolkit.tool import Tool
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 VertexData = Action | Tool | ToolGroup
 """What a vertex holds."""
@@ -68,7 +70,7 @@ class Toolkit:
     """Actions, tools and tool groups with scored edges between them (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._graph: nx.DiGraph = nx.DiGraph()
+        self._graph = DiGraph()
         self.policy: ToolPolicy | None = None
         """The toolkit's own tool policy (the YAML ``policy:`` section), if it declares one."""
 
@@ -180,11 +182,11 @@ class Toolkit:
 
     def edges(self) -> list[tuple[str, str]]:
         """Every edge as ``(u, v)``."""
-        return list(self._graph.edges)
+        return [(u, v) for u, v, _ in self._graph.edges()]
 
     def edges_data(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Every edge as ``(u, v, {"kind": ..., "score": ...})`` (copies of the dicts)."""
-        return [(u, v, dict(d)) for u, v, d in self._graph.edges(data=True)]
+        return [(u, v, dict(d)) for u, v, d in self._graph.edges()]
 
     def edge_kind(self, u: str, v: str) -> EdgeKind | None:
         """``"next"``, ``"call"`` or ``"has"`` for the edge ``u -> v``; ``None`` if there is none."""
@@ -244,7 +246,7 @@ class Toolkit:
         """
         for vid, attrs in other._graph.nodes.items():
             self.add_vertex(vid, **attrs)
-        for u, v, data in other._graph.edges(data=True):
+        for u, v, data in other._graph.edges():
             self._graph.add_edge(u, v, **data)
 
     def subgraph(self, ids: Iterable[str]) -> Toolkit:
@@ -280,12 +282,17 @@ class Toolkit:
     @property
     def adjacency(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
         """Read-only ``{u: {v: {"kind", "score"}}}`` for fast traversals."""
-        return self._graph.succ
+        return ReadOnlyAdjacency(self._graph.succ)
 
     @property
     def nx_graph(self) -> nx.DiGraph:
-        """A read-only networkx view of the graph (for drawing and analysis)."""
-        return self._graph.copy(as_view=True)
+        """A read-only networkx copy of the graph (for drawing and analysis; imports networkx)."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(self._graph.nodes.items())
+        g.add_edges_from(self._graph.edges())
+        return nx.freeze(g)
 
     def __contains__(self, id: object) -> bool:
         return id in self._graph

@@ -16,7 +16,9 @@ patch_if_asked(sys.argv[1:])  # before the imports below load sockets and select
 from tandem.broker_config.errors import SettingsError  # noqa: E402
 from tandem.reasoner.errors import ReasonerError  # noqa: E402
 from tandem.workers import conversation_commands, exit_codes, extras, job_commands, reach  # noqa: E402
+from tandem.workers.celery_run import patch_for_gevent, run_celery  # noqa: E402
 from tandem.workers.errors import WorkerError  # noqa: E402
+from tandem.workers.tenants import tenants_command  # noqa: E402
 
 ROLES = ("thinker", "actor", "tools", "all")
 
@@ -89,6 +91,16 @@ def _parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("hosts", help="show each model host's in-flight calls, budgets and back-off")
     h.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sub.add_parser("tenants", help="tenant caps, jobs, quotas").add_argument("--json", action="store_true")
+    vc = sub.add_parser(
+        "version-check",
+        help="count the live jobs by format version; exit 1 if this release does not read them all",
+        description="Counts every live job by the versions of its spec and memory formats and says "
+        "which this release reads. Exit 0 when it reads them all; 1 (with a line saying what to do) "
+        "when some are newer or older: run it with the release you are about to roll out or back "
+        "to (docs/upgrades.md).",
+    )
+    vc.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     c = sub.add_parser("cancel", help="cancel a job")
     c.add_argument("job_id")
@@ -243,23 +255,10 @@ def _spec(args: argparse.Namespace, goal: str) -> dict[str, object]:
     return spec
 
 
-def patch_for_gevent() -> None:
-    """Make the standard library cooperative (sockets, threads, locks, ``time.sleep``) before the
-    worker imports Celery, Redis, httpx or LiteLLM, as ``celery worker -P gevent`` does: without it
-    a blocking call would stop every greenlet of the process."""
-    try:
-        from gevent import monkey
-    except ImportError:
-        raise WorkerError(
-            "--pool gevent needs the gevent package: pip install 'tandem-llm[gevent]' (or use --pool threads)"
-        ) from None
-    if not monkey.is_module_patched("socket"):  # the command's start did it (green.py)
-        monkey.patch_all()
-
-
 def _worker(args: argparse.Namespace) -> int:
     if args.pool == "gevent":
         patch_for_gevent()
+    from tandem.broker_config.intake_lanes import IntakeLanes
     from tandem.tasks.app import app, settings
     from tandem.tasks.worker_signals import check_start
 
@@ -269,8 +268,8 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
 
     queues = ["thinker", "actor", "tools"] if args.role == "all" else [args.role]
-    if not args.no_intake:
-        queues.append(settings.intake_queue)
+    if not args.no_intake:  # the intake queue and its lanes (TANDEM_INTAKE_LANES)
+        queues.extend(IntakeLanes.of(settings).queues)
     from tandem.workers.queue_check import refusal
 
     refused = refusal(app, settings, queues)  # a queue RabbitMQ made otherwise: one line, not a loop
@@ -301,22 +300,6 @@ def _worker(args: argparse.Namespace) -> int:
 
         worker_signals.announce_ready_in(args.ready_file)
     return run_celery(app, argv)
-
-
-def run_celery(app: Any, argv: list[str]) -> int:
-    """Run the ``celery`` command line for ``app`` and return its exit code (a worker that stops
-    on an error exits non-zero, and so does ``tandem worker``)."""
-    from celery.bin.celery import celery as celery_command
-    from click.exceptions import Exit
-
-    celery_command.params[0].default = app
-    try:
-        code = celery_command.main(args=argv, standalone_mode=False)
-    except Exit as exc:
-        code = exc.exit_code
-    finally:
-        celery_command.params[0].default = None
-    return code if isinstance(code, int) else 0
 
 
 def _embedded_run(spec: dict[str, object], args: argparse.Namespace) -> int:
@@ -411,6 +394,8 @@ REACHES: dict[str, str] = {
     "watch": "redis",
     "cancel": "redis",
     "hosts": "redis",
+    "tenants": "redis",
+    "version-check": "redis",
 }
 """What each command asks before it starts (``reach.preflight``): Redis and the broker, or Redis
 only (with the result backend when it is a Redis of its own). ``worker``, ``api`` and ``flower``
@@ -462,10 +447,20 @@ def _run(args: argparse.Namespace) -> int:
         from tandem.tasks.runtime import get_runtime
         from tandem.workers.hosts import format_hosts, host_snapshots, hosts_json
 
-        rt = get_runtime()
-        snaps = host_snapshots(rt.redis, rt.settings)
+        snaps = host_snapshots(get_runtime().redis, get_runtime().settings)
         print(hosts_json(snaps) if args.json else format_hosts(snaps))
         return exit_codes.OK
+    if args.command == "tenants":
+        return tenants_command(args.json)
+    if args.command == "version-check":
+        from tandem.tasks.runtime import get_runtime
+        from tandem.tasks.state.versions import versions_in_flight
+        from tandem.workers.version_check import advice, format_versions, versions_json
+
+        rt = get_runtime()
+        found = versions_in_flight(rt.redis, rt.settings.prefix)
+        print(versions_json(found) if args.json else format_versions(found))
+        return exit_codes.JOB_FAILED if advice(found) else exit_codes.OK
     if args.command == "cancel":
         from tandem.tasks import job
 
@@ -499,17 +494,28 @@ def _say(exc: BaseException, line: str, code: int, debug: bool) -> int:
     return code
 
 
-def _unreachable_line(exc: BaseException) -> str:
-    """The line for a connection error the command gave up on (``reach.describe``)."""
+def _settings() -> Any:
+    """The command's settings (read again if the runtime cannot be had)."""
     from tandem.broker_config.settings import Settings
 
     try:
         from tandem.tasks.runtime import get_runtime
 
-        settings = get_runtime().settings
+        return get_runtime().settings
     except Exception:  # the settings were read before anything connected; read them again
-        settings = Settings.from_env()
-    return reach.describe(settings, exc)
+        return Settings.from_env()
+
+
+def _unreachable_line(exc: BaseException) -> str:
+    """The line for a connection error the command gave up on (``reach.describe``)."""
+    return reach.describe(_settings(), exc)
+
+
+def _refused_line(exc: BaseException, command: str) -> str:
+    """The line for Redis's ``NOPERM`` while the command ran (``acl_refusals.command_line``)."""
+    from tandem.broker_config.acl_refusals import command_line
+
+    return command_line(_settings(), exc, command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -530,8 +536,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         process_metrics.prepare(args.pool)
     from kombu.exceptions import OperationalError
     from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import NoPermissionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
+    from tandem.broker_config.acl_refusals import refused_error
     from tandem.tasks.errors import JobError, JobLostError, JobTimeout, RedisUnavailable
     from tandem.toolkit.errors import ToolkitError
 
@@ -544,7 +552,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RedisUnavailable as exc:  # Redis went away while the command ran, for its whole window
         line = f"{_unreachable_line(exc)} (the job may still be running: `tandem status` tells, then)"
         return _say(exc, line, exit_codes.UNREACHABLE, debug)
-    except (RedisConnectionError, RedisTimeoutError, OperationalError) as exc:
+    except (RedisConnectionError, RedisTimeoutError, OperationalError, NoPermissionError) as exc:
+        denied = refused_error(exc)  # Redis answered, but not to this user: a setting, not an outage
+        if denied is not None:
+            return _say(exc, _refused_line(denied, args.command), exit_codes.USAGE, debug)
         return _say(exc, _unreachable_line(exc), exit_codes.UNREACHABLE, debug)
     except JobTimeout as exc:  # the job did not complete in the time given, and goes on
         line = f"{exc}: it goes on (`tandem watch JOB_ID` follows it, `tandem cancel JOB_ID` stops it)"

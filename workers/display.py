@@ -20,6 +20,7 @@ from tandem.tasks.job_events import (
     Final,
     JobEvent,
     JobStarted,
+    MemoryCompacted,
     MessageReceived,
     ModelDelta,
     ModelReply,
@@ -104,6 +105,15 @@ def render_event(event: JobEvent | Mapping[str, Any], *, streamed: bool = False)
         return f"  ✓ answered ({typed.by}): {said}"
     if isinstance(typed, MessageReceived):
         return f"  ✉ message from the person (read in round {typed.round + 1}): {_short(typed.text, 300)}"
+    if isinstance(typed, MemoryCompacted):
+        first, last = [*typed.rounds, 0, 0][:2]
+        rounds = f"round {first + 1}" if first == last else f"rounds {first + 1}–{last + 1}"
+        how = "summarized" if typed.how == "summarized" else "left out"
+        return (
+            f"  ⇣ memory compacted: {rounds}, {typed.tokens_before:,} → {typed.tokens_after:,} tokens "
+            f"({how} for the {typed.role}'s request of round {typed.round + 1}; "
+            "the originals are kept)"
+        )
     if isinstance(typed, Final):
         return _final(typed)
     return ""

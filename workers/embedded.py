@@ -141,33 +141,43 @@ class WorkerGroup:
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tandem-workers-"))
         self.loglevel = loglevel
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.cwd: Path | None = None
+        """The workers' working directory (this process's unless set)."""
 
     def start(self) -> WorkerGroup:
         """Start the workers (they become ready in the background; see ``wait_ready``)."""
         for role in self.roles:
             self.ready_file(role).unlink(missing_ok=True)  # a restarted group's old one
             log = open(self.log_dir / f"{role}.log", "ab")  # noqa: SIM115 - the child owns it
-            cmd = [
-                sys.executable,
-                "-m",
-                "tandem.workers.cli",
-                "worker",
-                role,
-                "--concurrency",
-                str(self.concurrency.get(role, 4)),
-                "--loglevel",
-                self.loglevel,
-                "--hostname",
-                f"{role}-{self.name}@%h",
-                "--ready-file",
-                str(self.ready_file(role)),
-                *(["--pool", self.pool[role]] if role in self.pool else []),
-            ]
             self.processes[role] = subprocess.Popen(
-                cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                self.command(role),
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
             )
             log.close()
         return self
+
+    def command(self, role: str) -> list[str]:
+        """The command line of the ``role`` worker."""
+        return [
+            sys.executable,
+            "-m",
+            "tandem.workers.cli",
+            "worker",
+            role,
+            "--concurrency",
+            str(self.concurrency.get(role, 4)),
+            "--loglevel",
+            self.loglevel,
+            "--hostname",
+            f"{role}-{self.name}@%h",
+            "--ready-file",
+            str(self.ready_file(role)),
+            *(["--pool", self.pool[role]] if role in self.pool else []),
+        ]
 
     def ready_file(self, role: str) -> Path:
         """Where the ``role`` worker says it is ready (``tandem worker --ready-file``): its pid and

@@ -3,8 +3,11 @@ apart (the table is in docs/distributed.md, "Exit statuses").
 
 ====  ==========================================================================================
 0     done: the job completed (``run``, ``watch``, ``resume``, ``fork``), or the command did its work
-1     the job did not complete: it failed, was lost, or had not ended when ``--timeout`` ran out
-2     a usage error: bad arguments, a bad setting, a refused spec or decision, an unknown job id
+1     the job did not complete: it failed, was lost, or had not ended when ``--timeout`` ran out;
+      ``version-check``: some live job is of formats this release does not read
+2     a usage error: bad arguments, a bad setting, a refused spec or decision, an unknown job id;
+      Redis refused the URL's user (``NOPERM``: its ACL lacks what the command needs, or a wrong
+      password: one line names the user and the ACL line that grants it)
 3     cannot connect: Redis, the broker or the result backend does not answer (one line says which);
       ``approve``: no worker applied the decision in time (it was withdrawn: it never applies)
 4     the job was cancelled

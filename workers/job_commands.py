@@ -21,6 +21,22 @@ def follow(spec: dict[str, object], args: argparse.Namespace) -> int:
     return show_to_end(handle, "0", args)
 
 
+def intake_of(handle: Any, settings: Any) -> str:
+    """The intake queue (or lane, ``TANDEM_INTAKE_LANES``) the job of ``handle`` was sent to: its
+    tenant's, read from its record when the handle does not know it."""
+    from tandem.broker_config.intake_lanes import IntakeLanes
+
+    lanes = IntakeLanes.of(settings)
+    owner = handle.owner
+    if lanes.count and owner is None:
+        try:
+            found = handle._store.status(handle.id)
+        except Exception:  # Redis away: the hint reads nothing either
+            found = None
+        owner = None if found is None else found.owner
+    return lanes.lane(owner)
+
+
 def show_to_end(handle: Any, after: str, args: argparse.Namespace) -> int:
     """Show the job's events live until it ends, then its exit status (``exit_codes.for_state``);
     on stderr, a hint when no worker consumes the queue it waits on (``queue_hint``)."""
@@ -30,7 +46,7 @@ def show_to_end(handle: Any, after: str, args: argparse.Namespace) -> int:
     from tandem.workers.queue_hint import for_handle
 
     deadline = time.monotonic() + args.timeout
-    with for_handle(handle, app, settings.intake_queue):
+    with for_handle(handle, app, intake_of(handle, settings)):
         final = show_events(handle.events(after=after, timeout=args.timeout), tokens=not args.no_tokens)
         # --timeout bounds the whole wait: the events' wait and then the result's
         try:
@@ -78,7 +94,7 @@ def watch(args: argparse.Namespace) -> int:
     from tandem.workers.queue_hint import for_handle
 
     handle = job(args.job_id)
-    with for_handle(handle, app, settings.intake_queue):
+    with for_handle(handle, app, intake_of(handle, settings)):
         final = show_events(
             handle.events(after="$" if args.from_now else "0", timeout=args.timeout),
             tokens=not args.no_tokens,

@@ -10,7 +10,9 @@ as soon as a worker starts.
 
 A busy worker still counts as consuming its queue, so a step waiting behind a backlog gives no
 hint. Whatever goes wrong while watching (Redis or the broker away) only skips a look: the hint
-never fails or delays the command.
+never fails or delays the command. A Redis user that may not broadcast to the workers (the client
+user of docs/security.md may not: a broadcast can also stop workers) is refused the question
+(``NOPERM``): the hint then stops asking, and says nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from tandem.broker_config.acl_refusals import refusal, refused_error
 from tandem.broker_config.celery_config import TASK_QUEUES
+from tandem.broker_config.intake_lanes import LANE_INFIX
 
 GRACE = 3.0
 """Seconds a job's step may stay where it is before its queue's consumers are asked."""
@@ -34,6 +38,8 @@ _STEP_TASKS = {
     "tools": "tandem.run_tool",
     "collect": "tandem.collect_tools",
     "finalize": "tandem.finalize",
+    "compact_thinker": "tandem.compact_thinker",
+    "compact_actor": "tandem.compact_actor",
 }
 
 
@@ -58,6 +64,8 @@ def hint(queue: str, intake_queue: str, job_id: str) -> str:
     """The line for ``queue``, which no worker consumes while job ``job_id`` waits on it."""
     if queue == intake_queue:
         start = "start a worker: `tandem worker all` (or any `tandem worker ROLE` without --no-intake)"
+        if LANE_INFIX in queue:  # an intake lane: the workers may run without lanes, or fewer
+            start += ", with the same TANDEM_INTAKE_LANES as this client"
     else:
         start = f"start one with `tandem worker {queue}` (or `tandem worker all`)"
     return f"tandem: no worker consumes queue {queue!r} yet (job {job_id} waits there): {start}"
@@ -121,7 +129,9 @@ class QueueHint:
             asked_at = now
             try:
                 consumed = self._consumers()
-            except Exception:  # the broker away: no hint this time
+            except Exception as exc:  # the broker away: no hint this time
+                if refusal(refused_error(exc)) == "permission":
+                    return  # this user may not broadcast: it never will
                 continue
             if queue not in consumed and not self._stop.is_set():
                 self.said.append(queue)

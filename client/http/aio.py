@@ -108,6 +108,10 @@ class AsyncClient:
         """``Client.events``, as an async iterator (``async for event in api.events(job)``)."""
         return self._iterate(self._flows.events(job_id_of(job), after))
 
+    async def artifact(self, job: JobRef, handle: str) -> str:
+        """``Client.artifact``, awaited."""
+        return await self._run(self._flows.artifact(job_id_of(job), handle))
+
     async def cancel(self, job: JobRef) -> JobState:
         """``Client.cancel``, awaited."""
         return await self._run(self._flows.cancel(job_id_of(job)))

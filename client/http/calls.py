@@ -120,6 +120,23 @@ def job_path(job_id: str, tail: str = "") -> str:
     return f"/v1/jobs/{quote(job_id, safe='')}{tail}"
 
 
+def artifact_path(job_id: str, handle: str) -> str:
+    """The path of a job's artifact (``GET /v1/jobs/{id}/artifacts/{handle}``; the handle quoted)."""
+    if not isinstance(handle, str) or not handle:
+        raise InvalidRequest(
+            f"handle must be a non-empty string (a tool_result event's artifact.handle), got {handle!r}",
+            code="invalid_handle",
+        )
+    return job_path(job_id, f"/artifacts/{quote(handle, safe='')}")
+
+
+def decode_text(response: httpx.Response) -> str:
+    """The body of a successful answer as text (UTF-8); the matching ``ClientError`` otherwise."""
+    if not response.is_success:
+        raise decode_error(response)
+    return response.content.decode("utf-8")
+
+
 def submit_call(spec: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> Call:
     """``POST /v1/jobs`` with ``spec`` and ``fields`` merged (``fields`` win)."""
     body = {**(spec or {}), **fields}

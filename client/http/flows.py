@@ -122,15 +122,15 @@ class Flows:
             return self.options.pool_exhausted(streams)
         return calls.unreachable(self.requests.base_url, outcome.error)
 
-    def call(self, call: Call) -> Flow[Any]:
-        """Send ``call``; the JSON of its answer, or its ``ClientError``. A read is asked again
-        through a blip (``retries``), a write never is."""
+    def call(self, call: Call, read: Callable[[httpx.Response], Any] = calls.decode) -> Flow[Any]:
+        """Send ``call``; its answer as ``read`` reads it (its JSON by default), or its
+        ``ClientError``. A read is asked again through a blip (``retries``), a write never is."""
         patience = Patience(self.options.retry_for if call.safe else 0.0, self.clock)
         request = self.requests.build(call)
         while True:
             outcome = yield Send(request)
             if isinstance(outcome, httpx.Response) and outcome.is_success:
-                return calls.decode(outcome)
+                return read(outcome)
             yield Pause(patience.wait(self._failure(outcome, streams=False)))
 
     # -- jobs --------------------------------------------------------------------------------
@@ -198,6 +198,11 @@ class Flows:
             if deadline is not None and self.clock() >= deadline:
                 return parser.last_id
             yield Pause(patience.wait(self._failure(opened, streams=True)))
+
+    def artifact(self, job_id: str, handle: str) -> Flow[str]:
+        """``GET /v1/jobs/{id}/artifacts/{handle}``: the artifact's whole text."""
+        call = Call("GET", calls.artifact_path(job_id, handle))
+        return str((yield from self.call(call, calls.decode_text)))
 
     def cancel(self, job_id: str) -> Flow[JobState]:
         """``POST /v1/jobs/{id}/cancel``; the job's state."""

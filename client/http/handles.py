@@ -48,6 +48,10 @@ class RemoteJob:
         """The job's typed events after ``after``, as they come, until ``final`` (``Client.events``)."""
         return self.client.events(self.id, after)
 
+    def artifact(self, handle: str) -> str:
+        """The whole text of the job's artifact ``handle`` (``Client.artifact``)."""
+        return self.client.artifact(self.id, handle)
+
     def cancel(self) -> JobState:
         """Ask the job to stop (``Client.cancel``)."""
         return self.client.cancel(self.id)
@@ -133,6 +137,10 @@ class AsyncRemoteJob:
     def events(self, after: str = "0") -> AsyncIterator[JobEvent]:
         """``RemoteJob.events``, as an async iterator."""
         return self.client.events(self.id, after)
+
+    async def artifact(self, handle: str) -> str:
+        """The whole text of the job's artifact ``handle`` (``AsyncClient.artifact``)."""
+        return await self.client.artifact(self.id, handle)
 
     async def cancel(self) -> JobState:
         """``RemoteJob.cancel``, awaited."""

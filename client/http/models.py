@@ -33,7 +33,8 @@ class JobState(BaseModel):
     pause_id: str | None = None
     """While ``awaiting_approval``: the id of the pause, which a decision or an answer names."""
     pause_kind: str | None = None
-    """While ``awaiting_approval``: ``approval`` (calls wait for a decision) or ``question``."""
+    """While ``awaiting_approval``: ``approval`` (calls wait for a decision) or ``question``; while
+    ``waiting_for_children``: ``children``."""
     question: dict[str, Any] | None = None
     """While waiting on a question: its ``text``, ``answer_schema``, ``call_index``, ``tool``, ``until``."""
 
@@ -54,6 +55,8 @@ class JobOutcome(BaseModel):
     rounds: int = 0
     error: str | None = None
     usage: dict[str, Any] = Field(default_factory=dict)
+    children: list[str] = Field(default_factory=list)
+    """The ids of the child jobs it started (docs/children.md)."""
 
 
 class Job(BaseModel):

@@ -121,6 +121,12 @@ class Client:
         A dropped stream is resumed after the last event given."""
         return self._iterate(self._flows.events(job_id_of(job), after))
 
+    def artifact(self, job: JobRef, handle: str) -> str:
+        """The whole text of the job's artifact ``handle`` (a tool output over
+        ``TANDEM_ARTIFACT_BYTES``; a ``tool_result`` event's ``artifact.handle``); ``NotFound`` for
+        an unknown handle, or a job this token may not see."""
+        return self._run(self._flows.artifact(job_id_of(job), handle))
+
     def cancel(self, job: JobRef) -> JobState:
         """Ask the job to stop; ``Conflict`` once it has ended."""
         return self._run(self._flows.cancel(job_id_of(job)))

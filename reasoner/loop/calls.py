@@ -59,15 +59,17 @@ def calls_of(message: ModelMessage) -> list[ParsedFunctionCall]:
 def tool_context(task: Task, round_no: int) -> ToolCallContext:
     """The context injected into the tools of ``round_no`` (in an in-process run, its ``ask``
     answered by the reasoner's ``ask`` callback: ``tandem.reasoner.questions``)."""
+    from tandem.reasoner.artifacts import bind_current
     from tandem.reasoner.questions import current_asker
 
-    return ToolCallContext(
+    ctx = ToolCallContext(
         job_id=task.job_id,
         round=round_no,
         role="actor",
         metadata=dict(task.metadata),
         secrets=dict(task.secrets),
     ).bind_asker(current_asker())
+    return bind_current(ctx)  # in process: the run's artifacts (``tandem.reasoner.artifacts``)
 
 
 def call_context(task: Task, round_no: int, index: int, attempt: int = 1) -> ToolCallContext:

@@ -4,8 +4,10 @@
 model reply, a round's tool results), takes the result back and asks the plan what follows, until
 ``finalize``. ``drive`` does the work blocking (``plan.run_model``, ``plan.run_tools``) and
 ``adrive`` awaited (``plan.arun_model``, ``plan.arun_tools``): the reasoners' ``run`` and
-``arun``. Stored steps are not asked for again, so a memory holding an earlier part of the same
-run resumes it. The Celery driver (``tandem.tasks``) runs the same plan one step per message.
+``arun``. Before a model step both summarize the role's older rounds when the plan says a
+compaction is due (``tandem.reasoner.loop.compacting``), as the workers' compaction step does.
+Stored steps are not asked for again, so a memory holding an earlier part of the same run resumes
+it. The Celery driver (``tandem.tasks``) runs the same plan one step per message.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
+from tandem.reasoner.loop.compacting import acompact, compact
 from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.step import MODEL_STEPS, FinalStatus, ModelRole, Step, StepInputs
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
@@ -89,7 +92,9 @@ def drive(
     while True:
         done: Done
         if work.reply is None:
-            done = plan.run_model(work.step, models[work.role], inputs)
+            model = models[work.role]
+            compact(plan, work.step, model, inputs.summarizers.get(work.role, model), inputs)
+            done = plan.run_model(work.step, model, inputs)
         else:
             done = plan.run_tools(runner, inputs, work.reply, work.step.round, approver)
         try:
@@ -112,7 +117,9 @@ async def adrive(
     while True:
         done: Done
         if work.reply is None:
-            done = await plan.arun_model(work.step, models[work.role], inputs)
+            model = models[work.role]
+            await acompact(plan, work.step, model, inputs.summarizers.get(work.role, model), inputs)
+            done = await plan.arun_model(work.step, model, inputs)
         else:
             done = await plan.arun_tools(runner, inputs, work.reply, work.step.round, approver)
         try:

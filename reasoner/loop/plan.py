@@ -19,6 +19,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from tandem.reasoner import tracing
+from tandem.reasoner.artifacts import kept_bytes, offer_reader
+from tandem.reasoner.context.budget import ContextBudget, budget_of
+from tandem.reasoner.context.compaction import Compaction
+from tandem.reasoner.context.counting import MESSAGE_SLACK, REQUEST_SLACK
+from tandem.reasoner.context.fitting import fit_history
+from tandem.reasoner.context.summary import Due, compaction_due, latest_summary
 from tandem.reasoner.errors import MemoryLimitError
 from tandem.reasoner.function_calling import ParsedFunctionCall
 from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks, streaming_listener
@@ -26,8 +33,14 @@ from tandem.reasoner.loop.calls import tool_results_text
 from tandem.reasoner.loop.step import ModelRole, Step, StepInputs
 from tandem.reasoner.loop.tool_round import arun_tool_round, run_tool_round
 from tandem.reasoner.memory import ReasonerMemory
-from tandem.reasoner.messages import FunctionCallResult, ModelMessage, total_usage
-from tandem.reasoner.models.model_service import DeltaListener, ModelRequest, ModelService, agenerate
+from tandem.reasoner.messages import FunctionCallResult, ModelMessage, calls_usage, total_usage
+from tandem.reasoner.models.model_service import (
+    ChatMessage,
+    DeltaListener,
+    ModelRequest,
+    ModelService,
+    agenerate,
+)
 from tandem.reasoner.task import OutcomeStatus, ReasonerOutcome, Task
 from tandem.reasoner.tool_runner import ToolRunner
 from tandem.toolkit.context import ToolCallContext
@@ -36,20 +49,39 @@ from tandem.toolkit.tool import Tool
 if TYPE_CHECKING:
     from tandem.reasoner.approval import Approver
 
-__all__ = ["LoopPlan", "check_memory_size"]
+__all__ = ["LoopPlan", "check_memory_size", "compacted"]
 
 
-def check_memory_size(task: Task, history: Sequence[ModelMessage]) -> None:
-    """``MemoryLimitError`` when ``history`` (as JSON) is over ``task.max_memory_bytes``."""
+def compacted(hooks: ReasonerHooks, compaction: Compaction) -> None:
+    """Report ``compaction``: ``hooks.memory_compacted`` and an event on the current trace span."""
+    hooks.memory_compacted(compaction)
+    tracing.event(
+        "tandem.memory_compacted",
+        {
+            "tandem.round": compaction.round,
+            "tandem.role": compaction.role,
+            "tandem.tokens_before": compaction.tokens_before,
+            "tandem.tokens_after": compaction.tokens_after,
+            "tandem.summary_of_rounds": "{}-{}".format(*compaction.summary_of_rounds),
+            "tandem.rounds_summarized": compaction.rounds_summarized,
+            "tandem.how": compaction.how,
+        },
+    )
+
+
+def check_memory_size(task: Task, history: Sequence[ModelMessage], kept: int = 0) -> None:
+    """``MemoryLimitError`` when ``history`` (as JSON) and ``kept`` bytes of artifacts
+    (``tandem.reasoner.artifacts``) are over ``task.max_memory_bytes``."""
     limit = task.max_memory_bytes
     if not limit:
         return
-    size = 0
+    size = kept
     for message in history:
         size += len(message.model_dump_json().encode("utf-8", "surrogatepass"))
         if size > limit:
             raise MemoryLimitError(
-                f"the job's memory is over {limit} bytes (limit Task.max_memory_bytes, "
+                f"the job's memory (its conversation and its artifacts) is over {limit} bytes (limit "
+                "Task.max_memory_bytes, "
                 "TANDEM_MAX_MEMORY_BYTES on workers): the job stops here and its memory is kept; "
                 "split the work into smaller jobs or raise the limit"
             )
@@ -89,9 +121,88 @@ class LoopPlan(ABC):
     # -- model steps -------------------------------------------------------------------------
 
     @abstractmethod
-    def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
-        """What model step ``step`` sends: the plan's system prompt and its view of the memory.
-        ``MemoryLimitError`` when the memory is over ``task.max_memory_bytes``."""
+    def system_prompt(self, step: Step, inputs: StepInputs) -> str:
+        """The system prompt of model step ``step``."""
+
+    @abstractmethod
+    def chat(self, step: Step, task: Task, history: Sequence[ModelMessage]) -> list[ChatMessage]:
+        """The conversation model step ``step`` reads, built from ``history``; its first message
+        is the task."""
+
+    def native_tools(self, inputs: StepInputs) -> list[Tool] | None:
+        """The tools a request offers as schemas (native tool calling); ``None``: the prompt
+        describes them."""
+        return None
+
+    def check_ready(self, step: Step, inputs: StepInputs) -> None:
+        """Raise when model step ``step`` cannot be asked yet (nothing to check here)."""
+        return None
+
+    def request(self, step: Step, inputs: StepInputs, budget: ContextBudget | None = None) -> ModelRequest:
+        """What model step ``step`` sends: the plan's system prompt and its view of the memory,
+        fitted to ``budget`` (``tandem.reasoner.context.fitting``: the role's latest summary in
+        place of the rounds it stands for, then the oldest rounds left out of the view, a marker in
+        their place, ``hooks.memory_compacted`` when the cut moves; ``ContextLimitError`` when what
+        is always kept does not fit). ``MemoryLimitError`` when the memory is over
+        ``task.max_memory_bytes``."""
+        self.check_ready(step, inputs)
+        history = self.history(inputs)
+        sys_prompt = self.system_prompt(step, inputs)
+        tools = self.native_tools(inputs)
+        if budget is None:  # no budget, no compaction: the originals, every one
+            plain = [m for m in history if m.role != "summary"]
+            return ModelRequest(sys_prompt, self.chat(step, inputs.task, plain), tools)
+        fitted = fit_history(
+            history,
+            round_no=step.round,
+            kind=step.role,
+            fixed=self._fixed(inputs, budget, sys_prompt, tools),
+            budget=budget,
+            cache=inputs.tokens,
+            compactor=inputs.compactor,
+            summary=latest_summary(history, step.role),
+        )
+        chat = self.chat(step, inputs.task, fitted.history)
+        if fitted.stand_in is not None and fitted.stand_in.text:
+            chat[0] = {**chat[0], "content": f"{chat[0]['content']}\n\n{fitted.stand_in.text}"}
+        if fitted.compaction is not None:
+            compacted(inputs.hooks, fitted.compaction)
+        return ModelRequest(sys_prompt, chat, tools)
+
+    def _fixed(
+        self, inputs: StepInputs, budget: ContextBudget, sys_prompt: str, tools: Sequence[Tool] | None
+    ) -> int:
+        """The tokens of a request's parts that are not stored messages: the system prompt, the
+        task, the tools' schemas, the request's and the task message's slack."""
+        tokenizer, cache, task = budget.tokenizer, inputs.tokens, inputs.task
+        return (
+            cache.text(tokenizer, sys_prompt)
+            + cache.task(tokenizer, task.goal, task.context)
+            + cache.tools(tokenizer, tools or ())
+            + REQUEST_SLACK
+            + 2 * MESSAGE_SLACK
+        )
+
+    def compaction_due(self, step: Step, inputs: StepInputs, budget: ContextBudget | None) -> Due | None:
+        """The compaction model step ``step`` needs before it asks its model
+        (``tandem.reasoner.context.summary.compaction_due``: its request past ``inputs.compact_at``
+        of ``budget``, and rounds left to summarize); ``None`` without a budget, with summaries
+        off, or once its reply is stored. Both drivers ask it before a model step."""
+        if budget is None or inputs.compact_at <= 0:
+            return None
+        if inputs.memory.get_message(step.round, step.role) is not None:
+            return None
+        self.check_ready(step, inputs)
+        history = self.history(inputs)
+        return compaction_due(
+            history,
+            round_no=step.round,
+            kind=step.role,
+            fixed=self._fixed(inputs, budget, self.system_prompt(step, inputs), self.native_tools(inputs)),
+            budget=budget,
+            cache=inputs.tokens,
+            at=inputs.compact_at,
+        )
 
     @abstractmethod
     def after_model(self, step: Step, reply: ModelMessage, task: Task) -> Step:
@@ -100,7 +211,7 @@ class LoopPlan(ABC):
     def history(self, inputs: StepInputs) -> list[ModelMessage]:
         """The stored messages a request is built from, checked against ``task.max_memory_bytes``."""
         history = inputs.memory.get_messages()
-        check_memory_size(inputs.task, history)
+        check_memory_size(inputs.task, history, kept_bytes(inputs.memory, history))
         return history
 
     def shape(self, step: Step, reply: ModelMessage, inputs: StepInputs) -> ModelMessage:
@@ -130,7 +241,8 @@ class LoopPlan(ABC):
         existing = inputs.memory.get_message(step.round, step.role)
         if existing is not None:
             return existing
-        request = self.request(step, inputs)
+        inputs = offer_reader(inputs)  # ``read_artifact`` once the memory holds an artifact
+        request = self.request(step, inputs, budget_of(model))
         listener = streaming_listener(inputs.hooks, step.round, step.role, on_delta)
         try:
             reply = model.generate(
@@ -152,7 +264,8 @@ class LoopPlan(ABC):
         existing = inputs.memory.get_message(step.round, step.role)
         if existing is not None:
             return existing
-        request = self.request(step, inputs)
+        inputs = offer_reader(inputs)  # ``read_artifact`` once the memory holds an artifact
+        request = self.request(step, inputs, budget_of(model))
         listener = streaming_listener(inputs.hooks, step.round, step.role, on_delta)
         try:
             reply = await agenerate(model, request, on_delta=listener)
@@ -201,6 +314,7 @@ class LoopPlan(ABC):
         """Run every call of ``reply`` in this process (``run_tool_round``: free calls at once,
         calls that need approval after ``approver`` decided), results in call order."""
         calls = self.calls_of(reply)
+        inputs = offer_reader(inputs)
         return run_tool_round(
             runner,
             inputs.tools,
@@ -223,6 +337,7 @@ class LoopPlan(ABC):
         """``run_tools`` for asyncio (``arun_tool_round``): the calls awaited together, async tools
         on the loop and plain ones in threads, the approver awaited when it is async."""
         calls = self.calls_of(reply)
+        inputs = offer_reader(inputs)
         return await arun_tool_round(
             runner,
             inputs.tools,
@@ -238,10 +353,15 @@ class LoopPlan(ABC):
         self, memory: ReasonerMemory, round_no: int, results: Sequence[FunctionCallResult]
     ) -> ModelMessage:
         """Store the round's tool results (in call order) as one ``tool`` message and return the
-        stored one; idempotent (the first stored wins)."""
+        stored one; idempotent (the first stored wins). Its usage is what the child jobs its calls
+        started spent (``FunctionCallResult.usage``)."""
         ordered = sorted(results, key=lambda r: r.index)
         message = ModelMessage(
-            role="tool", round=round_no, content=tool_results_text(ordered), function_results=ordered
+            role="tool",
+            round=round_no,
+            content=tool_results_text(ordered),
+            function_results=ordered,
+            usage=calls_usage(ordered),  # what the child jobs of its calls spent
         )
         memory.add_message(message)
         return memory.get_message(round_no, "tool") or message

@@ -48,7 +48,7 @@ from tandem.reasoner.loop.rounds import merge_turns
 from tandem.reasoner.loop.step import ModelRole, Step, StepInputs, finalize
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus, ModelMessage, NativeToolCall
-from tandem.reasoner.models.model_service import ChatMessage, ModelRequest
+from tandem.reasoner.models.model_service import ChatMessage
 from tandem.reasoner.prompts import person_note, task_text
 from tandem.reasoner.task import OutcomeStatus, Task
 from tandem.reasoner.tool_runner import ToolRunner
@@ -170,7 +170,7 @@ class ReActPlan(LoopPlan):
         guide in prompt mode (in native mode the tools travel as schemas)."""
         if self.function_calling == "native":
             return REACT_PROMPT
-        from tandem.toolkit.describe import describe_tools  # imports networkx: prompt mode only
+        from tandem.toolkit.describe import describe_tools  # prompt mode only
 
         listed = describe_tools(list(tools)) if tools else "(none: answer from your own knowledge)"
         return REACT_PROMPT_TOOLS.format(intro=REACT_PROMPT, guide=FUNCTION_CALLING_GUIDE, tools=listed)
@@ -203,10 +203,9 @@ class ReActPlan(LoopPlan):
                 chat.append({"role": "user", "content": results[r].content})
         return chat if self.function_calling == "native" else merge_turns(chat)
 
-    def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
-        """The prompt, the view and (native mode) the tools; ``ReasonerError`` when the previous
-        round asked for tools whose results are not stored (the model would see a call without
-        its result)."""
+    def check_ready(self, step: Step, inputs: StepInputs) -> None:
+        """``ReasonerError`` when the previous round asked for tools whose results are not stored
+        (the model would see a call without its result)."""
         memory, round_no = inputs.memory, step.round
         if round_no > 0:
             previous = memory.get_message(round_no - 1, "actor")
@@ -215,13 +214,18 @@ class ReActPlan(LoopPlan):
                 raise ReasonerError(
                     f"round {round_no} cannot start: the tool results of round {round_no - 1} are not stored"
                 )
-        history = self.history(inputs)
-        native = self.function_calling == "native" and inputs.tools
-        return ModelRequest(
-            self.prompt(inputs.tools),
-            self.view(inputs.task, history, round_no),
-            list(inputs.tools) if native else None,
-        )
+
+    def system_prompt(self, step: Step, inputs: StepInputs) -> str:
+        """``prompt`` of the offered tools."""
+        return self.prompt(inputs.tools)
+
+    def native_tools(self, inputs: StepInputs) -> list[Tool] | None:
+        """The offered tools in native mode (``None`` in prompt mode, or with none offered)."""
+        return list(inputs.tools) if self.function_calling == "native" and inputs.tools else None
+
+    def chat(self, step: Step, task: Task, history: Sequence[ModelMessage]) -> list[ChatMessage]:
+        """``view`` before the step's round."""
+        return self.view(task, history, step.round)
 
     def shape(self, step: Step, reply: ModelMessage, inputs: StepInputs) -> ModelMessage:
         """The reply with unique call ids; a reply whose calls do not fit the budget (``tools_fit``)

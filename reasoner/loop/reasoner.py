@@ -9,8 +9,11 @@ failure (the outcome says ``failed`` and keeps the messages so far). ``DualModel
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 
 from tandem.reasoner.approval import Approver
+from tandem.reasoner.artifacts import artifacts_of, keeping
+from tandem.reasoner.context.summary import COMPACT_AT
 from tandem.reasoner.errors import ConfigurationError, ReasonerError
 from tandem.reasoner.hooks import NO_HOOKS, ReasonerHooks
 from tandem.reasoner.loop.drive import adrive, drive
@@ -39,7 +42,9 @@ class Reasoner:
     built-in ``ask_person``): given a ``Question``, it returns the person's answer (sync or
     ``async``; see ``tandem.reasoner.questions``); without it a question fails, saying so.
     A ``memory`` passed to ``run`` that holds an earlier part of the same run resumes it: stored
-    steps are not run again.
+    steps are not run again. ``compact_at``: the share of a role's context budget past which its
+    older rounds are summarized (0: never; ``tandem.reasoner.context.summary``), by
+    ``summarizers[role]`` when given, else by the role's own model.
     """
 
     def __init__(
@@ -51,6 +56,8 @@ class Reasoner:
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
         ask: AskCallback | None = None,
+        compact_at: float = COMPACT_AT,
+        summarizers: Mapping[str, ModelService] | None = None,
     ) -> None:
         needed = {plan.model(plan.opening(0).role)[0], plan.model("actor")[0]}
         missing = sorted(needed - set(models))
@@ -65,12 +72,22 @@ class Reasoner:
         self.hooks = hooks or NO_HOOKS
         self.approve = approve
         self.ask = ask
+        if (
+            isinstance(compact_at, bool)
+            or not isinstance(compact_at, int | float)
+            or not 0 <= compact_at <= 1
+        ):
+            raise ConfigurationError(
+                f"compact_at must be a share of the budget from 0 (no summaries) to 1, got {compact_at!r}"
+            )
+        self.compact_at = float(compact_at)
+        self.summarizers = dict(summarizers or {})
 
     def run(self, task: Task, memory: ReasonerMemory | None = None) -> ReasonerOutcome:
         """Reason about ``task`` until the plan's end (an answer, the budget) or a failure."""
         inputs = self._inputs(task, memory)
         try:
-            with asking(self.ask, task.answer_timeout_s):
+            with asking(self.ask, task.answer_timeout_s), self._keeping(inputs):
                 status = drive(self.plan, self.models, inputs, self.runner, self.approve)
         except ReasonerError as exc:
             return self._finish(inputs, "failed", f"{type(exc).__name__}: {exc}")
@@ -81,7 +98,7 @@ class Reasoner:
         concurrently; the same steps, decisions, hooks and outcome."""
         inputs = self._inputs(task, memory)
         try:
-            with asking(self.ask, task.answer_timeout_s):
+            with asking(self.ask, task.answer_timeout_s), self._keeping(inputs):
                 status = await adrive(self.plan, self.models, inputs, self.runner, self.approve)
         except ReasonerError as exc:
             return self._finish(inputs, "failed", f"{type(exc).__name__}: {exc}")
@@ -110,10 +127,25 @@ class Reasoner:
         return delivered(message)
 
     def _inputs(self, task: Task, memory: ReasonerMemory | None) -> StepInputs:
-        return self.plan.inputs(task, memory if memory is not None else InMemoryReasonerMemory(), self.hooks)
+        inputs = self.plan.inputs(
+            task, memory if memory is not None else InMemoryReasonerMemory(), self.hooks
+        )
+        inputs.compact_at, inputs.summarizers = self.compact_at, self.summarizers
+        return inputs
+
+    def _keeping(self, inputs: StepInputs) -> AbstractContextManager[None]:
+        """Large tool outputs kept in the memory's artifacts (``tandem.reasoner.artifacts``),
+        within the task's memory limit, read a page of ``runner.max_output_chars`` at a time."""
+        page = self.runner.max_output_chars if self.runner.max_output_chars > 0 else 8000
+        return keeping(artifacts_of(inputs.memory), inputs.task.max_memory_bytes, page)
 
     def _finish(self, inputs: StepInputs, status: OutcomeStatus, error: str | None = None) -> ReasonerOutcome:
         outcome = self.plan.outcome(inputs.memory, status, error)
+        store = artifacts_of(inputs.memory)
+        if store is not None:
+            refs = [r.artifact for m in outcome.messages if m.role == "tool" for r in m.function_results]
+            kept = {ref.handle: store.get(ref.handle) for ref in refs if ref is not None}
+            outcome.artifacts = {handle: text for handle, text in kept.items() if text is not None}
         self.hooks.finished(outcome)
         return outcome
 
@@ -137,9 +169,20 @@ class DualModelReasoner(Reasoner):
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
         ask: AskCallback | None = None,
+        compact_at: float = COMPACT_AT,
+        summarizers: Mapping[str, ModelService] | None = None,
     ) -> None:
         models = {"thinker": thinker, "actor": actor}
-        super().__init__(DualPlan(), models, runner=runner, hooks=hooks, approve=approve, ask=ask)
+        super().__init__(
+            DualPlan(),
+            models,
+            runner=runner,
+            hooks=hooks,
+            approve=approve,
+            ask=ask,
+            compact_at=compact_at,
+            summarizers=summarizers,
+        )
 
 
 class MonoModelReasoner(Reasoner):
@@ -153,8 +196,19 @@ class MonoModelReasoner(Reasoner):
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
         ask: AskCallback | None = None,
+        compact_at: float = COMPACT_AT,
+        summarizers: Mapping[str, ModelService] | None = None,
     ) -> None:
-        super().__init__(MonoPlan(), {"actor": model}, runner=runner, hooks=hooks, approve=approve, ask=ask)
+        super().__init__(
+            MonoPlan(),
+            {"actor": model},
+            runner=runner,
+            hooks=hooks,
+            approve=approve,
+            ask=ask,
+            compact_at=compact_at,
+            summarizers=summarizers,
+        )
 
 
 class ReActReasoner(Reasoner):
@@ -178,6 +232,8 @@ class ReActReasoner(Reasoner):
         hooks: ReasonerHooks | None = None,
         approve: Approver | None = None,
         ask: AskCallback | None = None,
+        compact_at: float = COMPACT_AT,
+        summarizers: Mapping[str, ModelService] | None = None,
     ) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"max_steps must be a whole number of at least 1, got {max_steps!r}")
@@ -187,4 +243,13 @@ class ReActReasoner(Reasoner):
             )
         plan = ReActPlan(function_calling, budget=max_steps)
         runner = dropping(runner or ToolRunner())
-        super().__init__(plan, {"actor": model}, runner=runner, hooks=hooks, approve=approve, ask=ask)
+        super().__init__(
+            plan,
+            {"actor": model},
+            runner=runner,
+            hooks=hooks,
+            approve=approve,
+            ask=ask,
+            compact_at=compact_at,
+            summarizers=summarizers,
+        )

@@ -22,7 +22,7 @@ from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.loop.step import ModelRole, Step, StepInputs, finalize
 from tandem.reasoner.memory import ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
-from tandem.reasoner.models.model_service import ChatMessage, ModelRequest
+from tandem.reasoner.models.model_service import ChatMessage
 from tandem.reasoner.prompts import (
     actor_prompt,
     mono_prompt,
@@ -117,11 +117,13 @@ class RoundPlan(LoopPlan):
         """``task.max_rounds``."""
         return task.max_rounds
 
-    def request(self, step: Step, inputs: StepInputs) -> ModelRequest:
-        """The step's system prompt and its view of the memory (no native tools: the prompt
-        describes them)."""
-        history = self.history(inputs)
-        return ModelRequest(self.prompt(step, inputs), self.view(step, inputs.task, history))
+    def system_prompt(self, step: Step, inputs: StepInputs) -> str:
+        """The step's ``prompt`` (no native tools: it describes them)."""
+        return self.prompt(step, inputs)
+
+    def chat(self, step: Step, task: Task, history: Sequence[ModelMessage]) -> list[ChatMessage]:
+        """The step's ``view``."""
+        return self.view(step, task, history)
 
     def after_model(self, step: Step, reply: ModelMessage, task: Task) -> Step:
         """The Thinker hands over to the Actor. After the Actor: a deliverable ends the run, the

@@ -258,6 +258,9 @@ def translate(
     no_key = not api_key and _NO_KEY.search(said) is not None
     if no_key:  # LiteLLM found no key for the provider: no retry (or wait) brings one
         transient = False
+    url_auth = _URL_AUTH.search(said) is not None
+    if url_auth:  # the URL's credentials beside LiteLLM's own Authorization header: every try alike
+        transient = False
     what = {
         "timeout": "timed out",
         "connection": "connection failed",
@@ -276,6 +279,13 @@ def translate(
         todo = (
             f"no API key was given: set {setting}_API_KEY (api_key=); for a host that checks "
             "none, any value will do"
+        )
+    if url_auth:
+        setting = f"TANDEM_{role.upper()}" if role else "TANDEM_<ROLE>"
+        todo = (
+            f"{setting}_API_BASE (api_base=) holds a user and password, which LiteLLM cannot send "
+            "beside its own Authorization header: such a host is reached by a worker's direct calls "
+            "(a hosted_vllm/<name> model, no API key), see docs/model-hosts.md"
         )
     message = f"{message}. {todo[0].upper()}{todo[1:]}."
     if api_key and len(api_key) >= 4:
@@ -315,6 +325,10 @@ _REFUSAL_ADVICE = {
     ),
 }
 """What to do about each kind of refusal (``tandem.reasoner.models.refusals``)."""
+
+_URL_AUTH = re.compile(r"Cannot combine AUTHORIZATION header", re.IGNORECASE)
+"""How aiohttp (under LiteLLM) refuses a URL's ``user:password`` beside an ``Authorization``
+header (``tandem.reasoner.host_auth``)."""
 
 _NO_KEY = re.compile(r"Missing credentials|api_key client option must be set", re.IGNORECASE)
 """How LiteLLM (and the OpenAI SDK under it) say that no API key was found for the provider: it

@@ -71,9 +71,11 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tandem.reasoner import tracing
-from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
+from tandem.reasoner.context.budget import LazyBudget, reply_cap
+from tandem.reasoner.errors import ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage, NativeToolCall, Usage
 from tandem.reasoner.models import direct_http
+from tandem.reasoner.models.attempt_notes import attempt_failed
 from tandem.reasoner.models.attempts import Attempts
 from tandem.reasoner.models.cost_map import listed
 from tandem.reasoner.models.litellm_errors import (
@@ -97,10 +99,10 @@ from tandem.reasoner.models.litellm_setup import import_litellm, wait_for_warm_u
 from tandem.reasoner.models.litellm_stream import PartialStreamError, StreamReader, body_keeper
 from tandem.reasoner.models.model_service import BaseModelService
 from tandem.reasoner.models.retry_policy import RetryPolicy
+from tandem.reasoner.models.service_args import check_arguments
 from tandem.reasoner.models.token_count import TokenCounter, needs_count
 from tandem.reasoner.models.wire import (
     DEFAULT_TOOL_CHOICE,
-    TOOL_CHOICES,
     chat_messages,
     merged_extra_body,
     tool_fields,
@@ -138,6 +140,7 @@ class LiteLlmModelService(BaseModelService):
     (``"thinker"``/``"actor"``) only makes error advice name the right
     ``TANDEM_<ROLE>_*`` setting. ``sleep``, ``asleep`` (the back-off wait of ``agenerate``),
     ``rng`` and ``clock`` (the monotonic clock of the call's deadline) are injectable for tests.
+    ``context_tokens``, ``reply_reserve``: the model's ``context_budget`` (``LazyBudget``).
     """
 
     def __init__(
@@ -162,20 +165,14 @@ class LiteLlmModelService(BaseModelService):
         retry_hold: float | None = None,
         role: str | None = None,
         tool_choice: str = DEFAULT_TOOL_CHOICE,
+        context_tokens: int | None = None,
+        reply_reserve: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise ConfigurationError(
-                f"model must be a LiteLLM model string such as 'openai/gpt-4o', not {model!r}"
-            )
-        if timeout is None or timeout <= 0:
-            raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        if tool_choice not in TOOL_CHOICES:
-            choices = ", ".join(TOOL_CHOICES)
-            raise ConfigurationError(f"tool_choice must be one of {choices}, not {tool_choice!r}")
+        check_arguments(model, timeout, tool_choice, api_base, api_key)  # ConfigurationError
         super().__init__(tool_runner)
         self.retry = RetryPolicy(
             max_retries, backoff_base, backoff_max, sleep, rng or random.Random(), max_hold=retry_hold
@@ -204,6 +201,7 @@ class LiteLlmModelService(BaseModelService):
         LiteLLM (``tandem.reasoner.models.direct_http``); ``None``: always through LiteLLM."""
         self._counter = TokenCounter(model, self.api_base, self._api_key)
         """Counts the tokens of replies the host sent without usage."""
+        self.context_budget = LazyBudget(self._counter, context_tokens, reply_reserve, max_tokens, role)
 
     def __repr__(self) -> str:
         return f"LiteLlmModelService(model={self.model!r}, api_base={self.host!r}, stream={self.stream!r})"
@@ -309,6 +307,7 @@ class LiteLlmModelService(BaseModelService):
         attempt, held = attempts.number, attempts.held
         if isinstance(exc, PartialStreamError):
             error = self._translate(exc.cause, attempts=attempt + 1)
+            attempt_failed(str(error))
             raise TransientModelError(
                 f"{error} The stream broke after {exc.delivered} characters had reached "
                 "on_delta, so it was not retried here.",
@@ -319,6 +318,7 @@ class LiteLlmModelService(BaseModelService):
         if not is_call_failure(exc):
             raise exc
         error = self._translate(exc, attempts=attempt + 1)
+        attempt_failed(str(error))  # heard at once, retried or not: a deadline may end the job first
         if isinstance(error, MalformedReplyError):  # retried here only, a bounded number of times
             if error.reply.kind == "no-chunks" and not attempts.plain and self.retry.can_retry(attempt):
                 attempts.plain = True
@@ -383,8 +383,8 @@ class LiteLlmModelService(BaseModelService):
             request["api_key"] = self._api_key
         if self.temperature is not None:
             request["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            request["max_tokens"] = self.max_tokens
+        if (cap := reply_cap(self.max_tokens, self.context_budget())) is not None:
+            request["max_tokens"] = cap
         if tools:
             request.update(tool_fields([tool.openai_schema() for tool in tools], self.tool_choice))
         if self.extra_body:

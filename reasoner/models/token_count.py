@@ -175,6 +175,35 @@ class TokenCounter:
             logger.debug("tokenize at %s failed (%s): the call's tokens are estimated", self.root, exc)
             return None
 
+    def count_text(self, text: str) -> int | None:
+        """``text``'s tokens by the model's tokenizer (LiteLLM's, for the models it holds one
+        for) or the host's tokenize endpoint; ``None`` when neither is at hand or it failed (the
+        caller estimates). Blocks for the tokenize request."""
+        if self._openai:
+            counted = self._by_litellm(text, "")
+            if counted is not None:
+                return counted[0]
+        if self.root is None or self._endpoint is None:
+            return None
+        try:
+            if self._endpoint == _UNKNOWN:
+                probed = self._probe(text)
+                return None if probed is None else probed[1]
+            return self._count(self._endpoint, text)
+        except Exception as exc:  # a host that fails a tokenize request is estimated this time
+            logger.debug("tokenize at %s failed (%s): the text's tokens are estimated", self.root, exc)
+            return None
+
+    @property
+    def api_key(self) -> str | None:
+        """The key sent with the tokenize requests (the model's)."""
+        return self._api_key
+
+    @property
+    def tokenizer_name(self) -> str:
+        """What counts this model's tokens: the model (LiteLLM's tokenizer) or the host's root."""
+        return f"{self.name}@{self.root or 'litellm'}"
+
     def _by_litellm(self, prompt: str, reply: str) -> tuple[int, int] | None:
         from tandem.reasoner.models.litellm_setup import import_litellm
 

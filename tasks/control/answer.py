@@ -17,7 +17,8 @@ queue again (a failed send is left to the reconciler).
 
 Its result is ``{"job_id", "accepted": true, "pause_id", "round", "call_index", "answer"}`` or
 ``{"job_id", "accepted": false, "error", "reason", "pause_id", "current_pause"}`` (``reason``:
-``stale_pause``, ``invalid_answer``, ``refused``, ``invalid`` or ``withdrawn``): a refused answer
+``stale_pause``, ``invalid_answer``, ``refused``, ``invalid``, ``unknown`` for a job that does not
+exist or is another tenant's, or ``withdrawn``): a refused answer
 changes nothing. Running it twice is safe: the second run finds its key answered, or the pause
 ended, and is refused.
 """
@@ -27,10 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.tasks.app import app
-from tandem.tasks.control.owners import enter_scope_of, refused_request
+from tandem.tasks.control.owners import enter_scope_of, unknown_job, visible
 from tandem.tasks.control.questions import QuestionStore
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.hand_back import check_versions
 from tandem.tasks.tracing import control_span
 
 
@@ -43,10 +45,10 @@ def answer_job(
     owner: Any = None,
 ) -> dict[str, Any]:
     """What ``tandem.answer`` does, as a function: the task's JSON result. ``owner``: the tenant
-    the request speaks for (``default`` if none); another tenant's job answers as an unknown one."""
-    refused = refused_request(store.store.machine, job_id, owner, pause_id, "answer")
-    if refused is not None:
-        return refused
+    the request speaks for (``default`` if none); a job that is not that tenant's, or does not
+    exist, gets the one refusal (``tandem.tasks.control.owners.unknown_job``) and nothing else."""
+    if not visible(store.store.machine, job_id, owner):
+        return unknown_job("tandem.answer", job_id, pause_id)
     return store.answer(job_id, answer, pause=pause_id, key=idempotency_key)
 
 
@@ -61,11 +63,14 @@ def answer(
     """Answer the question ``job_id`` waits on (see the module docstring); ``owner``: the tenant
     asking (``tandem.tasks.control.owners``)."""
     rt = get_runtime()
+    if not visible(rt.machine, job_id, owner):  # nothing of the job is read, traced or sent
+        return unknown_job("tandem.answer", job_id, pause_id)
+    # A job of formats this worker does not read: handed back (``answer`` is the argument here).
+    check_versions(app.tasks["tandem.answer"], rt.machine, job_id)
+    enter_scope_of(rt, job_id)  # what the answer writes and logs masks the job's own secrets
     with control_span(job_id, "question", lambda: rt.store.spec(job_id)) as span:
-        enter_scope_of(rt, job_id, owner)  # what the answer writes masks the job's own secrets
         reply = answer_job(QuestionStore(rt.store), job_id, answer, pause_id, idempotency_key, owner)
         if span is not None:
             span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
-        if isinstance(job_id, str) and job_id:  # a late answer sends the call again too (timeout)
-            send_outbox(rt, job_id)
+        send_outbox(rt, job_id)  # a late answer sends the call again too (timeout)
         return reply

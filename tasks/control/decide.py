@@ -27,8 +27,9 @@ the same key gets the first answer and the decision applies once.
 Its result is ``{"job_id", "accepted": true, "pause_id", "round", "complete", "decisions":
 [...]}`` (every decision stored so far for the pause; ``complete`` once every waiting call has
 one) or ``{"job_id", "accepted": false, "error", "reason", "pause_id", "current_pause"}``
-(``reason``: ``stale_pause``, ``refused``, or ``withdrawn`` when the client gave up waiting
-first): a refused decision changes nothing. Running it twice is safe: the second run finds its
+(``reason``: ``stale_pause``, ``refused``, ``unknown`` for a job that does not exist or is another
+tenant's, or ``withdrawn`` when the client gave up waiting first): a refused decision changes
+nothing. Running it twice is safe: the second run finds its
 key answered, or the calls decided, and is refused.
 """
 
@@ -38,9 +39,10 @@ from typing import Any
 
 from tandem.tasks.app import app
 from tandem.tasks.control.approvals import ApprovalStore
-from tandem.tasks.control.owners import enter_scope_of, refused_request
+from tandem.tasks.control.owners import enter_scope_of, unknown_job, visible
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.hand_back import check_versions
 from tandem.tasks.tracing import control_span
 
 
@@ -53,10 +55,10 @@ def decide_job(
     owner: Any = None,
 ) -> dict[str, Any]:
     """What ``tandem.decide`` does, as a function: the task's JSON result. ``owner``: the tenant
-    the request speaks for (``default`` if none); another tenant's job answers as an unknown one."""
-    refused = refused_request(store.store.machine, job_id, owner, pause_id, "decision")
-    if refused is not None:
-        return refused
+    the request speaks for (``default`` if none); a job that is not that tenant's, or does not
+    exist, gets the one refusal (``tandem.tasks.control.owners.unknown_job``) and nothing else."""
+    if not visible(store.store.machine, job_id, owner):
+        return unknown_job("tandem.decide", job_id, pause_id)
     return store.answer(job_id, decisions, pause=pause_id, key=idempotency_key)
 
 
@@ -71,11 +73,13 @@ def decide(
     """Decide on the calls of ``job_id`` awaiting approval (see the module docstring); ``owner``:
     the tenant asking (``tandem.tasks.control.owners``)."""
     rt = get_runtime()
+    if not visible(rt.machine, job_id, owner):  # nothing of the job is read, traced or sent
+        return unknown_job("tandem.decide", job_id, pause_id)
+    check_versions(decide, rt.machine, job_id)  # a job of formats this worker does not read: handed back
+    enter_scope_of(rt, job_id)  # what the decision writes and logs masks the job's own secrets
     with control_span(job_id, "approval", lambda: rt.store.spec(job_id)) as span:
-        enter_scope_of(rt, job_id, owner)  # what the decision writes masks the job's own secrets
         reply = decide_job(ApprovalStore(rt.store), job_id, decisions, pause_id, idempotency_key, owner)
         if span is not None:
             span.set_attribute("tandem.accepted", bool(reply.get("accepted")))
-        if isinstance(job_id, str) and job_id:  # a late decision completes the round too (by timeout)
-            send_outbox(rt, job_id)
+        send_outbox(rt, job_id)  # a late decision completes the round too (by timeout)
         return reply

@@ -12,15 +12,17 @@ Any Celery client can send it, without importing tandem::
 The new job has the ended job's spec (reasoner, tools, budgets, owner, sealed secrets) with the
 new goal, ``thread_id`` set to the thread (the ended job's ``thread_id``, else its id), and as its
 context the thread so far: the first job's own context, then each earlier job's goal, the
-person's messages into it and its answer, within ``TANDEM_MAX_THREAD_CHARS`` characters (the
-oldest dropped first, with a note saying how many; ``tandem.tasks.control.threads``). Both jobs
+person's messages into it and its answer, within ``TANDEM_MAX_THREAD_CHARS`` characters and half
+the smallest context budget of the job's roles (the oldest dropped first, with a note saying how
+many; ``tandem.tasks.control.threads``). Both jobs
 are in the thread's index (``GET /v1/threads/{id}``).
 
 The answer is ``{"job_id", "accepted": true, "follow_up_id", "thread_id", "dropped"}`` or
 ``{"job_id", "accepted": false, "error", "reason"}`` with ``reason`` ``unknown`` (no such job,
-another tenant's, or its records expired), ``state`` (it has not ended: send it a message
-instead) or ``invalid`` (a blank goal, or one over ``TANDEM_MAX_GOAL_CHARS``). The new job's id
-comes from the idempotency key (or the task's own id), so running the task twice starts one job.
+another tenant's, or its records expired: the one refusal of ``tandem.tasks.control.owners``),
+``state`` (it has not ended: send it a message instead) or ``invalid`` (a blank goal, or one
+over ``TANDEM_MAX_GOAL_CHARS``). The new job's id comes from the idempotency key (or the task's
+own id), so running the task twice starts one job.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from celery import Task as CeleryTask
 
 from tandem.client.submission import submit
 from tandem.tasks.app import app
-from tandem.tasks.control.owners import foreign, requester
+from tandem.tasks.control.owners import enter_scope_of, requester, unknown_job, visible
 from tandem.tasks.control.threads import index_job, thread_jobs, thread_text
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES
+from tandem.tasks.steps.hand_back import check_versions
 
 _FOLLOW_UP_IDS = uuid.UUID("5f0c9a52-8e1b-4d0e-9a43-2f7d61b3c1e4")
 """The namespace of follow-up ids (uuid5 of the job and the idempotency key, or the task id)."""
@@ -58,9 +61,10 @@ def follow_up_job(
     *,
     request_id: str = "",
 ) -> dict[str, Any]:
-    """What ``tandem.follow_up`` does, as a function: the task's JSON answer."""
-    if not isinstance(job_id, str) or not job_id:
-        return _refusal(job_id, "invalid", f"job_id must be a job id string, got {job_id!r}")
+    """What ``tandem.follow_up`` does, as a function: the task's JSON answer. A job that is not
+    ``owner``'s, or does not exist, gets the one refusal (``tandem.tasks.control.owners``)."""
+    if not visible(rt.machine, job_id, owner):
+        return unknown_job("tandem.follow_up", job_id)
     limit = rt.settings.limits.goal_chars
     if not isinstance(goal, str) or not goal.strip() or len(goal) > limit:
         shown = f"{len(goal)} characters" if isinstance(goal, str) and goal.strip() else repr(goal)[:80]
@@ -70,17 +74,25 @@ def follow_up_job(
             f"goal must be a non-blank string of at most {limit} characters "
             f"(TANDEM_MAX_GOAL_CHARS), got {shown}",
         )
-    unknown = f"no job {job_id!r} is known (never submitted, or its records expired): nothing to follow up"
     status = rt.store.status(job_id)
-    spec = rt.store.spec(job_id)
-    if status is None or spec is None or foreign(rt.machine, job_id, owner):
-        return _refusal(job_id, "unknown", unknown)
+    if status is None:  # it expired since it was looked at
+        return unknown_job("tandem.follow_up", job_id)
     if status.state not in FINAL_STATES:
         return _refusal(
             job_id,
             "state",
             f"job {job_id!r} is still {status.state}: send it a message instead "
             "(tandem message), or follow up once it has ended",
+        )
+    spec = rt.store.spec(job_id)
+    if spec is None and rt.machine.record(job_id).get("created_at"):  # started; its keys expire one by one
+        return unknown_job("tandem.follow_up", job_id)
+    if spec is None:  # cancelled while queued: no worker ever started it
+        return _refusal(
+            job_id,
+            "state",
+            f"job {job_id!r} ended ({status.state}) before a worker started it: it has no thread "
+            "to follow up; submit the goal as a new job",
         )
     thread = spec.thread_id or job_id
     seed = (
@@ -91,7 +103,14 @@ def follow_up_job(
     ttl = int((spec.timeout_s or rt.settings.job_timeout) + rt.settings.memory_ttl)
     index_job(rt.store, thread, job_id, ttl, at=min(status.updated_at or now, now) - 0.001)
     earlier = [j for j in thread_jobs(rt.store, thread, requester(owner)) if j.job_id != new_id]
-    text, dropped = thread_text(rt.store, earlier, rt.settings.limits.thread_chars)
+    room = rt.thread_tokens(spec, goal)
+    text, dropped = thread_text(
+        rt.store,
+        earlier,
+        rt.settings.limits.thread_chars,
+        max_tokens=room[0] if room else None,
+        count=room[1] if room else None,
+    )
     answer = {
         "job_id": job_id,
         "accepted": True,
@@ -118,9 +137,11 @@ def follow_up(
     self: CeleryTask, job_id: str, goal: str, idempotency_key: str | None = None, owner: str | None = None
 ) -> dict[str, Any]:
     """Follow up on ended job ``job_id`` with ``goal`` for tenant ``owner`` (see the module docstring)."""
-    return follow_up_job(
-        get_runtime(), job_id, goal, idempotency_key, owner, request_id=self.request.id or ""
-    )
+    rt = get_runtime()
+    check_versions(self, rt.machine, job_id)  # a job of formats this worker does not read: handed back
+    if visible(rt.machine, job_id, owner):
+        enter_scope_of(rt, job_id)  # what it logs of the job masks the job's own secrets
+    return follow_up_job(rt, job_id, goal, idempotency_key, owner, request_id=self.request.id or "")
 
 
 __all__ = ["follow_up", "follow_up_job"]

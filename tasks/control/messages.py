@@ -20,7 +20,8 @@ job is resumed with more rounds.
 
 The answer is ``{"job_id", "accepted": true, "message_id", "round"}`` (``round``: the round whose
 leading model call reads it) or ``{"job_id", "accepted": false, "error", "reason"}`` with
-``reason`` ``unknown`` (no such job, or another tenant's), ``ended`` (the job has ended: follow
+``reason`` ``unknown`` (no such job, or another tenant's: the one refusal of
+``tandem.tasks.control.owners``, the same for both), ``ended`` (the job has ended: follow
 up on it instead), ``invalid`` (no text, or text over ``TANDEM_MAX_GOAL_CHARS``) or ``full``
 (``MAX_MESSAGES`` reached); a refusal adds nothing. The same ``idempotency_key`` gets the first
 accepted answer again and adds nothing, so the task is safe to run twice. The text is redacted
@@ -34,12 +35,12 @@ import json
 from typing import Any
 
 from tandem.tasks.app import app
-from tandem.tasks.control.owners import foreign
+from tandem.tasks.control.owners import enter_scope_of, unknown_job, visible
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.state.keys import messages_key
 from tandem.tasks.state.scripts import lua
 from tandem.tasks.state.store import JobStore
-from tandem.tasks.steps.context import enter_job_scope
+from tandem.tasks.steps.hand_back import check_versions
 from tandem.toolkit.redaction import redact
 
 MAX_MESSAGES = 1000
@@ -64,9 +65,10 @@ def message_job(
 ) -> dict[str, Any]:
     """What ``tandem.message`` does, as a function: the task's JSON answer (see the module
     docstring). ``text`` must be redacted already when the job has secrets of its own (the task
-    enters the job's scope first); credential-shaped text is masked here."""
-    if not isinstance(job_id, str) or not job_id:
-        return _refusal(job_id, "invalid", f"job_id must be a job id string, got {job_id!r}")
+    enters the job's scope first); credential-shaped text is masked here. A job that is not
+    ``owner``'s, or does not exist, gets the one refusal (``tandem.tasks.control.owners``)."""
+    if not visible(store.machine, job_id, owner):
+        return unknown_job("tandem.message", job_id)
     if not isinstance(text, str) or not text.strip():
         return _refusal(job_id, "invalid", f"text must be a non-empty string, got {text!r:.80}")
     if len(text) > max_chars:
@@ -79,9 +81,6 @@ def message_job(
     key = idempotency_key if isinstance(idempotency_key, str) else ""
     if len(key) > MAX_KEY_CHARS:
         return _refusal(job_id, "invalid", f"idempotency_key is over {MAX_KEY_CHARS} characters")
-    unknown = f"job {job_id!r} cannot take a message: no such job is known"
-    if foreign(store.machine, job_id, owner):
-        return _refusal(job_id, "unknown", unknown)
     spec = store.spec(job_id)
     opening = "thinker" if spec is not None and spec.reasoner == "dual" else "actor"
     keys = [store.key(job_id, "state"), store.key(job_id, "memory"), store.key(job_id, "events")]
@@ -102,7 +101,7 @@ def message_job(
         return _refusal(
             job_id, "full", f"job {job_id!r} has had {MAX_MESSAGES} messages, the most a job may get"
         )
-    return _refusal(job_id, "unknown", unknown)
+    return unknown_job("tandem.message", job_id)  # it expired since it was looked at
 
 
 def _text(value: Any) -> str:
@@ -111,10 +110,9 @@ def _text(value: Any) -> str:
 
 def message_in_scope(rt: Runtime, job_id: Any, text: Any, idempotency_key: Any, owner: Any) -> dict[str, Any]:
     """``message_job`` inside the job's ``SecretScope``, so its own secrets are masked too."""
-    if isinstance(job_id, str) and job_id and not foreign(rt.machine, job_id, owner):
-        spec = rt.store.spec(job_id)
-        if spec is not None:
-            enter_job_scope(rt, job_id, spec)
+    if not visible(rt.machine, job_id, owner):
+        return unknown_job("tandem.message", job_id)
+    enter_scope_of(rt, job_id)
     return message_job(
         rt.store, job_id, text, idempotency_key, owner, max_chars=rt.settings.limits.goal_chars
     )
@@ -125,7 +123,9 @@ def message(
     job_id: str, text: str, idempotency_key: str | None = None, owner: str | None = None
 ) -> dict[str, Any]:
     """Send ``text`` into job ``job_id`` for tenant ``owner`` (see the module docstring)."""
-    return message_in_scope(get_runtime(), job_id, text, idempotency_key, owner)
+    rt = get_runtime()
+    check_versions(message, rt.machine, job_id)  # a job of formats this worker does not read: handed back
+    return message_in_scope(rt, job_id, text, idempotency_key, owner)
 
 
 __all__ = ["MAX_MESSAGES", "message", "message_in_scope", "message_job"]

@@ -152,7 +152,19 @@ class WorkerAsker:
 
 
 class QuestionStore:
-    """Reads, parks, answers and times out the questions of one ``JobStore``'s jobs."""
+    """Reads, parks, answers and times out the questions of one ``JobStore``'s jobs.
+
+    The pause's shape is class data, so that a job's wait for its child jobs
+    (``tandem.tasks.control.children.ChildrenStore``) parks and resumes through the same scripts:
+    the state and ``pause_kind`` it parks in, its record's key and model, the ``calls`` field
+    its answer goes to, and whether the wait moves the deadline back."""
+
+    state = "awaiting_approval"
+    kind = "question"
+    part = "question"
+    field_kind = "answer"
+    record_type: type[QuestionRecord] = QuestionRecord
+    moves_deadline = True
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
@@ -162,7 +174,7 @@ class QuestionStore:
 
     def key(self, job_id: str) -> str:
         """The Redis key of a job's question record."""
-        return self.store.key(job_id, "question")
+        return self.store.key(job_id, self.part)
 
     def get(self, job_id: str) -> QuestionRecord | None:
         """The job's last question (answered or not), if it asked one."""
@@ -174,14 +186,36 @@ class QuestionStore:
         raw, seq = self.redis.hmget(self.key(job_id), ["record", "seq"])
         if raw is None:
             return None
-        record = QuestionRecord.model_validate_json(raw).model_copy(update={"seq": int(_text(seq or 0))})
+        record = self.record_type.model_validate_json(raw).model_copy(update={"seq": int(_text(seq or 0))})
         return _text(raw), record
 
     def park(self, claim: Claim, asked: QuestionPending, timeout_s: float) -> str:
         """Park the job on ``asked``, the question of ``claim``'s call; ``parked``, ``busy``
         (another pause is open: the call was released and asks again later), or why not
         (``lost``, ``ended``, ``gone``). Publishes ``question_asked`` once parked."""
-        record = QuestionRecord(
+        record = self.record_of(claim, asked, timeout_s)
+        reply = self._ask(
+            keys=[*self.store.keys(claim.job_id), self.key(claim.job_id)],
+            args=[
+                claim.round,
+                claim.index,
+                claim.token,
+                record.model_dump_json(exclude={"pause_id", "seq"}),
+                f"{timeout_s if self.moves_deadline else 0:.3f}",
+                f"{record.deadline:.6f}",
+                self.state,
+                self.kind,
+            ],
+        )
+        verdict = _text(reply[0])
+        if verdict == "parked":
+            record = record.model_copy(update={"seq": int(_text(reply[1]))})
+            self.parked(claim.job_id, record)
+        return verdict
+
+    def record_of(self, claim: Claim, asked: QuestionPending, timeout_s: float) -> QuestionRecord:
+        """The record of the pause ``asked`` opens for ``claim``'s call."""
+        return QuestionRecord(
             job_id=claim.job_id,
             round=claim.round,
             call_index=claim.index,
@@ -192,33 +226,21 @@ class QuestionStore:
             asked_at=time.time(),
             timeout_s=timeout_s,
         )
-        reply = self._ask(
-            keys=[*self.store.keys(claim.job_id), self.key(claim.job_id)],
-            args=[
-                claim.round,
-                claim.index,
-                claim.token,
-                record.model_dump_json(exclude={"pause_id", "seq"}),
-                f"{timeout_s:.3f}",
-                f"{record.deadline:.6f}",
-            ],
+
+    def parked(self, job_id: str, record: QuestionRecord) -> None:
+        """Publish that the job parked on ``record`` (``question_asked``)."""
+        event = QuestionAsked(
+            round=record.round,
+            pause_id=record.pause_id,
+            seq=record.seq,
+            call_index=record.call_index,
+            tool=record.tool,
+            question=record.text,
+            answer_schema=record.answer_schema,
+            timeout_s=record.timeout_s,
+            until=record.deadline,
         )
-        verdict = _text(reply[0])
-        if verdict == "parked":
-            record = record.model_copy(update={"seq": int(_text(reply[1]))})
-            event = QuestionAsked(
-                round=record.round,
-                pause_id=record.pause_id,
-                seq=record.seq,
-                call_index=record.call_index,
-                tool=record.tool,
-                question=record.text,
-                answer_schema=record.answer_schema,
-                timeout_s=record.timeout_s,
-                until=record.deadline,
-            )
-            self.store.publish(claim.job_id, event)
-        return verdict
+        self.store.publish(job_id, event)
 
     def answer(
         self,
@@ -282,7 +304,7 @@ class QuestionStore:
                 raise DecisionRefused(f"job {job_id!r} is not waiting for an answer; nothing was answered")
             read, record = found
             wanted = pause if pause is not None else record.pause_id
-            _check_current(job_id, record, wanted, state)
+            _check_current(job_id, record, wanted, state, self.state, self.kind)
             at = time.time() if now is None else now
             late = at >= record.deadline
             if late:
@@ -318,13 +340,15 @@ class QuestionStore:
                         reply_json if key else "",
                         read,
                         updated.model_dump_json(exclude={"pause_id", "seq"}),
-                        answer_field(record.call_index, record.ask_seq),
+                        f"{record.call_index}:{self.field_kind}:{record.ask_seq}",
                         json.dumps(stored),
                         json.dumps(outbox),
                         uuid.uuid4().hex,
                         record.round,
                         record.call_index,
                         json.dumps(by_index),
+                        self.state,
+                        self.kind,
                     ],
                 )
             ]
@@ -336,7 +360,7 @@ class QuestionStore:
             raise Repeated(dict(json.loads(reply[1])))
         if reply[0] == "stale":
             current = pause_id(job_id, int(state.get("round") or 0), int(reply[1]))
-            waiting = reply[2] == "awaiting_approval"
+            waiting = reply[2] == self.state
             raise _stale(
                 f"job {job_id!r} paused again since it was read", wanted, current if waiting else None
             )
@@ -348,6 +372,13 @@ class QuestionStore:
             )
         if reply[0] == "ended":
             raise DecisionRefused(f"job {job_id!r} has ended ({reply[1]}); nothing was answered")
+        self.answered(job_id, updated, late)
+        if late:
+            raise _late(job_id, record)
+        return updated
+
+    def answered(self, job_id: str, updated: QuestionRecord, late: bool) -> None:
+        """Publish that the pause of ``updated`` ended (``question_answered``)."""
         self.store.publish(
             job_id,
             QuestionAnswered(
@@ -355,25 +386,30 @@ class QuestionStore:
                 pause_id=updated.pause_id,
                 by="timeout" if late else "person",
                 call_index=updated.call_index,
-                answer=None if late else answer,
+                answer=None if late else updated.answer,
             ),
         )
-        if late:
-            raise _late(job_id, record)
-        return updated
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _check_current(job_id: str, record: QuestionRecord, wanted: str, state: dict[str, str]) -> None:
-    """``StalePauseError`` unless ``wanted`` is ``record``'s pause and the job still waits on it."""
-    waiting = state.get("state") == "awaiting_approval" and state.get("pause_kind") == "question"
+def _check_current(
+    job_id: str,
+    record: QuestionRecord,
+    wanted: str,
+    state: dict[str, str],
+    parked: str = "awaiting_approval",
+    kind: str = "question",
+) -> None:
+    """``StalePauseError`` unless ``wanted`` is ``record``'s pause and the job still waits on it
+    (in state ``parked``, pause kind ``kind``)."""
+    waiting = state.get("state") == parked and state.get("pause_kind") == kind
     current_seq = int(state.get("pause_seq") or 0)
     live = waiting and not record.answered and record.seq == current_seq
     current = record.pause_id if live else None
-    if state.get("state") == "awaiting_approval" and not live:
+    if state.get("state") == parked and not live:
         current = pause_id(job_id, int(state.get("round") or 0), current_seq)
     if wanted != record.pause_id:
         now = f"it waits on pause {current!r}" if current else "it waits on no pause now"

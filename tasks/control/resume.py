@@ -20,12 +20,20 @@ new run in the job's stream.
 goal, and the budget ``max_rounds``, replaced if given) and runs it from there; the source job is
 untouched. Its stream opens with a ``job_started`` event with ``forked_from``.
 
+**Tenant caps.** A resumed or forked job goes through the tenant gate like a submitted one
+(``tandem.tasks.tenants.gate``): admitted, its step is sent and it counts against its tenant's
+``max_running_jobs`` (and the fleet's) until its end releases the slot; else it is held (state
+``waiting``, ``wait_for: tenant``, its step kept in the outbox, no message) until the fair pick
+starts it. A spawned child resumed within its parent's run stays uncounted. Daily quotas refuse
+new submissions only: a resume or fork is not refused for them.
+
 **Owners.** Both take ``owner``, the tenant asking (``default`` when left out): another tenant's
 job is refused as an unknown one. Both keep the job's owner, so a fork runs with its source's
 sealed secrets only for the source's own tenant (``tandem.tasks.control.owners``).
 
 The tasks answer ``{"job_id", "accepted": true, "round", "step", "max_rounds"}`` (a fork adds
-``fork_id``, the new job's id) or ``{"job_id", "accepted": false, "error", "reason"}``: a refused
+``fork_id``, the new job's id; ``"waiting": true`` and the job's ``tenant`` when it waits for its
+tenant's turn) or ``{"job_id", "accepted": false, "error", "reason"}``: a refused
 request changes nothing. Refused: unknown ids and jobs whose records expired
 (``TANDEM_MEMORY_TTL``), jobs that have not ended, a completed job (resume), a truncated job whose
 budget was not raised (or a fork whose kept rounds spend it), ``max_rounds`` not above the rounds
@@ -48,16 +56,19 @@ from tandem.reasoner.loop.replay import ResumePoint, resume_point, rounds_used
 from tandem.reasoner.memory import InMemoryReasonerMemory, ReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
 from tandem.tasks.app import app
-from tandem.tasks.control.owners import requester
+from tandem.tasks.control.owners import UNKNOWN, no_such_job, unknown_job, visible
 from tandem.tasks.errors import JobError, ResumeRefused
 from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES, JobSpec, validate_spec
+from tandem.tasks.state.artifacts import copy_artifacts
 from tandem.tasks.state.reopen import RESUMABLE_STATES, Placement, Reopened, Reopener
 from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox
+from tandem.tasks.steps.hand_back import check_versions
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.steps.tools import never_ran
+from tandem.tasks.tenants.gate import STARTS, gate_of
 from tandem.tasks.tracing import control_span
 from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
@@ -75,23 +86,27 @@ def ran(result: FunctionCallResult) -> bool:
 
 
 def _ended_job(rt: Runtime, job_id: Any, doing: str, owner: Any = None) -> tuple[dict[str, str], JobSpec]:
-    """The record and spec of an ended job of tenant ``owner`` (``default`` if none), or
-    ``ResumeRefused`` saying why not (another tenant's job answers as an unknown one)."""
-    if not isinstance(job_id, str) or not job_id:
-        raise ResumeRefused(f"job_id must be a job id string, got {job_id!r}", "invalid")
+    """The record and spec of an ended job of tenant ``owner`` (``default`` if none), its secret
+    scope entered; or ``ResumeRefused`` saying why not (the one refusal, reason ``unknown``, for a
+    job that does not exist or is another tenant's: ``tandem.tasks.control.owners``)."""
+    if not visible(rt.machine, job_id, owner):
+        raise ResumeRefused(no_such_job(job_id), UNKNOWN)
     record = rt.machine.record(job_id)
-    spec = rt.store.spec(job_id)
-    ttl = rt.settings.memory_ttl
-    if not record or spec is None or spec.owner != requester(owner):
-        raise ResumeRefused(
-            f"no job {job_id!r} is known: it was never started, or it ended more than "
-            f"TANDEM_MEMORY_TTL={ttl} s ago and its memory expired; nothing to {doing}",
-            "unknown",
-        )
+    if not record:  # it expired since it was looked at
+        raise ResumeRefused(no_such_job(job_id), UNKNOWN)
     state = record.get("state", "")
     if state not in FINAL_STATES:
         raise _not_ended(job_id, state, doing)
-    enter_job_scope(rt, job_id, spec)  # what resume or fork writes masks the job's own secrets
+    spec = rt.store.spec(job_id)
+    if spec is None and record.get("created_at"):  # a worker started it; its keys expire one by one
+        raise ResumeRefused(no_such_job(job_id), UNKNOWN)
+    if spec is None:  # cancelled while queued: no worker ever started it
+        raise ResumeRefused(
+            f"job {job_id!r} ended ({state}) before a worker started it: it has nothing to go on "
+            "from; submit it again",
+            "state",
+        )
+    enter_job_scope(rt, job_id, spec)  # what resume or fork writes and logs masks the job's own secrets
     return record, spec
 
 
@@ -150,6 +165,27 @@ def _refusal(job_id: str, got: Reopened, doing: str) -> ResumeRefused:
 def _started(rt: Runtime, job_id: str, spec: JobSpec, at: Placement, **extra: Any) -> str:
     started = JobStarted(spec=spec.public_dump(), round=at.round, step=at.kind, **extra)
     return rt.store.publish(job_id, started)
+
+
+def _admitted(rt: Runtime, job_id: str, spec: JobSpec, epoch: int, doing: str) -> dict[str, Any]:
+    """Send the reopened job's step now, or hold it for its tenant's turn, as intake does with a new
+    job (``tandem.tasks.tenants.gate``): what the answer gains (``waiting`` and the ``tenant``
+    when it waits). Admitted, it counts against its tenant's cap until its end."""
+    gate = gate_of(rt)
+    verdict = gate.admit(job_id, spec) if gate is not None else STARTS[0]
+    if gate is None or verdict in STARTS:
+        send_outbox(rt, job_id)
+        return {}
+    gate.hold(job_id, spec, True, verdict, epoch=epoch, step=doing)
+    return _waiting(rt, job_id, spec)
+
+
+def _waiting(rt: Runtime, job_id: str, spec: JobSpec) -> dict[str, Any]:
+    """``waiting`` and the ``tenant`` for a job held for its tenant's turn (none once it started)."""
+    record = rt.machine.record(job_id)
+    if record.get("state") == "waiting" and record.get("wait_for") == "tenant":
+        return {"waiting": True, "tenant": spec.owner}
+    return {}
 
 
 def _budget(job_id: str, max_rounds: Any, used: int, spec: JobSpec) -> int | None:
@@ -218,7 +254,7 @@ def resume_job(rt: Runtime, job_id: Any, max_rounds: Any = None, *, owner: Any =
     with contextlib.suppress(Exception):
         app.backend.forget(job_id)
     event_id = _started(rt, job_id, spec, at, resumed=True, epoch=got.epoch)
-    send_outbox(rt, job_id)
+    waits = _admitted(rt, job_id, spec, got.epoch, "resume")  # the tenant's cap, as for a new job
     return {
         "job_id": job_id,
         "accepted": True,
@@ -227,6 +263,7 @@ def resume_job(rt: Runtime, job_id: Any, max_rounds: Any = None, *, owner: Any =
         "max_rounds": spec.max_rounds,
         "previous_state": state,
         "event_id": event_id,
+        **waits,
     }
 
 
@@ -286,6 +323,11 @@ def fork_job(
     at = _placement(new_id, point)
     answer = {"job_id": job_id, "accepted": True, "fork_id": new_id, "round": round_no, "step": at.kind}
     timeout, ttl_after = _go_live(rt, new_id, spec)
+    # The fork reads the artifacts its rounds name, from its own keys: copied before its record is
+    # written (each once), so a fork sent again after a lost worker finds them too.
+    named = [r for m in kept if m.role == "tool" for r in m.function_results] + list(calls.values())
+    handles = [r.artifact.handle for r in named if r.artifact is not None]
+    copy_artifacts(rt.store.artifacts(job_id), rt.store.artifacts(new_id), handles)
     got = Reopener(rt.machine).start(
         new_id,
         spec.model_dump_json(),
@@ -297,14 +339,14 @@ def fork_job(
         call_results=[(k, v.model_dump_json()) for k, v in calls.items()],
         pause_seq=rt.machine.pause(job_id)[1],  # the fork's pause ids go on from its origin's
     )
-    if got.outcome == "exists":  # a redelivered fork: the first run made it
-        return {**answer, "max_rounds": spec.max_rounds}
+    if got.outcome == "exists":  # a redelivered fork: the first run made it (and admitted it)
+        return {**answer, "max_rounds": spec.max_rounds, **_waiting(rt, new_id, spec)}
     if got.outcome != "ok":
         raise _refusal(new_id, got, "fork")
     rt.store.remember(new_id, owner=spec.owner)
     _started(rt, new_id, spec, at, forked_from=job_id, forked_round=round_no)
-    send_outbox(rt, new_id)
-    return {**answer, "max_rounds": spec.max_rounds}
+    waits = _admitted(rt, new_id, spec, got.epoch, "fork")  # the tenant's cap, as for a new job
+    return {**answer, "max_rounds": spec.max_rounds, **waits}
 
 
 def _answer(job_id: Any, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -317,8 +359,12 @@ def _answer(job_id: Any, action: Callable[[], dict[str, Any]]) -> dict[str, Any]
 @app.task(name="tandem.resume", acks_late=True)
 def resume(job_id: str, max_rounds: int | None = None, owner: str | None = None) -> dict[str, Any]:
     """Resume ended job ``job_id`` for tenant ``owner`` (see the module docstring)."""
-    with control_span(job_id, "resume", lambda: get_runtime().store.spec(job_id)):
-        return _answer(job_id, lambda: resume_job(get_runtime(), job_id, max_rounds, owner=owner))
+    rt = get_runtime()
+    if not visible(rt.machine, job_id, owner):  # nothing of the job is read or traced
+        return unknown_job("tandem.resume", job_id)
+    check_versions(resume, rt.machine, job_id)  # formats this worker does not read: handed back
+    with control_span(job_id, "resume", lambda: rt.store.spec(job_id)):
+        return _answer(job_id, lambda: resume_job(rt, job_id, max_rounds, owner=owner))
 
 
 @app.task(name="tandem.fork", bind=True, acks_late=True)
@@ -331,6 +377,7 @@ def fork(
     owner: str | None = None,
 ) -> dict[str, Any]:
     """Fork job ``job_id`` at ``round`` for tenant ``owner`` (see the module docstring)."""
+    check_versions(self, get_runtime().machine, job_id)  # formats this worker does not read: handed back
     fork_id = str(uuid.uuid5(_FORK_IDS, self.request.id)) if self.request.id else None
     return _answer(
         job_id, lambda: fork_job(get_runtime(), job_id, round, goal, max_rounds, fork_id=fork_id, owner=owner)

@@ -9,13 +9,16 @@ reveals nothing.
 
 A follow-up (``tandem.tasks.control.follow_up``) reads the thread (``thread_text``): each earlier
 job's goal, the person's messages into it and its answer, oldest first, within
-``TANDEM_MAX_THREAD_CHARS`` characters; the oldest entries are dropped first, and the text says
-how many were.
+``TANDEM_MAX_THREAD_CHARS`` characters and, when the job's roles have context budgets, within
+``THREAD_SHARE`` of the smallest (``Runtime.thread_tokens``: every request of the follow-up carries
+the thread, so the rest stays for its own rounds); the oldest entries are dropped first, and the
+text says how many were.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -73,10 +76,18 @@ def thread_jobs(store: JobStore, thread_id: str, owner: str | None = None) -> li
     return jobs
 
 
-def thread_text(store: JobStore, jobs: list[ThreadJob], limit: int) -> tuple[str, int]:
+def thread_text(
+    store: JobStore,
+    jobs: list[ThreadJob],
+    limit: int,
+    *,
+    max_tokens: int | None = None,
+    count: Callable[[str], int] | None = None,
+) -> tuple[str, int]:
     """What a follow-up reads of ``jobs`` (the earlier jobs of its thread): each one's goal, the
-    person's messages into it and its answer, within ``limit`` characters; the oldest entries are
-    dropped first. The text, and how many entries were dropped."""
+    person's messages into it and its answer, within ``limit`` characters and, given them, within
+    ``max_tokens`` tokens as ``count`` counts them; the oldest entries are dropped first. The
+    text, and how many entries were dropped."""
     entries: list[tuple[int, str]] = []
     for n, job in enumerate(jobs):
         entries.append((n, f"<goal>{job.goal}</goal>"))
@@ -93,8 +104,21 @@ def thread_text(store: JobStore, jobs: list[ThreadJob], limit: int) -> tuple[str
     while entries and size > limit:  # a first cut by the entries' sizes, then the text as written
         size -= len(entries.pop(0)[1]) + 1
         dropped += 1
+    if max_tokens is not None and count is not None:  # a first cut by the entries' tokens
+        costs = [count(text) + 2 for _, text in entries]
+        tokens = sum(costs)
+        while entries and tokens > max_tokens:
+            tokens -= costs.pop(0)
+            entries.pop(0)
+            dropped += 1
     text = _render(jobs, entries, dropped, limit)
-    while entries and len(text) > limit:
+
+    def over(text: str) -> bool:
+        if len(text) > limit:
+            return True
+        return max_tokens is not None and count is not None and count(text) > max_tokens
+
+    while entries and over(text):
         entries.pop(0)
         dropped += 1
         text = _render(jobs, entries, dropped, limit)

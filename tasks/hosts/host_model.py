@@ -34,8 +34,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tandem.reasoner import tracing
+from tandem.reasoner.context.budget import ContextBudget, budget_of
 from tandem.reasoner.errors import TransientModelError
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage
+from tandem.reasoner.models import attempt_notes
 from tandem.reasoner.models.model_service import AsyncModelService, ChatMessage, DeltaListener, ModelService
 from tandem.tasks import metrics
 from tandem.tasks.hosts.capacity import Grant, HostCapacity, SlotKeeper, Wait
@@ -124,6 +126,10 @@ class HostModel:
 
     def __repr__(self) -> str:
         return f"HostModel({self.inner!r}, role={self.role!r}, host={self.host!r})"
+
+    def context_budget(self) -> ContextBudget | None:
+        """The inner model's context budget (``tandem.reasoner.context``)."""
+        return budget_of(self.inner)
 
     def generate(
         self,
@@ -230,9 +236,11 @@ class HostModel:
             return self.inner.generate(sys_prompt, messages, tools, tool_call_ctx, on_delta)
         agenerate = self._async_inner.agenerate
         context = tracing.captured()  # the model span, current on the loop's thread too
+        noted = attempt_notes.current()  # and who hears of its failed attempts
         return self.model_loop.run(
             lambda listener: tracing.in_context(
-                context, agenerate(sys_prompt, messages, tools, tool_call_ctx, listener)
+                context,
+                attempt_notes.within(noted, agenerate(sys_prompt, messages, tools, tool_call_ctx, listener)),
             ),
             on_delta,
         )

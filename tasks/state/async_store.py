@@ -44,13 +44,17 @@ def event_from_entry(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
 
 def async_redis_factory(sync: Redis) -> AsyncRedisFactory:
     """A factory of asyncio clients of the same server and database as the client ``sync``
-    (TCP or Unix socket, with its credentials and TLS setting), or of the same Redis Cluster."""
+    (TCP or Unix socket, with its credentials and TLS setting), of the same Sentinel master, or of
+    the same Redis Cluster."""
     from redis.connection import SSLConnection, UnixDomainSocketConnection
 
     from tandem.broker_config.job_redis import async_twin_factory, is_cluster
+    from tandem.broker_config.sentinel_clients import async_twin, is_sentinel_client
 
     if is_cluster(sync):
         return async_twin_factory(sync)
+    if is_sentinel_client(sync):
+        return async_twin(sync)
 
     pool = sync.connection_pool
     given = dict(pool.connection_kwargs)

@@ -25,7 +25,7 @@ from tandem.tasks.state.keys import LIVE_SHARDS, job_key, live_shard_key
 PARK_REASONS = ("in_flight", "rpm", "tpm", "backoff", "probe")
 """The capacity waits of a parked step, kept as they are (``tandem.tasks.hosts.capacity``)."""
 
-LIVE_STATES = ("queued", "running", "waiting", "awaiting_approval")
+LIVE_STATES = ("queued", "running", "waiting", "awaiting_approval", "waiting_for_children")
 """The states of a job that has not ended (the ``state`` label, with ``ended`` and ``unknown``)."""
 
 DEFAULT_LIMIT = 2000
@@ -38,6 +38,8 @@ def park_reason(state: str, wait_for: str) -> str | None:
     Redis or the broker), ``None`` for a job that is not parked. A bounded set: never free text."""
     if state == "awaiting_approval":
         return "approval"
+    if state == "waiting_for_children":
+        return "children"
     if state != "waiting":
         return None
     return wait_for if wait_for in PARK_REASONS else "retry"

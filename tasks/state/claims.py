@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from tandem.reasoner.loop.step import StepKind
+from tandem.tasks.state.versions import JobVersions
 from tandem.tasks.state.views import StepView
 
 _HOST = socket.gethostname()
@@ -55,9 +56,12 @@ class ClaimRefused:
     """Why a step or call was not claimed: ``gone``, ``ended``, ``other`` (the job is elsewhere),
     ``no-call`` (the current tool step has no call of that index: no message tandem sends says
     so), ``busy`` (a live lease), ``done``, ``held`` (awaiting approval), ``early`` (still backing
-    off), ``deadline``, ``give-up``."""
+    off), ``deadline``, ``give-up``, or ``newer``/``older``: the job's formats are not the ones
+    this worker reads (``versions``; ``tandem.tasks.state.versions``), and nothing was written."""
 
     reason: str
+    versions: JobVersions | None = None
+    """The job's versions, for a ``newer`` or ``older`` refusal."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,10 @@ class Reconciled:
     ``round``, and for a tool step the call ``indices``), ``parked`` (awaiting approval
     ``until`` then, Unix time), ``intake`` (send the intake message of a job still queued
     again), ``deliver`` (an ended job whose Celery result is not stored yet), ``deadline``,
-    ``cancel`` or ``give-up``. A ``wait`` says when (Redis time) the job
-    next needs a look: ``next_look``."""
+    ``cancel`` or ``give-up``; ``children`` for a job waiting for its child jobs (looked at
+    again ``next_look``: their wait condition is checked); ``newer`` or ``older`` for a job whose
+    formats this worker does not read (left alone: ``versions``). A ``wait`` says when (Redis
+    time) the job next needs a look: ``next_look``."""
 
     action: str
     kind: str = ""
@@ -77,6 +83,8 @@ class Reconciled:
     next_look: float = field(default=0.0, compare=False)
     mark: str = ""
     """For ``deliver``: the mark of the Celery result still to store."""
+    versions: JobVersions | None = None
+    """For ``newer`` and ``older``: the job's versions."""
 
 
 @dataclass(frozen=True)

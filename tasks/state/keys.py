@@ -21,8 +21,17 @@ JOB_PARTS = (
     "cancel",
     "approval",
     "intake",
+    "artifacts",
 )
-"""A job's keys, in the order the state machine's scripts take them (``state`` first)."""
+"""A job's keys, in the order the state machine's scripts take them (``state`` first). The keys a
+script takes after them (a question, a Celery result, broker lists) follow at ``len(JOB_PARTS) + 1``
+on: the scripts name them so (``KEYS[12]``)."""
+
+CLIENT_PARTS = ("state", "intake", "cancel", "events", "result", "decisions", "messages")
+"""The parts of a job's keys a client writes, and the only ones the client Redis user of
+docs/security.md may write (it reads the others): the record and intake at ``submit``, the cancel
+flag, the end of a job cancelled before any worker took it (its record, ``final`` event and
+result), and the answer of a decision or message it withdrew."""
 
 LIVE_SHARDS = 16
 """The live-job index is this many sorted sets, so no single key is hot."""
@@ -33,6 +42,8 @@ JOB_KEY = "{prefix}:{{{job_id}}}:{part}"
 
 LIVE_SHARD_KEY = "{prefix}:live:{shard}"
 """The key of one shard of the live-job index (a ``str.format`` template)."""
+WAKE_KEY = "{prefix}:live:wake"
+"""A list a cancel pushes to, so that a reconciler sweeps at once (``Reconciler.pause``)."""
 
 
 RECENT_SHARDS = 16

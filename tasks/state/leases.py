@@ -9,7 +9,8 @@ stores nothing and sends nothing when it wakes up.
 
 The renewals of every claim a process holds are made by one daemon thread (``LeaseKeeper``), so
 a step costs no thread of its own, and a step shorter than a third of its lease costs no renewal
-at all.
+at all. A renewal also carries what a step's call met so far (``Heartbeat.note``: the error of a
+model attempt that is retried), so that a job ended by its deadline meanwhile reports it.
 """
 
 from __future__ import annotations
@@ -51,24 +52,37 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop(id(beat), None)
 
-    def _due(self) -> list[Heartbeat]:
-        """Wait until a renewal is due; the heartbeats due (their next renewal is set)."""
+    def note(self, beat: Heartbeat, error: str) -> None:
+        """Renew ``beat``'s claim now, writing ``error`` as the job's last error."""
+        with self._lock:
+            if id(beat) not in self._held:
+                return
+            beat.error = error
+            self._held[id(beat)] = (beat, time.monotonic())
+            self._wake.notify()
+
+    def _due(self) -> list[tuple[Heartbeat, str]]:
+        """Wait until a renewal is due; the heartbeats due (their next renewal is set), each with
+        the error it has to write (``""``: none)."""
         with self._lock:
             while True:
                 now = time.monotonic()
                 due = [beat for beat, at in self._held.values() if at <= now]
                 if due:
+                    taken = []
                     for beat in due:
                         self._held[id(beat)] = (beat, now + beat.interval)
-                    return due
+                        taken.append((beat, beat.error))
+                        beat.error = ""
+                    return taken
                 nearest = min((at for _, at in self._held.values()), default=now + 1.0)
                 self._wake.wait(max(nearest - now, 0.01))
 
     def _run(self) -> None:
         while True:
-            for beat in self._due():
+            for beat, error in self._due():
                 try:
-                    if not beat.machine.renew(beat.claim, beat.seconds):
+                    if not beat.machine.renew(beat.claim, beat.seconds, error):
                         with self._lock:  # a step that committed meanwhile dropped its claim itself
                             held = id(beat) in self._held
                         if not held:
@@ -100,11 +114,33 @@ class Heartbeat:
         self.seconds = seconds
         self.interval = max(seconds / 3, 0.2)
         self.lost = threading.Event()
+        self.error = ""
+        """An error to write as the job's last error with the next renewal (``note``)."""
         self._keeper = keeper or _keeper
+        self._holding = False
+
+    def note(self, error: str) -> None:
+        """Write ``error`` as the job's last error now, with a renewal, in the calling thread, so a
+        job whose deadline passes before the step ends still says what went wrong (a model call's
+        failed attempts are noted as they happen: ``tandem.reasoner.models.attempt_notes``). Left
+        to the keeper's thread, the write could come after the reconciler had ended the job for its
+        deadline with "last error: none" (seen on a loaded machine). A failed write is the keeper's
+        to do again."""
+        if self.lost.is_set() or not self._holding:  # a lost claim, or a step that ended: nothing
+            return
+        try:
+            kept = self.machine.renew(self.claim, self.seconds, error)
+        except Exception:  # Redis away: the keeper writes it with its next renewal
+            self._keeper.note(self, error)
+            return
+        if not kept:  # the claim was lost: the keeper's next renewal says so and drops it
+            self._keeper.note(self, "")
 
     def __enter__(self) -> Heartbeat:
+        self._holding = True
         self._keeper.hold(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._holding = False
         self._keeper.drop(self)

@@ -29,6 +29,12 @@ hash tag ``{<job>}``:
   job's Celery result (or marks it for delivery: ``tandem.tasks.state.results``) and expires the job's keys;
 - ``reconcile`` (the reconciler's look at one job) says which messages to send again.
 
+The record also says which formats the job's keys hold (``spec_version``, ``memory_version``:
+``tandem.tasks.state.versions``). ``create`` stamps the machine's own; ``claim`` and ``claim_call``
+refuse a job whose formats the machine does not read before they write anything (``newer`` or
+``older``), and raise the memory version of one they take to the machine's; ``reconcile`` leaves
+such a job alone.
+
 A message (a Celery task) only wakes a step up: a duplicated, stale, forged or wrong-round one
 finds the record elsewhere and does nothing. Every key gets a TTL when it is written: a live job's
 keys live until its deadline plus ``ttl_after``; an ended job's for ``TANDEM_MEMORY_TTL``. A script
@@ -57,10 +63,18 @@ from tandem.tasks.state.claims import (
     Reconciled,
     claim_token,
 )
-from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, live_shard_key, live_shard_of
+from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, WAKE_KEY, live_shard_key, live_shard_of
 from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.record import text as _text
+from tandem.tasks.state.replicas import ReplicaWait, Waited, run_waited
 from tandem.tasks.state.scripts import lua
+from tandem.tasks.state.versions import (
+    MEMORY_VERSION_FIELD,
+    SPEC_VERSION_FIELD,
+    SUPPORTED,
+    JobVersions,
+    SupportedVersions,
+)
 from tandem.tasks.state.views import ViewAsk
 
 if TYPE_CHECKING:
@@ -75,10 +89,10 @@ SCRIPTS = (
     "reschedule",
     "claim_call",
     "call_started",
+    "call_unstarted",
     "call_done",
     "settle",
     "remember",
-    "pause",
     "finish",
     "delivered",
     "reconcile",
@@ -92,17 +106,37 @@ def _pushes(wire: Sequence[tuple[str, str]]) -> list[Any]:
     return [len(wire), *(payload for _, payload in wire)]
 
 
-class JobMachine:
-    """The atomic transitions of the jobs in one store (see the module docstring)."""
+def _refusal(reply: Sequence[Any]) -> ClaimRefused:
+    """A claim script's refusal; a version refusal carries the job's versions."""
+    reason = _text(reply[0])
+    if reason in ("newer", "older"):
+        return ClaimRefused(reason, JobVersions(int(_text(reply[1])), int(_text(reply[2]))))
+    return ClaimRefused(reason)
 
-    def __init__(self, store: JobStore) -> None:
+
+class JobMachine:
+    """The atomic transitions of the jobs in one store (see the module docstring), for a worker
+    that reads the formats ``versions`` (this code's, ``SUPPORTED``; a test may make a machine of
+    another release)."""
+
+    def __init__(self, store: JobStore, versions: SupportedVersions = SUPPORTED) -> None:
         self.store = store
         self.redis: Redis = store.redis
         self.prefix = store.prefix
+        self.versions = versions
+        self.wait: ReplicaWait = store.wait
         self._scripts = {name: self.redis.register_script(lua(name)) for name in SCRIPTS}
 
     def _run(self, name: str, job_id: str, *args: Any, more_keys: Sequence[str] = ()) -> Any:
         return self._scripts[name](keys=[*self._keys(job_id), *more_keys], args=list(args))
+
+    def _run_waited(
+        self, name: str, job_id: str, keys: Sequence[str], args: Sequence[Any], what: str
+    ) -> tuple[Any, Waited | None]:
+        """Run script ``name``, then wait for ``self.wait``'s replicas on the same connection
+        (``tandem.tasks.state.replicas``): a write that must survive a failover."""
+        script = self._scripts[name]
+        return run_waited(self.redis, script, lua(name), keys, args, self.wait, what=what, job_id=job_id)
 
     def _keys(self, job_id: str) -> list[str]:
         return [JOB_KEY.format(prefix=self.prefix, job_id=job_id, part=part) for part in JOB_PARTS]
@@ -136,9 +170,17 @@ class JobMachine:
         and only for a job in the index (``XX``: an ended job is not indexed again)."""
         pipe.zadd(self.shard_key(self.shard_of(job_id)), {job_id: time.time()}, xx=True, lt=True)
 
-    def unindex(self, job_id: str) -> None:
-        """Take the job out of the live index."""
-        self.redis.zrem(self.shard_key(self.shard_of(job_id)), job_id)
+    def wake(self) -> None:
+        """Wake one reconciler of the fleet to sweep now (``Reconciler.pause``); the wake list
+        lives a minute, should none take it."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lpush(WAKE_KEY.format(prefix=self.prefix), "1")
+        pipe.expire(WAKE_KEY.format(prefix=self.prefix), 60)
+        pipe.execute()
+
+    def unindex(self, job_id: str, pipe: Any = None) -> None:
+        """Take the job out of the live index; queued on ``pipe`` (not run) when one is given."""
+        (self.redis if pipe is None else pipe).zrem(self.shard_key(self.shard_of(job_id)), job_id)
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -158,7 +200,8 @@ class JobMachine:
         wire: Sequence[tuple[str, str]] = (),
     ) -> bool:
         """Create the job's record at its first step with that step's messages in the outbox
-        (under ``outbox_id``, a fresh one by default); ``False`` if the job exists already.
+        (under ``outbox_id``, a fresh one by default); ``False`` if the job exists already. The
+        record holds the formats this machine writes (``versions.newest``).
 
         ``started``: the job's first event (a ``JobStore.entry``), which makes its stream (capped
         at about ``maxlen``, living as long as the record). ``wire``: messages pushed to the broker's
@@ -178,6 +221,8 @@ class JobMachine:
                 outbox_id or uuid.uuid4().hex,
                 *event,
                 maxlen,
+                self.versions.newest.spec,
+                self.versions.newest.memory,
                 *_pushes(wire),
                 more_keys=[key for key, _ in wire],
             )
@@ -192,13 +237,17 @@ class JobMachine:
         max_expiries: int,
         view: ViewAsk | None = None,
     ) -> Claim | ClaimRefused:
-        """Take step ``(round_no, kind)`` for this worker, or say why not; with ``view``, the claim
-        also reads what the step works with (``Claim.view``), in the same script call."""
+        """Take step ``(round_no, kind)`` for this worker, or say why not (``newer``/``older``: the
+        job's formats are not the ones it reads; nothing written); with ``view``, the claim also
+        reads what the step works with (``Claim.view``), in the same script call."""
         token = claim_token()
         extra = view.args() if view is not None else []
-        reply = self._run("claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries, *extra)
+        versions = self.versions.lua_args()
+        reply = self._run(
+            "claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries, *versions, *extra
+        )
         if _text(reply[0]) != "ok":
-            return ClaimRefused(_text(reply[0]))
+            return _refusal(reply)
         seen = view.view(reply[2]) if view is not None and len(reply) > 2 else None
         return Claim(job_id, round_no, kind, token, epoch=int(_text(reply[1])), view=seen)
 
@@ -215,9 +264,12 @@ class JobMachine:
         ``view``, the claim also reads what the call works with (``Claim.view``)."""
         token = claim_token()
         extra = view.args() if view is not None else []
-        reply = self._run("claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries, *extra)
+        versions = self.versions.lua_args()
+        reply = self._run(
+            "claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries, *versions, *extra
+        )
         if _text(reply[0]) != "ok":
-            return ClaimRefused(_text(reply[0]))
+            return _refusal(reply)
         started = len(reply) > 2 and _text(reply[2]) != ""
         seen = view.view(reply[3]) if view is not None and len(reply) > 3 else None
         attempt = int(_text(reply[1]))
@@ -225,16 +277,35 @@ class JobMachine:
             job_id, round_no, "tools", token, index=index, attempt=attempt, started=started, view=seen
         )
 
-    def call_started(self, claim: Claim) -> bool:
+    def call_started(self, claim: Claim) -> tuple[bool, Waited | None]:
         """Mark the claimed call started, right before its tool runs; ``False`` (nothing marked) if
         the claim was lost. A later attempt of an ``at_most_once`` call runs its tool again only if
-        no earlier attempt got this far."""
-        return bool(self._run("call_started", claim.job_id, claim.index, claim.token))
+        no earlier attempt got this far. With ``self.wait``, the mark waits for its replicas: a
+        ``Waited`` that is ``short`` means the mark may not outlive a failover (the caller must not
+        run the tool: ``call_unstarted``)."""
+        marked, waited = self._run_waited(
+            "call_started",
+            claim.job_id,
+            self._keys(claim.job_id),
+            [claim.index, claim.token],
+            f"the start mark of call {claim.index} of round {claim.round}",
+        )
+        return bool(marked), waited
 
-    def renew(self, claim: Claim, lease: float) -> bool:
-        """Extend the claim's lease; ``False`` once the claim was lost."""
+    def call_unstarted(self, claim: Claim) -> bool:
+        """Take back the claimed call's start mark and let its lease go, its tool not run (its
+        mark did not reach the replicas in time); ``False`` if the claim was lost meanwhile. No
+        lease expiry is counted: the call's next claim is an ordinary one. Should this write be
+        lost and the mark kept, the next attempt reports the call interrupted: never a second
+        run."""
+        return bool(self._run("call_unstarted", claim.job_id, claim.index, claim.token))
+
+    def renew(self, claim: Claim, lease: float, last_error: str = "") -> bool:
+        """Extend the claim's lease (and, if given, set the job's ``last_error``: what a step's
+        call met so far, read if the deadline ends the job meanwhile); ``False`` once the claim
+        was lost."""
         index = str(claim.index) if claim.index else ""
-        return bool(self._run("renew", claim.job_id, claim.token, f"{lease:.3f}", index))
+        return bool(self._run("renew", claim.job_id, claim.token, f"{lease:.3f}", index, last_error))
 
     def transition(
         self,
@@ -303,8 +374,9 @@ class JobMachine:
     def reschedule(
         self, claim: Claim, delay: float, reason: str, error: str, outbox: list[Message]
     ) -> str | float:
-        """Park the claimed step until ``delay`` seconds from now (state ``waiting``); returns when
-        (Redis time), or ``"deadline"`` (the job's deadline comes first), ``"lost"`` or ``"gone"``."""
+        """Park the claimed step until ``delay`` seconds from now, or the job's deadline if that
+        comes first (state ``waiting``); returns until when (Redis time), or ``"deadline"`` (the
+        deadline has passed), ``"lost"`` or ``"gone"``."""
         reply = self._run(
             "reschedule",
             claim.job_id,
@@ -381,9 +453,11 @@ class JobMachine:
         decision came first: read again), ``("repeat", answer)`` (the key's first answer),
         ``("stale", current seq, state, round)``, ``("not-waiting", state, round)``,
         ``("ended", state)`` or ``("gone",)``."""
-        reply = self._scripts["settle"](
-            keys=[*self._keys(job_id), self.decisions_key(job_id)],
-            args=[
+        reply, _ = self._run_waited(
+            "settle",
+            job_id,
+            [*self._keys(job_id), self.decisions_key(job_id)],
+            [
                 round_no,
                 read,
                 record_json,
@@ -397,6 +471,7 @@ class JobMachine:
                 answer,
                 json.dumps(round_calls) if round_calls else "",
             ],
+            f"the decisions on round {round_no}",
         )
         return tuple(_text(x) for x in reply)
 
@@ -414,8 +489,13 @@ class JobMachine:
     def pause(self, job_id: str) -> tuple[str | None, int]:
         """The job's approval record (JSON, ``None`` if it has none) and its pause count, read
         together (the count is the record's pause number while the record is the last pause's)."""
-        raw, seq = self._scripts["pause"](keys=[self._key(job_id, "state"), self._key(job_id, "approval")])
-        return (None if raw is None else _text(raw)), int(_text(seq) or 0)
+        # A read-only transaction (one slot: the job's hash tag), not a script: a script's keys
+        # need write access, which the client Redis user has on neither (docs/security.md).
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self._key(job_id, "approval"))
+        pipe.hget(self._key(job_id, "state"), "pause_seq")
+        raw, seq = pipe.execute()
+        return (None if raw is None else _text(raw)), int(_text(seq or "0") or 0)
 
     def answered(self, job_id: str, key: str) -> str | None:
         """The answer kept under idempotency ``key``, if any."""
@@ -433,19 +513,25 @@ class JobMachine:
         *,
         final: FinalEntry | None = None,
         celery: CeleryWrite | None = None,
+        parts: Sequence[str] | None = None,
     ) -> bool:
         """Store the final result and end the job: for ``claim``'s step only, or whatever the job
         does (``claim=None``: cancel, deadline, give-up). ``True`` for the first result stored.
 
         With the first result the same script appends the ``final`` event (``final``: its stream
         entry) and, with ``celery``, writes the job's Celery result (``CeleryWrite.key``) or leaves
-        the ``deliver`` mark (``CeleryWrite.mark``) for ``deliver``/the reconciler."""
+        the ``deliver`` mark (``CeleryWrite.mark``) for ``deliver``/the reconciler. ``parts``: the
+        job's keys (of ``JOB_PARTS``) whose TTL the end sets (all by default; a client's end, the
+        keys its Redis user may write)."""
         if claim is None:
             args: list[Any] = ["1", "", "", "", ""]
         else:
             args = ["0", claim.round, claim.kind, claim.epoch, claim.token]
         entry = final or FinalEntry(json.dumps({"job_id": job_id, "status": status}), f"{time.time():.3f}")
         keys = self._keys(job_id)
+        if parts is not None:  # the keys it may not write are not even named (a script's keys need
+            # write access): the record's key stands in for them, and is not expired twice
+            keys = [key if part in parts else keys[0] for part, key in zip(JOB_PARTS, keys, strict=True)]
         if celery is None:
             tail: list[Any] = ["", "", 0]
         elif celery.key:
@@ -454,10 +540,9 @@ class JobMachine:
         else:
             tail = ["mark", celery.mark, 0]
         head = [result_json, status, error, ttl, *args]
-        reply = self._scripts["finish"](
-            keys=keys,
-            args=[*head, entry.data, entry.at, self.store.stream.maxlen, *tail],
-        )
+        expiring = ",".join(str(JOB_PARTS.index(p) + 1) for p in parts) if parts is not None else ""
+        args = [*head, entry.data, entry.at, self.store.stream.maxlen, *tail, expiring]
+        reply, _ = self._run_waited("finish", job_id, keys, args, "the end")
         return bool(reply)
 
     def delivered(self, job_id: str, mark: str) -> bool:
@@ -466,17 +551,23 @@ class JobMachine:
         return bool(self._run("delivered", job_id, mark))
 
     def reconcile(self, job_id: str, stall: float, max_expiries: int, outbox_grace: float) -> Reconciled:
-        """Look at one job for the reconciler (see ``tandem.tasks.state.reconciler``)."""
+        """Look at one job for the reconciler (see ``tandem.tasks.state.reconciler``); a job whose
+        formats this machine does not read is ``newer`` or ``older``, and nothing is written."""
+        versions = self.versions.lua_args()
         reply = [
             _text(x)
-            for x in self._run("reconcile", job_id, f"{stall:.3f}", max_expiries, f"{outbox_grace:.3f}")
+            for x in self._run(
+                "reconcile", job_id, f"{stall:.3f}", max_expiries, f"{outbox_grace:.3f}", *versions
+            )
         ]
+        if reply[0] in ("newer", "older"):
+            return Reconciled(reply[0], versions=JobVersions(int(reply[1]), int(reply[2])))
         if reply[0] == "parked":
             return Reconciled("parked", until=float(reply[1] or 0))
         if reply[0] == "deliver":
             return Reconciled("deliver", mark=reply[1])
-        if reply[0] == "wait":
-            return Reconciled("wait", next_look=float(reply[1]))
+        if reply[0] in ("wait", "children"):
+            return Reconciled(reply[0], next_look=float(reply[1]))
         if reply[0] != "resend":
             return Reconciled(reply[0])
         return Reconciled("resend", reply[1], int(reply[2]), tuple(int(x) for x in reply[3:]))
@@ -485,6 +576,15 @@ class JobMachine:
         """The spec ``submit`` sent for a job no worker has started yet (JSON), or ``None``."""
         raw = self.redis.get(self._key(job_id, "intake"))
         return None if raw is None else _text(raw)
+
+    def job_versions(self, job_id: str) -> JobVersions | None:
+        """The formats the job's keys hold (``None`` for an unknown job)."""
+        state, spec, memory = self.redis.hmget(
+            self._key(job_id, "state"), ["state", SPEC_VERSION_FIELD, MEMORY_VERSION_FIELD]
+        )
+        if state is None:
+            return None
+        return JobVersions.of({SPEC_VERSION_FIELD: spec, MEMORY_VERSION_FIELD: memory})
 
     def job(self, job_id: str) -> JobRecord | None:
         """The job's record, typed (``None`` for an unknown job)."""

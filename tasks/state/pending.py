@@ -19,9 +19,11 @@ from tandem.reasoner.memory import RedisReasonerMemory, _order
 from tandem.reasoner.messages import FunctionCallResult, ModelMessage, Role
 
 if TYPE_CHECKING:
+    from tandem.reasoner.context.compaction import Compaction
     from tandem.reasoner.function_calling import ParsedFunctionCall
     from tandem.reasoner.models.model_service import DeltaListener
     from tandem.reasoner.task import ReasonerOutcome
+    from tandem.toolkit.artifacts import ArtifactStore
 
 
 class PendingMemory:
@@ -40,8 +42,11 @@ class PendingMemory:
         messages: Iterable[ModelMessage] | None = None,
         *,
         asked: Iterable[str] | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.stored = stored
+        self.artifacts = artifacts
+        """The job's artifacts (written as they come: each is written once, by its content)."""
         self._new: dict[str, ModelMessage] = {}
         self._snapshot: dict[str, ModelMessage] | None = (
             None if messages is None else {m.key: m for m in messages}
@@ -114,6 +119,10 @@ class DeferredHooks(ReasonerHooks):
     def model_replied(self, message: ModelMessage) -> None:
         """Held until the commit."""
         self._calls.append(lambda: self.inner.model_replied(message))
+
+    def memory_compacted(self, compaction: Compaction) -> None:
+        """Held until the commit (a step run again reports the same compaction once)."""
+        self._calls.append(lambda: self.inner.memory_compacted(compaction))
 
     def tool_called(self, round_no: int, index: int, call: ParsedFunctionCall) -> None:
         """Held until the commit."""

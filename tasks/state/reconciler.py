@@ -18,6 +18,9 @@ shards with due jobs (one worker per shard at a time, under a short lock) and as
   timeout passed, ``expire(job_id)`` rejects its undecided calls and the job goes on.
 - a job still ``queued`` after ``stall_seconds`` (its intake message was lost before any worker
   created its record) has its intake message sent again, from the spec ``submit`` stored.
+- a job whose formats this worker does not read (written or taken by a newer release, or one too
+  old: ``tandem.tasks.state.versions``) is left alone, nothing written: a worker that reads them
+  looks after it. Its id is logged once per worker process.
 - an ended job whose Celery result is not in the result backend yet (a backend apart from the job
   store, down or unreachable when the job ended, or a worker killed in between) stays indexed:
   ``deliver(job_id, mark)`` stores it, and the job leaves the index once it is out. A failed
@@ -40,14 +43,17 @@ from collections.abc import Callable
 
 from tandem.tasks import metrics
 from tandem.tasks.state.claims import Reconciled
-from tandem.tasks.state.keys import LIVE_SHARDS
+from tandem.tasks.state.keys import LIVE_SHARDS, WAKE_KEY, job_key
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.sweeping import Sweeping
+from tandem.tasks.state.versions import OncePerJob
 
 log = logging.getLogger("tandem.reconciler")
 
 DELIVERY_RETRY = 15.0
 """Seconds between two attempts to store an ended job's Celery result."""
+WAKE_WAIT = 1.5
+"""The longest one ``BLPOP`` of the wake list blocks (``TANDEM_REDIS_SOCKET_TIMEOUT`` is 2 s or more)."""
 
 
 class Reconciler(Sweeping):
@@ -56,7 +62,8 @@ class Reconciler(Sweeping):
     ``resend(job_id, verdict)`` sends a job's step (or its intake message) again; ``end(job_id,
     verdict)`` ends a job (``deadline``, ``cancel``, ``give-up``); ``expire(job_id)`` rejects the
     undecided calls of a job whose approval timed out; ``deliver(job_id, mark)`` stores an ended
-    job's Celery result (``False`` when the backend refused it).
+    job's Celery result (``False`` when the backend refused it); ``children(job_id)`` checks the
+    wait of a job waiting for its child jobs (``True`` when it resumed it).
     """
 
     thread_name = "tandem-reconciler"
@@ -72,6 +79,7 @@ class Reconciler(Sweeping):
         end: Callable[[str, Reconciled], None],
         expire: Callable[[str], None] | None = None,
         deliver: Callable[[str, str], bool] | None = None,
+        children: Callable[[str], bool] | None = None,
         batch: int = 200,
     ) -> None:
         self.machine = machine
@@ -82,11 +90,33 @@ class Reconciler(Sweeping):
         self.end = end
         self.expire = expire
         self.deliver = deliver
+        self.children = children
         self.batch = batch
         self._backend_down = False
         self.interval = max(min(lease_seconds, stall_seconds) / 8, 0.1)
         self.token = uuid.uuid4().hex
+        self._unread = OncePerJob()
+        self.wake_key = WAKE_KEY.format(prefix=machine.prefix)
         super().__init__()
+
+    def pause(self) -> bool:
+        """Wait for the next sweep: ``interval`` seconds, or less when a cancel pushed to the wake
+        list (``JobStore.request_cancel``): one reconciler of the fleet takes the push, clears the
+        list and sweeps at once, so a cancelled job that waits (for an approval, an answer, its
+        children) ends now rather than at the next sweep. The wait is a ``BLPOP`` of at most
+        ``WAKE_WAIT`` seconds at a time (under any socket time-out the settings allow); with Redis
+        away, it falls back to sleeping."""
+        deadline = time.monotonic() + self.interval
+        while (left := deadline - time.monotonic()) > 0:
+            if self._stop.is_set():
+                return True
+            try:
+                if self.machine.redis.blpop([self.wake_key], timeout=min(left, WAKE_WAIT)):
+                    self.machine.redis.delete(self.wake_key)  # one sweep answers every push so far
+                    return self._stop.is_set()
+            except Exception:  # Redis away: the sweep's own errors are logged
+                return self._stop.wait(max(left, 0.0))
+        return self._stop.is_set()
 
     def sweep(self) -> int:
         """Look at every due job of the shards this worker gets; return how many were acted on."""
@@ -119,6 +149,20 @@ class Reconciler(Sweeping):
         wanted = verdict.next_look or now + 2 * self.interval
         return min(max(wanted, now + self.interval), now + 2 * self.interval)
 
+    def _schedule(self, key: str, job_id: str, verdict: Reconciled, now: float) -> None:
+        """Set the job's next look (``next_look``). A cancel that came after ``reconcile`` read
+        the job moved its look to now, and this would move it back: when the job's cancel flag is
+        there (read in the same round trip) and the verdict did not end it, it is looked at now,
+        at the sweep the cancel's push wakes (``JobStore.request_cancel``). Every move is ``XX``:
+        a job that ended since ``reconcile`` read it left the index, and is not put back (its
+        shard, emptied, would come back without a TTL)."""
+        redis = self.machine.redis
+        pipe = redis.pipeline(transaction=False)
+        pipe.zadd(key, {job_id: self.next_look(verdict, now)}, xx=True)
+        pipe.exists(job_key(self.machine.prefix, job_id, "cancel"))
+        if pipe.execute()[1] and verdict.action in ("wait", "parked", "children"):
+            redis.zadd(key, {job_id: now}, xx=True)
+
     def _look(self, key: str, job_id: str, now: float) -> int:
         verdict = self.machine.reconcile(
             job_id, self.stall_seconds, self.max_lease_expiries, outbox_grace=self.lease_seconds
@@ -126,12 +170,25 @@ class Reconciler(Sweeping):
         if verdict.action == "gone":
             self.machine.redis.zrem(key, job_id)
             return 0
-        if verdict.action not in ("wait", "parked"):
+        if verdict.action not in ("wait", "parked", "newer", "older", "children"):
             metrics.RECONCILER_ACTIONS.labels(verdict.action).inc()
         if verdict.action == "deliver":
             return self._deliver(key, job_id, verdict.mark, now)
-        self.machine.redis.zadd(key, {job_id: self.next_look(verdict, now)})
+        self._schedule(key, job_id, verdict, now)
         if verdict.action == "wait":
+            return 0
+        if verdict.action == "children":  # a child's end that was not heard: checked here too
+            return int(self.children is not None and bool(self.children(job_id)))
+        if verdict.action in ("newer", "older"):
+            if self._unread.first(job_id):
+                log.warning(
+                    "job %s: its formats (%s) are %s than this worker reads (%s): left to a worker "
+                    "that reads them (`tandem version-check` counts such jobs)",
+                    job_id,
+                    verdict.versions,
+                    verdict.action,
+                    self.machine.versions,
+                )
             return 0
         if verdict.action == "parked":
             if self.expire is None or time.time() < verdict.until:
@@ -158,7 +215,7 @@ class Reconciler(Sweeping):
     def _deliver(self, key: str, job_id: str, mark: str, now: float) -> int:
         redis = self.machine.redis
         if self.deliver is None or self._backend_down:
-            redis.zadd(key, {job_id: now + DELIVERY_RETRY})
+            redis.zadd(key, {job_id: now + DELIVERY_RETRY}, xx=True)
             return 0
         try:
             done = self.deliver(job_id, mark)
@@ -169,5 +226,5 @@ class Reconciler(Sweeping):
             redis.zrem(key, job_id)
         else:
             self._backend_down = True
-            redis.zadd(key, {job_id: now + DELIVERY_RETRY})
+            redis.zadd(key, {job_id: now + DELIVERY_RETRY}, xx=True)
         return 1

@@ -72,6 +72,11 @@ class JobRecord:
     approval_until: float = 0.0
     owner: str = "default"
     """The tenant that owns the job (``JobSpec.owner``; ``default`` in a record that has none)."""
+    spec_version: int = 0
+    """The format of the job's stored spec (``tandem.tasks.state.versions``; 0 in a record from
+    before versions were kept)."""
+    memory_version: int = 0
+    """The format of what the job's steps wrote (its memory, tool results, pause records)."""
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord | None:
@@ -100,6 +105,8 @@ class JobRecord:
             error=fields.get("error", ""),
             approval_until=_number(fields, "approval_until"),
             owner=fields.get("owner") or "default",
+            spec_version=max(int(_number(fields, "spec_version")), 0),
+            memory_version=max(int(_number(fields, "memory_version")), 0),
         )
 
     @property

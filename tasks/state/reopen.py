@@ -12,6 +12,11 @@ never ran, and gives every key its live TTL again.
 ``start`` (mode ``fork``) writes a new job's record at a given step together with its copied memory
 and call results, and refuses an id that has a record already.
 
+Both stamp the record with the formats of the machine's worker (``tandem.tasks.state.versions``):
+the spec is stored anew in its format, and a fork's memory is copied in it; a resumed job keeps its
+stored memory, and its memory version only goes up. The callers check first that the worker reads
+the job's formats (``tandem.tasks.control.versions``).
+
 A refused call changes nothing and says why: ``gone`` (no record or no spec: unknown, or its
 keys expired), ``state`` (not resumable in its state), ``moved`` (changed since it was read),
 ``exists`` (a fork's id is taken).
@@ -99,6 +104,8 @@ class Reopener:
                 json.dumps([list(w) for w in call_results]),
                 json.dumps(list(forget)),
                 str(pause_seq),
+                self.machine.versions.newest.spec,
+                self.machine.versions.newest.memory,
             ],
         )
         outcome, detail = _text(reply[0]), _text(reply[1])

@@ -5,7 +5,8 @@ machine's scripts touch one Redis Cluster slot): ``state`` (the record of
 ``tandem.tasks.state.machine``), ``spec``, ``memory``, ``tools`` (tool results), ``calls`` (the tool
 calls' attempts and leases), ``events``, ``result``, ``cancel``, ``approval`` (the calls awaiting a
 decision, ``tandem.tasks.control.approvals``), ``intake`` (the spec as ``submit`` sent it, until a worker
-starts the job: the reconciler sends a lost intake message again from it), and ``appended`` (the
+starts the job: the reconciler sends a lost intake message again from it), ``artifacts`` (tool
+outputs kept whole: ``tandem.tasks.state.artifacts``), and ``appended`` (the
 write tokens of the event batches written, so one sent again is not doubled: ``append_all``).
 Every key has a TTL from the moment it is written.
 """
@@ -13,15 +14,15 @@ Every key has a TTL from the moment it is written.
 from __future__ import annotations
 
 import json
-import random
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import RedisCluster
 
 from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
@@ -37,23 +38,16 @@ from tandem.tasks.job_events import (
     make_event,
 )
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec, JobStatus, ReasonerKind, Waiting
-from tandem.tasks.state.keys import (
-    JOB_KEY,
-    JOB_PARTS,
-    LEGACY_RECENT_KEY,
-    RECENT_SHARDS,
-    TENANT_RECENT_SHARDS,
-    pause_id,
-    recent_shard_key,
-    recent_shard_keys,
-    tenant_recent_key,
-    tenant_recent_keys,
-)
+from tandem.tasks.state.artifacts import RedisArtifactStore
+from tandem.tasks.state.keys import JOB_KEY, JOB_PARTS, pause_id
 from tandem.tasks.state.machine import JobMachine
+from tandem.tasks.state.recent import RecentJobs
 from tandem.tasks.state.record import JobRecord
 from tandem.tasks.state.record import text as _text
+from tandem.tasks.state.replicas import ReplicaWait, Waited, report
 from tandem.tasks.state.results import ResultDelivery, end_job
 from tandem.tasks.state.scripts import lua
+from tandem.tasks.state.versions import SPEC_VERSION, SPEC_VERSION_FIELD
 from tandem.tasks.state.views import StepView, ViewAsk
 from tandem.toolkit.redaction import redact, redact_data, redact_known
 
@@ -82,6 +76,8 @@ def status_from_record(
         return None
     parked = rec.state == "awaiting_approval"
     kind = _text(raw.get(b"pause_kind", raw.get("pause_kind", b""))) or "approval"
+    if rec.state == "waiting_for_children":
+        kind, question, approval = "children", None, None
     if parked and kind == "question":
         approval = None  # an earlier pause's record: this pause is a question
     asked = json.loads(question) if parked and kind == "question" and question is not None else None
@@ -105,12 +101,16 @@ def status_from_record(
         pending_approval=_undecided(approval) if parked and approval is not None else None,
         pause_id=_pause_of(job_id, raw, approval) if parked and approval is not None else None,
         approval_until=rec.approval_until or None if parked else None,
-        pause_kind=("question" if kind == "question" else "approval") if parked else None,
+        pause_kind=_pause_kind(kind) if parked or kind == "children" else None,
         question=_asked(job_id, asked) if asked is not None else None,
     )
     if asked is not None:
         status.pause_id = pause_id(job_id, int(asked.get("round", 0)), int(asked.get("seq", 0)))
     return status
+
+
+def _pause_kind(kind: str) -> Literal["approval", "question", "children"]:
+    return "question" if kind == "question" else "children" if kind == "children" else "approval"
 
 
 def question_json(fields: Any) -> str | None:
@@ -155,18 +155,6 @@ def final_ends(following: list[str], state: Any) -> bool:
     return bool(following) or state is None or _text(state) in FINAL_STATES
 
 
-RECENT_LIMIT = 1000
-"""About how many jobs the index of recent jobs (``JobStore.recent``) keeps."""
-RECENT_PER_SHARD = 2 * RECENT_LIMIT // RECENT_SHARDS
-"""How many jobs one shard of that index keeps: twice its share, so that the newest
-``RECENT_LIMIT`` jobs are all kept however unevenly they fall into the shards."""
-TENANT_RECENT_PER_SHARD = 2 * RECENT_LIMIT // TENANT_RECENT_SHARDS
-"""How many jobs one shard of a tenant's index of recent jobs keeps (as ``RECENT_PER_SHARD``)."""
-RECENT_TRIM_EVERY = 16
-"""``remember`` trims the index of recent jobs on one call in this many (on average): between
-trims it may hold a few more than ``RECENT_LIMIT`` jobs."""
-
-
 class JobStore:
     """Reads and writes one Redis database's jobs. ``ttl`` bounds the life of keys written
     before a job runs or after it ended (``TANDEM_MEMORY_TTL``)."""
@@ -178,11 +166,14 @@ class JobStore:
         ttl: int = 86400,
         *,
         stream: StreamSettings | None = None,
+        wait: ReplicaWait | None = None,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
         self.ttl = ttl
         self.stream = stream or StreamSettings()
+        self.wait = wait or ReplicaWait()
+        """How the writes that must survive a failover wait for replicas (``TANDEM_REDIS_WAIT_*``)."""
         self._machine: JobMachine | None = None
 
     @classmethod
@@ -194,7 +185,8 @@ class JobStore:
             delta_interval=settings.delta_interval_ms / 1000,
             delta_max_chars=settings.delta_max_chars,
         )
-        return cls(redis, settings.prefix, ttl=settings.memory_ttl, stream=stream)
+        wait = ReplicaWait(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
+        return cls(redis, settings.prefix, ttl=settings.memory_ttl, stream=stream, wait=wait)
 
     def key(self, job_id: str, part: str) -> str:
         """The Redis key of ``part`` of a job."""
@@ -228,20 +220,33 @@ class JobStore:
         record), so that followers know it at once; ``False`` if it had one already.
 
         ``intake`` is the message's spec (JSON): kept until a worker starts the job, so the
-        reconciler can send a lost intake message again. ``owner``: the tenant owning the job."""
+        reconciler can send a lost intake message again. ``owner``: the tenant owning the job. The
+        record holds the version of the spec sent (``SPEC_VERSION``: a worker that does not read
+        it leaves the job to one that does); the intake's record says the worker's own."""
         key = self.key(job_id, "state")
         pipe = self.redis.pipeline()
         pipe.hsetnx(key, "state", "queued")
         pipe.hsetnx(key, "reasoner", reasoner)
         pipe.hsetnx(key, "owner", owner)
         pipe.hsetnx(key, "updated_at", f"{time.time():.6f}")
+        pipe.hsetnx(key, SPEC_VERSION_FIELD, SPEC_VERSION)
         pipe.ttl(key)
         if intake is not None:
             pipe.set(self.key(job_id, "intake"), intake, ex=self.ttl, nx=True)
-        written, _, _, _, ttl = pipe.execute()[:5]
+        written, _, _, _, _, ttl = pipe.execute()[:6]
         if ttl is not None and ttl < 0:
             self.redis.expire(key, self.ttl)
-        self.remember(job_id, owner=owner)
+        if self.wait.replicas and not isinstance(self.redis, RedisCluster):
+            # The submission is acknowledged once its replicas have it: WAIT on the connection of
+            # its last write, which follows the record's (replication is one ordered stream). A
+            # cluster's recent-jobs index lives on another node than the job: not waited there.
+            indexes = self.redis.pipeline(transaction=False)
+            self.remember(job_id, owner=owner, pipe=indexes)
+            indexes.execute_command("WAIT", self.wait.replicas, self.wait.timeout_ms)
+            acked = indexes.execute()[-1]
+            report(Waited("the submission", job_id, self.wait.replicas, int(acked)), self.wait.timeout_ms)
+        else:
+            self.remember(job_id, owner=owner)
         return bool(written)
 
     def discard_queued(self, job_id: str) -> None:
@@ -251,73 +256,38 @@ class JobStore:
         The transaction touches the job's keys only (one cluster slot); the index entry goes after
         it (``recent`` leaves out jobs without a record anyway)."""
         key = self.key(job_id, "state")
+        owner: list[str] = []
 
         def undo(pipe: Pipeline) -> bool:
-            state: Any = pipe.hget(key, "state")
+            fields: Any = pipe.hmget(key, ["state", "owner"])  # watched: runs at once
+            state, named = fields
             started = pipe.exists(self.key(job_id, "spec"))
             if state is None or started or _text(state) != "queued":
                 return False
+            owner[:] = [_text(named)] if named is not None else []
             pipe.multi()
             pipe.delete(key, self.key(job_id, "intake"))
             return True
 
         if self.redis.transaction(undo, key, self.key(job_id, "spec"), value_from_callable=True):
-            self.redis.zrem(recent_shard_key(self.prefix, job_id), job_id)
+            self.recents.forget(job_id, owner[0] if owner else None)
 
     def remember(
         self, job_id: str, at: float | None = None, *, owner: str | None = None, pipe: Any = None
     ) -> None:
         """Add the job to the index of recent jobs, and to its tenant's when ``owner`` is given
-        (each kept to about the newest ``RECENT_LIMIT``, see ``RECENT_TRIM_EVERY``; idempotent);
-        queued on ``pipe`` (not run) when one is given."""
-        own = pipe is None
-        pipe = self.redis.pipeline(transaction=False) if own else pipe
-        at = at or time.time()
-        trim = random.randrange(RECENT_TRIM_EVERY) == 0  # trimming on every call would double its cost
-        indexes = [(recent_shard_key(self.prefix, job_id), RECENT_PER_SHARD)]
-        if owner is not None:
-            indexes.append((tenant_recent_key(self.prefix, owner, job_id), TENANT_RECENT_PER_SHARD))
-        for key, keep in indexes:
-            pipe.zadd(key, {job_id: at}, nx=True)
-            if trim:
-                pipe.zremrangebyrank(key, 0, -keep - 1)
-                pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl)
-            pipe.expire(key, self.ttl)
-        if own:
-            pipe.execute()
+        (``RecentJobs.remember``: idempotent); queued on ``pipe`` (not run) when one is given."""
+        self.recents.remember(job_id, at, owner=owner, pipe=pipe)
 
     def recent(self, limit: int = 50, *, owner: str | None = None) -> list[JobStatus]:
-        """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out):
-        the newest of each shard of the index, merged. With ``owner``, tenant ``owner``'s jobs only,
-        from its own index; while that has fewer than ``limit`` (jobs indexed before tenants had
-        one), also those among the newest ``RECENT_LIMIT`` of the shared index."""
-        count = max(limit, 1)
-        shared = [*recent_shard_keys(self.prefix), LEGACY_RECENT_KEY.format(prefix=self.prefix)]
-        if owner is None:
-            return self._newest(shared, count, count)
-        own = self._newest(tenant_recent_keys(self.prefix, owner), count, count, owner)
-        if len(own) >= count:
-            return own
-        seen = {status.job_id for status in own}  # those indexed before are older than these
-        older = [s for s in self._newest(shared, RECENT_LIMIT, RECENT_LIMIT, owner) if s.job_id not in seen]
-        return [*own, *older][:count]
+        """The newest ``limit`` jobs' statuses, newest first (jobs whose keys expired are left out).
+        With ``owner``, tenant ``owner``'s jobs only, from its own index (``RecentJobs.newest``)."""
+        return list(self.recents.newest(status_from_record, limit, owner))
 
-    def _newest(
-        self, shards: list[str], per_shard: int, count: int, owner: str | None = None
-    ) -> list[JobStatus]:
-        pipe = self.redis.pipeline(transaction=False)
-        for key in shards:
-            pipe.zrevrange(key, 0, per_shard - 1, withscores=True)
-        newest: dict[str, float] = {}
-        for entries in pipe.execute():
-            for raw, score in entries:
-                newest.setdefault(_text(raw), float(score))
-        ids = sorted(newest, key=lambda job_id: newest[job_id], reverse=True)[:count]
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.key(job_id, "state"))
-        found = [status_from_record(job_id, raw) for job_id, raw in zip(ids, pipe.execute(), strict=True)]
-        return [s for s in found if s is not None and (owner is None or s.owner == owner)]
+    @property
+    def recents(self) -> RecentJobs:
+        """The indexes of recent jobs (``tandem.tasks.state.recent``)."""
+        return RecentJobs(self.redis, self.prefix, self.ttl)
 
     def spec(self, job_id: str) -> JobSpec | None:
         """The job's spec, or ``None`` for an unknown job."""
@@ -395,11 +365,17 @@ class JobStore:
         return None if raw is None else JobResult.model_validate_json(raw)
 
     def finish(
-        self, result: JobResult, ttl: int | None = None, delivery: ResultDelivery | None = None
+        self,
+        result: JobResult,
+        ttl: int | None = None,
+        delivery: ResultDelivery | None = None,
+        *,
+        parts: Sequence[str] | None = None,
     ) -> JobResult:
         """End the job with ``result`` whatever step it is at (the first result stored wins),
         expire its keys ``ttl`` seconds from now, and return the stored result (secrets redacted).
-        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.state.results``)."""
+        With ``delivery`` the job's Celery result goes out with its end (``tandem.tasks.state.results``).
+        ``parts``: the job's keys to expire when not all (a client's end: ``CLIENT_PARTS``)."""
         ttl = self.ttl if ttl is None else ttl
         result = result.model_copy(
             update={
@@ -407,19 +383,35 @@ class JobStore:
                 "deliverable": redact_known(result.deliverable),
             }
         )
-        _, stored = end_job(self, result, ttl, delivery=delivery)
+        _, stored = end_job(self, result, ttl, delivery=delivery, parts=parts)
         return stored or result
 
     # -- cancellation ----------------------------------------------------------------------
 
-    def request_cancel(self, job_id: str) -> None:
-        """Ask the job to stop at its next step, and bring its entry in the live-job index forward
-        to now: a job that waits (for an approval, an answer, a back-off) ends at the reconciler's
-        next sweep, not when its next look was due (``JobMachine.look_now``)."""
+    def request_cancel(self, job_id: str) -> list[str]:
+        """Ask the job and every child job it started (theirs too, down the tree) to stop at
+        their next step, and bring their entries in the live-job index forward to now: a job that
+        waits (for an approval, an answer, its children, a back-off) ends at once, at the sweep the
+        cancel wakes (``JobMachine.look_now``, ``JobMachine.wake``), and a child a worker runs
+        ends at its next step without waiting for its parent's end (``tandem.tasks.state.family``;
+        the workers' cascade at the parent's end still cancels any child the walk missed). Safe to
+        call again. The ids of the descendants flagged."""
+        from tandem.tasks.state.family import descendants, owner_of
+
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.key(job_id, "cancel"), "1", ex=self.ttl)
         self.machine.look_now(job_id, pipe)
         pipe.execute()
+        owner = owner_of(self, job_id)
+        family = descendants(self, job_id, owner) if owner is not None else []
+        for start in range(0, len(family), 500):  # the job's own flag first: then its children's
+            pipe = self.redis.pipeline(transaction=False)
+            for child in family[start : start + 500]:
+                pipe.set(self.key(child, "cancel"), "1", ex=self.ttl)
+                self.machine.look_now(child, pipe)
+            pipe.execute()
+        self.machine.wake()
+        return family
 
     def cancel_requested(self, job_id: str) -> bool:
         """True once ``request_cancel`` was called."""
@@ -443,6 +435,10 @@ class JobStore:
     def memory(self, job_id: str) -> RedisReasonerMemory:
         """The job's conversation."""
         return RedisReasonerMemory(self.redis, job_id, prefix=self.prefix, ttl=self.ttl)
+
+    def artifacts(self, job_id: str) -> RedisArtifactStore:
+        """The job's artifacts: tool outputs kept whole (``tandem.tasks.state.artifacts``)."""
+        return RedisArtifactStore(self.redis, job_id, prefix=self.prefix, ttl=self.ttl)
 
     def publish(
         self,

@@ -24,13 +24,17 @@ class Sweeping:
         """One sweep; how many jobs it acted on."""
         raise NotImplementedError
 
+    def pause(self) -> bool:
+        """Wait until the next sweep is due; ``True`` once ``stop`` was called."""
+        return self._stop.wait(self.interval)
+
     def start(self) -> None:
         """Sweep in a daemon thread until ``stop``."""
         if self._thread is not None:
             return
 
         def loop() -> None:
-            while not self._stop.wait(self.interval):
+            while not self.pause():
                 try:
                     self.sweep()
                 except Exception:  # Redis down: the next sweep tries again

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from celery.exceptions import Ignore
 
+from tandem.reasoner.context.counting import TokenCache
 from tandem.reasoner.loop.plan import LoopPlan
 from tandem.reasoner.task import Task
 from tandem.tasks.events import EventHooks
@@ -38,6 +39,8 @@ class JobFixtures:
     spec: JobSpec
     plan: LoopPlan
     task: Task
+    tokens: TokenCache = field(default_factory=TokenCache, repr=False)
+    """The job's token counts, kept between its steps in this worker (``tandem.reasoner.context``)."""
     _recommended: tuple[list[Tool], list[Action]] | None = field(default=None, repr=False)
     _scope: SecretScope | None = field(default=None, repr=False)
 
@@ -107,7 +110,7 @@ class StepContext:
         fence = claim.epoch if claim.index == 0 and claim.epoch > 0 else None
         events = EventHooks(rt.store, job_id, epoch=fence)
         hooks = DeferredHooks(events)
-        memory = PendingMemory(stored, view.messages, asked=asked)
+        memory = PendingMemory(stored, view.messages, asked=asked, artifacts=rt.store.artifacts(job_id))
         if view.spec_json is None:
             raise Ignore()  # unknown or expired job: nothing to do
         spec = view.spec_json

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tandem.broker_config.capture import NotCaptured, capture
-from tandem.broker_config.transport import TRANSPORT
+from tandem.broker_config.transport import SENTINEL_TRANSPORT, TRANSPORT
 from tandem.tasks import tracing
 from tandem.tasks.app import app
 from tandem.tasks.hosts.budgets import message_priority
@@ -25,12 +26,15 @@ log = logging.getLogger("tandem.tasks")
 
 
 def send(
-    messages: Sequence[Message], priority: int | None = None, trace: Mapping[str, str] | None = None
+    messages: Sequence[Message],
+    priority: int | None = None,
+    trace: Mapping[str, str] | None = None,
+    headers: Mapping[str, Any] | None = None,
 ) -> None:
     """Send ``messages`` (each under a fresh task id: revoking one never touches another step),
     with the broker ``priority`` of their job and its ``trace`` context (``JobSpec.trace_context``)
-    in their headers (``tandem.tasks.tracing``)."""
-    extra = tracing.headers(trace)
+    in their headers (``tandem.tasks.tracing``), and ``headers`` besides."""
+    extra: dict[str, Any] = {**tracing.headers(trace), **(headers or {})}
     for m in messages:
         args = m["args"]
         tail = ".".join(str(a) for a in args[1:])
@@ -49,8 +53,11 @@ def send(
 
 def pushes_with_commit(rt: Runtime) -> bool:
     """Whether a step's commit can push its successors' messages itself: the broker is the job
-    state's own Redis (the same URL), through tandem's channel."""
+    state's own Redis (the same URL; for a Sentinel URL, the same Sentinels, service and database),
+    through tandem's channel."""
     conf = app.conf
+    if conf.broker_transport == SENTINEL_TRANSPORT:
+        return rt.settings.broker_url == rt.settings.redis_url
     return conf.broker_transport == TRANSPORT and conf.broker_url == rt.settings.redis_url
 
 

@@ -1,8 +1,10 @@
 """The guard around every step: claim it, commit what it did, park it for a back-off, end the job.
 
 A step claims its record (nothing happens if the job is elsewhere, ended, or a live worker holds
-the step), and commits by one fenced transition: its memory writes are stored and the record moves
-to the next step only if its claim still stands; then its events go out and the next step is sent.
+the step; a job whose formats this worker does not read has its message handed back to the queue,
+``tandem.tasks.steps.hand_back``), and commits by one fenced transition: its memory writes are
+stored and the record moves to the next step only if its claim still stands; then its events go
+out and the next step is sent.
 A step that failed transiently (a model host's 429/5xx/time-out, Redis or broker errors) is parked
 in ``waiting`` and sent again after a back-off (the shared ``RetryPolicy``), until the job's
 deadline; any other failure ends the job ``failed``. ``finish`` ends a job (the first result stored
@@ -42,6 +44,7 @@ from tandem.tasks.state.results import end_job as end_job_durably
 from tandem.tasks.state.views import ViewAsk
 from tandem.tasks.steps.context import enter_job_scope
 from tandem.tasks.steps.dispatch import send_outbox, wire
+from tandem.tasks.steps.hand_back import hand_back_step
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
 from tandem.tasks.webhooks import delivery as webhooks
@@ -81,7 +84,7 @@ def retrying(rt: Runtime, action: Callable[[], T]) -> T:
 def finish(
     job_id: str,
     status: EndStatus,
-    error: str | None = None,
+    error: str | Callable[[], str] | None = None,
     *,
     claim: Claim | None = None,
     spec: JobSpec | None = None,
@@ -92,7 +95,9 @@ def finish(
     With ``claim`` only the claimed step may end the job (a lost claim ends nothing); without, the
     job ends whatever step it is at (cancel, deadline, give-up). ``spec``: the job's, when the
     caller has it (else it is read); ``memory``: the job's messages, when the caller holds them
-    all (the step that just committed the job's last messages; else they are read).
+    all (the step that just committed the job's last messages; else they are read). ``error``
+    may be a callable, asked for the reason last, just before the result is stored (a deadline's
+    reason names the job's last error as of then, not as of the reconciler's first read).
     """
     # In a context of its own: the job's secret scope entered here ends with it (the reconciler's
     # thread ends many jobs, and must not mask one job's secrets in the next one's records).
@@ -102,7 +107,7 @@ def finish(
 def _finish(
     job_id: str,
     status: EndStatus,
-    error: str | None,
+    error: str | Callable[[], str] | None,
     claim: Claim | None,
     spec: JobSpec | None,
     memory: ReasonerMemory | None,
@@ -114,13 +119,20 @@ def _finish(
     memory = memory if memory is not None else rt.store.memory(job_id)
     plan = rt.plan(spec) if spec is not None else None
     outcome_status: OutcomeStatus = status if status in ("completed", "truncated") else "failed"
+    late, given = (error, None) if callable(error) else (None, error)
     if plan is not None:
-        outcome = plan.outcome(memory, outcome_status, error)
+        outcome = plan.outcome(memory, outcome_status, given)
         deliverable, rounds, usage = outcome.deliverable, outcome.rounds, outcome.usage
-        error = error or outcome.error
+        given = given or outcome.error
     else:
         outcome, deliverable, rounds, usage = None, "", 0, None
-    error = error if status != "completed" else None
+    from tandem.tasks.control.children import on_job_ended, own_children
+
+    children = own_children(rt, job_id, spec.owner if spec is not None else DEFAULT_TENANT)
+    if late is not None:  # read last: a failed attempt noted while the end was being built counts
+        given = late()
+        outcome = outcome.model_copy(update={"error": given}) if outcome is not None else None
+    error = given if status != "completed" else None
     result = JobResult(
         job_id=job_id,
         status=status,
@@ -129,6 +141,7 @@ def _finish(
         rounds=rounds,
         error=redact(error) if error else None,
         **({"usage": usage} if usage is not None else {}),
+        children=children,
     )
     ttl = rt.settings.memory_ttl
     first, stored = end_job_durably(rt.store, result, ttl, claim=claim, delivery=rt.delivery)
@@ -137,6 +150,8 @@ def _finish(
         raise Ignore()
     if first and outcome is not None:
         EventHooks(rt.store, job_id).finished(outcome)
+    if first:  # its parent hears of it, its children still running are cancelled
+        on_job_ended(rt, job_id, spec, stored, end_job)
     if first and spec is not None and spec.webhooks:
         webhooks.notify(rt, job_id, spec)  # its ``final`` deliveries
     return stored.model_dump(mode="json")
@@ -151,16 +166,20 @@ def end_job(job_id: str, reason: str, detail: str = "") -> dict[str, Any] | None
     record = rt.machine.job(job_id)
     where = record.where if record is not None else "step ? of round ?"
     if reason == "deadline":
-        last = (record.last_error if record is not None else "") or "none"
         spec = rt.store.spec(job_id)
         timeout = (spec.timeout_s if spec else None) or rt.settings.job_timeout
-        message = f"the job's deadline passed (timeout_s={timeout:g}) at {where}; last error: {last}"
-    else:
-        message = (
-            f"{where}{' call ' + detail if detail else ''} lost its worker more than "
-            f"{rt.settings.max_lease_expiries} times (lease expiries); giving up"
-        )
-    return finish(job_id, "failed", message)
+
+        def message() -> str:  # the last error as the job ends (a step may note one meanwhile)
+            now = rt.machine.job(job_id)
+            last = (now.last_error if now is not None else "") or "none"
+            return f"the job's deadline passed (timeout_s={timeout:g}) at {where}; last error: {last}"
+
+        return finish(job_id, "failed", message)
+    given_up = (
+        f"{where}{' call ' + detail if detail else ''} lost its worker more than "
+        f"{rt.settings.max_lease_expiries} times (lease expiries); giving up"
+    )
+    return finish(job_id, "failed", given_up)
 
 
 def refused(job_id: str, refusal: ClaimRefused) -> None:
@@ -253,6 +272,8 @@ def claim_step(rt: Runtime, job_id: str, round_no: int, kind: StepKind, view: Vi
     settings = rt.settings
     got = rt.machine.claim(job_id, round_no, kind, settings.lease_seconds, settings.max_lease_expiries, view)
     if isinstance(got, ClaimRefused):
+        if got.versions is not None:  # not this worker's formats: back to the queue, untouched
+            hand_back_step(job_id, round_no, kind, got, rt.machine.versions)
         refused(job_id, got)
     assert isinstance(got, Claim)
     tracing.claimed(got.attempt, got.epoch)
@@ -266,6 +287,8 @@ def claim_call(rt: Runtime, job_id: str, round_no: int, index: int, view: ViewAs
         job_id, round_no, index, rt.settings.lease_seconds, rt.settings.max_lease_expiries, view
     )
     if isinstance(got, ClaimRefused):
+        if got.versions is not None:  # not this worker's formats: back to the queue, untouched
+            hand_back_step(job_id, round_no, "tools", got, rt.machine.versions, index)
         if got.reason == "no-call":  # no message tandem sends names a call its round lacks
             log.warning(
                 "message refused, nothing done: tandem.run_tool: argument 'index' = %d: round %d of "

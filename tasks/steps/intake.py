@@ -4,8 +4,11 @@ The id of the intake task is the job id. A refused spec stores nothing but this 
 failed ``JobResult`` saying why; never under the id of a job that started: a copy of its message
 cannot overwrite its result); an accepted one creates the record with the first step in its
 outbox (a duplicate intake message creates nothing and sends what the outbox still holds). A
-message whose arguments do not fit (``kwargs={"spec": {...}}``) never gets here: it fails with
-``TaskCallError`` (``tandem.tasks.task_args``).
+message whose spec is of a version this worker does not read (header ``tandem_spec_version``, from
+a client of a newer release) goes back to the queue for a worker that reads it
+(``tandem.tasks.steps.hand_back``). A message whose arguments do not fit
+(``kwargs={"spec": {...}}``) never gets here: it fails with ``TaskCallError``
+(``tandem.tasks.task_args``).
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ from tandem.reasoner import tracing
 from tandem.tasks.app import app
 from tandem.tasks.control.threads import index_job
 from tandem.tasks.errors import JobError
+from tandem.tasks.intake_secrets import concealed, holds_stored, resolve
 from tandem.tasks.job_events import JobStarted
 from tandem.tasks.runtime import get_runtime
 from tandem.tasks.spec import JobResult, validate_spec
 from tandem.tasks.steps.context import JobFixtures
 from tandem.tasks.steps.dispatch import send_outbox, wire
 from tandem.tasks.steps.guard import describe_failure
+from tandem.tasks.steps.hand_back import check_intake
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.task_args import SHAPE_VALUES
+from tandem.tasks.tenants.gate import STARTS, gate_of
 from tandem.tasks.tracing import job_span, outcome, step_span
 from tandem.tasks.webhooks.delivery import arm as arm_webhooks
 from tandem.toolkit.errors import ToolkitError
@@ -45,6 +51,13 @@ def infer(self: CeleryTask, spec: Any) -> Any:
     (stored when the job ends). ``spec`` is annotated ``Any``: a spec that is not a JSON object is
     the job's refusal (a failed ``JobResult``), not the call's."""
     job_id = self.request.id
+    # A secret still in clear (a bare client's message) is sealed in this message's arguments: the
+    # copies sent again (hand-back, retry) carry it sealed (tandem.tasks.intake_secrets).
+    box = get_runtime().secret_box
+    spec = concealed(spec, box)
+    if isinstance(self.request.kwargs, dict) and "spec" in self.request.kwargs:
+        self.request.kwargs = {**self.request.kwargs, "spec": concealed(self.request.kwargs["spec"], box)}
+    check_intake(self, job_id, get_runtime().machine.versions)  # a newer client's spec: handed back
     trace = spec.get("trace_context") if isinstance(spec, dict) else None
     parent = tracing.extract(trace) if isinstance(trace, dict) else None  # ``submit``'s job span
     if tracing.STATE.on and parent is None:  # a bare client's job: its trace starts here...
@@ -60,7 +73,13 @@ def infer(self: CeleryTask, spec: Any) -> Any:
 def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str, str] | None) -> Any:
     rt = get_runtime()
     try:  # a refused spec stores nothing: the answer is this task's result only
+        if holds_stored(spec):  # secrets left in the job's intake key by ``submit``
+            spec = resolve(spec, rt.machine.intake(job_id), job_id)
         job_spec = rt.check_spec(validate_spec(spec, rt.settings.limits))  # secrets sealed
+        gate = gate_of(rt)
+        over = gate.refusal(job_spec) if gate is not None else None
+        if over is not None:  # a daily quota of its tenant is used up (tandem.tasks.tenants)
+            raise JobError(over)
         if trace and job_spec.trace_context != trace:
             job_spec = job_spec.model_copy(update={"trace_context": trace})
         job = JobFixtures.build(rt, job_id, job_spec)
@@ -103,7 +122,9 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     messages, outbox_id = step_messages(job_id, first), uuid.uuid4().hex
     # The record, its first event and (where the broker is this Redis) the first step's message,
     # in one script call: the step is queued exactly when the job exists.
-    wired = wire(rt, messages, job_spec)
+    gate = gate_of(rt)  # tenant caps: the job starts now, or waits for its turn (not wired then)
+    verdict = gate.admit(job_id, job_spec) if gate is not None else STARTS[0]
+    wired = wire(rt, messages, job_spec) if verdict in STARTS else None
     created = rt.machine.create(
         job_id,
         spec_json,
@@ -123,7 +144,9 @@ def _intake(self: CeleryTask, job_id: str, spec: dict[str, Any], trace: dict[str
     # A job created by this call sends the outbox it wrote (unless its message went with the
     # record); a duplicate intake message sends what the record's outbox still holds (nothing once
     # sent).
-    if not (created and wired):
+    if gate is not None and verdict not in STARTS:
+        gate.hold(job_id, job_spec, created, verdict)  # held for its turn (tandem.tasks.tenants.gate)
+    elif not (created and wired):
         send_outbox(rt, job_id, (outbox_id, messages) if created else None, spec=job_spec)
     if self.request.ignore_result:  # as ``send_intake`` sends it: Celery stores nothing now
         return None

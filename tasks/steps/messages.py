@@ -19,6 +19,8 @@ STEP_TASKS: dict[str, str] = {
     "tools": "tandem.run_tool",
     "collect": "tandem.collect_tools",
     "finalize": "tandem.finalize",
+    "compact_thinker": "tandem.compact_thinker",
+    "compact_actor": "tandem.compact_actor",
 }
 """The task that wakes each kind of step."""
 

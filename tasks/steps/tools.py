@@ -5,8 +5,9 @@ once by the call that stores the round's last result)."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Task as CeleryTask
 from celery.exceptions import Ignore
@@ -14,19 +15,27 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from tandem.reasoner import tracing
+from tandem.reasoner.artifacts import READ_ARTIFACT, read_artifact_tool
 from tandem.reasoner.loop.calls import call_context
 from tandem.reasoner.loop.step import Step
 from tandem.reasoner.messages import FunctionCallResult, FunctionCallStatus
 from tandem.tasks.app import app
+from tandem.tasks.control.children import ChildrenPending, ChildrenStore, WorkerSpawner
+from tandem.tasks.control.children import resolve as resolve_children
 from tandem.tasks.control.parking import approved_call
 from tandem.tasks.control.questions import QuestionPending, QuestionStore, WorkerAsker
+from tandem.tasks.control.spend import with_children_spend
 from tandem.tasks.events import tool_result_event
+from tandem.tasks.hosts.budgets import message_priority
 from tandem.tasks.runtime import get_runtime
-from tandem.tasks.state.claims import Claim
+from tandem.tasks.state.claims import Claim, Message
 from tandem.tasks.state.leases import Heartbeat
+from tandem.tasks.state.replicas import Waited
 from tandem.tasks.state.views import ViewAsk
 from tandem.tasks.steps.context import StepContext
+from tandem.tasks.steps.dispatch import send
 from tandem.tasks.steps.guard import claim_call, claim_step, commit, describe_failure, finish, retrying
+from tandem.tasks.steps.hand_back import delay
 from tandem.tasks.steps.messages import step_messages
 from tandem.tasks.tracing import step_span
 from tandem.tasks.webhooks import delivery as webhooks
@@ -75,6 +84,15 @@ def _run_tool(job_id: str, round_no: int, index: int) -> dict[str, Any] | None:
         try:
             ctx = StepContext.load(rt, claim, ask)
             result = call_tool(ctx)
+        except ChildrenPending as spawned:  # child jobs started: park until their wait holds
+            deadline = float(rt.machine.record(job_id).get("deadline") or 0)
+            left = max(deadline - time.time(), 1.0) if deadline else rt.settings.job_timeout
+            pending = spawned
+            verdict = retrying(rt, lambda: ChildrenStore(rt.store).park(claim, pending, left))
+            log.info("job %s: call %d of round %d waits for children (%s)", job_id, index, round_no, verdict)
+            if verdict == "parked":
+                resolve_children(rt, job_id)  # children that ended before it parked
+            raise Ignore() from None
         except QuestionPending as asked:  # the tool asked a person: park the job, hold no worker
             assert ctx is not None
             timeout = ctx.spec.answer_timeout_s or rt.settings.memory_ttl
@@ -136,6 +154,7 @@ def call_tool(ctx: StepContext) -> FunctionCallResult:
     call = ctx.plan.calls_of(reply)[index - 1]
     call_id = reply.tool_calls[index - 1].id if reply.tool_calls else None
     by_name = ctx.job.tools_by_name()
+    by_name.setdefault(READ_ARTIFACT, read_artifact_tool())  # runs in any step; offered once needed
     tool = by_name.get(call.name)
     cleared = approved_call(ctx.rt.store, claim.job_id, round_no, index, call, tool, ctx.task)
     if ctx.view.cancelled:
@@ -148,23 +167,71 @@ def call_tool(ctx: StepContext) -> FunctionCallResult:
     # The start mark is retried through a Redis outage (while this claim holds, marking it again
     # is harmless: the tool has not run): a mark whose reply was lost, given up at once, would
     # make the call's next holder report it interrupted although it never ran.
-    if (
-        tool is not None
-        and tool.at_most_once
-        and not retrying(ctx.rt, lambda: ctx.rt.machine.call_started(claim))
-    ):
-        raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
+    if tool is not None and tool.at_most_once:
+        marked, waited = retrying(ctx.rt, lambda: ctx.rt.machine.call_started(claim))
+        if not marked:
+            raise Ignore()  # the claim was lost before the tool ran: its new holder runs it
+        if waited is not None and waited.short:
+            put_off_unreplicated_call(ctx, waited)
     ctx.events.tool_called(round_no, index, call, attempt=claim.attempt)
-    tool_ctx = call_context(ctx.task, round_no, index, claim.attempt).bind_asker(
-        WorkerAsker(ctx.rt.store, claim.job_id, round_no, index, call.name)
+    spawner = WorkerSpawner(ctx.rt, claim.job_id, round_no, index, call.name)
+    tool_ctx = (
+        call_context(ctx.task, round_no, index, claim.attempt)
+        .bind_asker(WorkerAsker(ctx.rt.store, claim.job_id, round_no, index, call.name))
+        .bind_spawner(spawner)
+        .bind_artifacts(
+            ctx.memory.artifacts,
+            limit=ctx.task.max_memory_bytes,
+            page_chars=ctx.rt.settings.max_output_chars,
+        )
     )
     runner = ctx.rt.runner
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name}
     with tracing.span(f"execute_tool {call.name}", attrs) as span:
         result = ctx.plan.run_call(runner, by_name, call, index, tool_ctx, call_id=call_id, approved=approved)
+        if spawner.used:  # the spend of the children its spawns got back is the parent's
+            result = with_children_spend(ctx.rt, claim.job_id, index, result)
         if span is not None:
             span.set_attribute("tandem.tool.status", str(result.status.value))
         return result
+
+
+def put_off_unreplicated_call(ctx: StepContext, waited: Waited) -> NoReturn:
+    """The ``at_most_once`` call's start mark reached fewer replicas than
+    ``TANDEM_REDIS_WAIT_REPLICAS`` in time, so a failover could lose it and let the call run
+    twice: its tool does not run. Like a transient failure, the call is put off: its mark taken
+    back, its lease let go (no lease expiry counted), the reason kept as the job's last error (what
+    its deadline reports, should the replicas never come back), and its message sent again after a
+    back-off growing with its attempts (``hand_back.delay``); the reconciler sends it should that
+    message be lost."""
+    rt, claim = ctx.rt, ctx.claim
+    why = (
+        f"the start mark of at_most_once call {claim.index} of round {claim.round} reached "
+        f"{waited.acked} of {waited.asked} replicas within {rt.settings.redis_wait_timeout_ms} ms "
+        "(TANDEM_REDIS_WAIT_REPLICAS): the tool did not run, the call runs later"
+    )
+    countdown = round(delay(claim.attempt - 1), 3)
+    retrying(rt, lambda: rt.machine.renew(claim, rt.settings.lease_seconds, last_error=why))
+    if not retrying(rt, lambda: rt.machine.call_unstarted(claim)):
+        raise Ignore()  # the claim was lost meanwhile: its new holder decides
+    tracing.annotate({"tandem.commit": "put off", "tandem.tool.put_off_seconds": countdown})
+    log.warning("job %s: %s, in %.1f s", claim.job_id, why, countdown)
+    again = step_messages(claim.job_id, Step(claim.round, "tools"), indices=[claim.index])
+    priority = message_priority(ctx.spec.priority, rt.settings.broker_url)
+    try:
+        send(
+            [Message(task=m["task"], args=m["args"], countdown=countdown) for m in again],
+            priority,
+            ctx.spec.trace_context,
+        )
+    except Exception:  # the reconciler sends it once the call is idle past the stall time
+        log.warning(
+            "job %s: sending call %d again failed; the reconciler sends it",
+            claim.job_id,
+            claim.index,
+            exc_info=True,
+        )
+    raise Ignore()
 
 
 @app.task(name="tandem.collect_tools", bind=True)

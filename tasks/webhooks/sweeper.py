@@ -11,7 +11,9 @@ shards with due jobs (one worker per shard at a time, under a short lock) and lo
   attempt's lease ran out: the worker died mid-POST) for longer than ``grace`` seconds;
 - the job is looked at again when its next delivery is due or its lease ends (plus ``grace``), or,
   while it runs, every ``armed_look`` seconds; it leaves the index once it has ended and every
-  delivery is settled (``delivered`` or ``failed``), or once its keys have expired.
+  delivery is settled (``delivered`` or ``failed``), or once its keys have expired;
+- a job whose formats this worker does not read (``tandem.tasks.state.versions``) is left to a
+  worker that reads them: its spec is not read here, and it is looked at again ``armed_look`` later.
 
 Sending a delivery twice is harmless: only one claim of an attempt can succeed.
 """
@@ -28,6 +30,7 @@ from tandem.tasks.runtime import Runtime, get_runtime
 from tandem.tasks.spec import FINAL_STATES
 from tandem.tasks.state.keys import LIVE_SHARDS, webhook_shard_key
 from tandem.tasks.state.sweeping import Sweeping
+from tandem.tasks.state.versions import JobVersions
 from tandem.tasks.webhooks import delivery
 
 log = logging.getLogger("tandem.webhooks")
@@ -89,6 +92,9 @@ class WebhookSweeper(Sweeping):
         deliveries were sent."""
         rt, outbox = self.rt, self.rt.webhooks
         record = rt.machine.record(job_id)
+        if record and rt.machine.versions.fit(JobVersions.of(record)) != "ok":
+            outbox.look_again(job_id, now + self.armed_look)  # a worker that reads it plans for it
+            return 0
         spec = rt.store.spec(job_id)
         states = outbox.deliveries(job_id)
         if record and spec is not None:

@@ -1,5 +1,6 @@
 """The worker's consumer drops a task message whose body cannot call its task before it reaches the
-pool, and tells the listeners of dropped messages about every message it drops."""
+pool, and tells the listeners of dropped messages about every message it drops; a step message
+taken from the intake queue (where clients may write) is refused with one WARNING line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from kombu.message import Message
 
 from tandem.broker_config import dropped
-from tandem.broker_config.consumer import keep, unfit_body
+from tandem.broker_config.consumer import keep, misplaced_step, refuse, unfit_body
+from tandem.broker_config.transport import QUEUE_STAMP, envelope, stamp, unstamped
 
 EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
@@ -81,3 +83,96 @@ def test_every_dropped_message_is_told_with_its_headers(told: list[tuple[Mapping
     assert told == [({"task": "tandem.infer", "id": "job-1"}, "a body that cannot be decoded")]
     dropped.tell(["not", "headers"], "no headers")  # unreadable headers are told as none
     assert told[-1] == ({}, "no headers")
+
+
+def step_message(task: str, delivery_info: dict[str, Any]) -> Message:
+    body = json.dumps([["job-1", 0, 1], {}, EMBED]).encode()
+    return Message(
+        body=body,
+        content_type="application/json",
+        content_encoding="utf-8",
+        headers={"task": task, "id": "step-1"},
+        delivery_info=delivery_info,
+    )
+
+
+@pytest.mark.parametrize(
+    ("task", "delivery_info", "refused"),
+    [
+        pytest.param(
+            "tandem.run_tool", {QUEUE_STAMP: "celery", "routing_key": "tools"}, True, id="stamped-intake"
+        ),
+        pytest.param("tandem.thinker_turn", {"routing_key": "celery"}, True, id="rabbitmq-intake"),
+        pytest.param(
+            "tandem.actor_turn", {"routing_key": "0." * 27 + "1.celery"}, True, id="rabbitmq-delayed-intake"
+        ),
+        pytest.param(
+            "tandem.run_tool", {QUEUE_STAMP: "tools", "routing_key": "celery"}, False, id="stamp-wins"
+        ),
+        pytest.param("tandem.run_tool", {"routing_key": "tools"}, False, id="its-role-queue"),
+        pytest.param("tandem.infer", {QUEUE_STAMP: "celery"}, False, id="the-intake-task"),
+        pytest.param("tandem.decide", {QUEUE_STAMP: "celery"}, False, id="a-control-task"),
+        pytest.param("myapp.task", {QUEUE_STAMP: "celery"}, False, id="not-tandems"),
+    ],
+)
+def test_a_step_taken_from_the_intake_queue_is_refused(
+    task: str, delivery_info: dict[str, Any], refused: bool
+) -> None:
+    reason = misplaced_step(step_message(task, delivery_info), "celery")
+    assert (reason is not None) is refused
+    if refused:
+        assert reason is not None and reason.startswith(
+            f"{task} (task id step-1) arrived on the intake queue 'celery'"
+        )
+
+
+def test_a_refused_step_is_one_warning_and_rejected(caplog: pytest.LogCaptureFixture) -> None:
+    rejected: list[bool] = []
+
+    class Channel:
+        def basic_reject(self, tag: Any, requeue: bool = False) -> None:
+            rejected.append(requeue)
+
+    message = step_message("tandem.run_tool", {QUEUE_STAMP: "celery"})
+    message.channel = Channel()
+    reason = misplaced_step(message, "celery")
+    assert reason is not None
+    with caplog.at_level("WARNING", logger="tandem.broker"):
+        refuse(message, reason)
+    assert [r.getMessage() for r in caplog.records] == [f"message refused, nothing done: {reason}"]
+    assert rejected == [False] and message.acknowledged
+
+
+def test_the_channel_writes_the_queue_a_message_came_from_over_the_senders_word() -> None:
+    payload = envelope(
+        json.dumps(
+            {
+                "body": "",
+                "headers": {"task": "tandem.run_tool", "id": "x"},
+                "properties": {
+                    "delivery_tag": "t",
+                    "delivery_info": {"exchange": "", "routing_key": "tools", QUEUE_STAMP: "tools"},
+                },
+            }
+        ).encode()
+    )
+    sent = json.loads(json.dumps(payload))
+    stamp(payload, "celery")
+    assert payload["properties"]["delivery_info"] == {
+        "exchange": "",
+        "routing_key": "tools",
+        QUEUE_STAMP: "celery",
+    }
+    del sent["properties"]["delivery_info"][QUEUE_STAMP]  # a dead letter keeps it as sent, less the stamp
+    assert unstamped(payload) == sent and QUEUE_STAMP in payload["properties"]["delivery_info"]
+
+
+def test_a_step_on_the_intake_queue_whose_body_cannot_be_decoded_is_left_to_be_dead_lettered() -> None:
+    undecodable = Message(
+        body=b"this body is not JSON {",
+        content_type="application/json",
+        content_encoding="utf-8",
+        headers={"task": "tandem.run_tool", "id": "step-1"},
+        delivery_info={QUEUE_STAMP: "celery"},
+    )
+    assert misplaced_step(undecodable, "celery") is None  # Celery drops it as malformed

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -215,6 +218,37 @@ def test_one_role_configured_leaves_the_other_on_the_demo_model() -> None:
 def test_the_api_key_is_not_shown_in_repr() -> None:
     role = RoleSettings.from_env("actor", {"TANDEM_ACTOR_API_KEY": "sk-secret"})
     assert role.api_key == "sk-secret" and "sk-secret" not in repr(role)
+
+
+@pytest.mark.parametrize("role", ["THINKER", "ACTOR"])
+def test_a_model_url_with_credentials_and_an_api_key_too_is_refused_naming_both(role: str) -> None:
+    base = "https://ops:s3cret-pw@gpu-1:8000/v1"
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({f"TANDEM_{role}_API_BASE": base, f"TANDEM_{role}_API_KEY": "sk-1"})
+    assert str(refused.value) == (
+        f"TANDEM_{role}_API_BASE='https://ops:***@gpu-1:8000/v1' holds a user and password, and "
+        f"TANDEM_{role}_API_KEY is set too: a request has one Authorization header (HTTP Basic for the "
+        f"URL's credentials, Bearer for the key); keep one, TANDEM_{role}_API_KEY or the URL's "
+        "user:password (docs/model-hosts.md)"
+    )
+    alone = Settings.from_env({f"TANDEM_{role}_API_BASE": base}).role(role.lower())
+    assert (alone.api_base, alone.api_key) == (base, None)  # the URL's credentials alone: HTTP Basic
+
+
+def test_a_worker_with_both_credentials_stops_at_start_with_that_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_")}
+    env |= {"TANDEM_ACTOR_API_BASE": "http://u:pw-9@127.0.0.1:9/v1", "TANDEM_ACTOR_API_KEY": "sk-1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tandem.workers.cli", "worker", "actor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("tandem: TANDEM_ACTOR_API_BASE='http://u:***@127.0.0.1:9/v1' holds a user and ")
+    assert "pw-9" not in line
 
 
 def test_an_unknown_role_is_refused() -> None:

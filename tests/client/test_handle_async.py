@@ -118,6 +118,18 @@ def test_acancel_of_a_running_job_sets_the_flag(
     assert store.result("job-5") is None  # the job ends at its next step, on a worker
 
 
+def test_acancel_flags_the_children_the_job_started(
+    store: JobStore, app: Celery, server: fakeredis.FakeServer
+) -> None:
+    store.create("job-8", JobSpec(goal="g", owner="team-a"))
+    store.set_status("job-8", state="waiting_for_children")
+    store.create("job-8-child", JobSpec(goal="c", owner="team-a", parent_id="job-8"))
+    store.set_status("job-8-child", state="running")
+    store.redis.zadd(store.key("job-8", "children"), {"job-8-child": 1.0})
+    asyncio.run(handle_for("job-8", store, app, server).acancel())
+    assert store.cancel_requested("job-8") and store.cancel_requested("job-8-child")
+
+
 def test_acancel_of_a_queued_job_ends_it(store: JobStore, app: Celery, server: fakeredis.FakeServer) -> None:
     store.create("job-6", JobSpec(goal="g"))
     handle = handle_for("job-6", store, app, server)

@@ -70,6 +70,8 @@ def answer(request: httpx.Request) -> httpx.Response:
     path = request.url.raw_path.decode().split("?")[0].removeprefix("/base")
     if path.endswith("/events"):
         return httpx.Response(200, content=sse(ROUND, FINAL), headers={"content-type": "text/event-stream"})
+    if "/artifacts/" in path:  # the artifact's text as it is, not JSON
+        return httpx.Response(200, content="€ 42\n".encode(), headers={"content-type": "text/plain"})
     return httpx.Response(200 if request.method == "GET" else 202, json=ANSWERS[(request.method, path)])
 
 
@@ -96,6 +98,13 @@ ROWS: list[tuple[str, tuple[Any, ...], dict[str, Any], list[Sent], Callable[[Any
         lambda es: [type(e) for e in es] == [RoundStarted, Final] and es[1].result().deliverable == "42",
     ),
     ("cancel", ("j1",), {}, [("POST", f"{BASE}/v1/jobs/j1/cancel", None)], lambda s: s.state == "cancelled"),
+    (
+        "artifact",
+        ("a/b", "r0-c1-0123456789"),
+        {},
+        [("GET", f"{BASE}/v1/jobs/a%2Fb/artifacts/r0-c1-0123456789", None)],
+        lambda text: text == "€ 42\n",
+    ),
     (
         "decide",
         ("j1", True),

@@ -20,6 +20,8 @@ import pytest
 from redis import Redis
 
 from tandem.broker_config import Settings
+from tandem.broker_config.sentinel import SentinelUrl, is_sentinel_url
+from tandem.broker_config.sentinel_clients import sentinel_client
 from tandem.client.handle import JobHandle
 from tandem.client.submission import submit
 from tandem.tasks.app import create_app
@@ -90,11 +92,30 @@ def redis_base() -> str:
     return BASE_URL
 
 
+def url_client(url: str) -> Redis:
+    """A plain client of ``url``; for a Sentinel URL (``tandem.broker_config.sentinel``), of the
+    master the Sentinels name at each new connection."""
+    if is_sentinel_url(url):
+        return sentinel_client(SentinelUrl.parse(url), socket_timeout=30, socket_connect_timeout=5)
+    return Redis.from_url(url)
+
+
 def actor_host(request: RecordedRequest) -> Reply:
     """The Actor role's host: the actor script, or the mono script for mono jobs."""
     if "on your own" in str(request["messages"][0]["content"]):
         return plan_model.mono(request)
     return plan_model.actor(request)
+
+
+@pytest.fixture
+def url(redis_base: str) -> Iterator[str]:
+    """The URL of a Redis database of the test's own (``_exclusive_db``), empty before and after:
+    for tests of the broker's transport that need no cluster."""
+    with _exclusive_db() as db:
+        own = f"{redis_base}/{db}"
+        Redis.from_url(own).flushdb()
+        yield own
+        Redis.from_url(own).flushdb()
 
 
 class Cluster:
@@ -105,8 +126,8 @@ class Cluster:
         self.env = env
         self.settings = Settings.from_env(env)
         self.app = create_app(self.settings)
-        self.redis = Redis.from_url(url)
-        self.calls = Redis.from_url(env.get("TEST_CALLS_REDIS_URL") or url)
+        self.redis = url_client(url)
+        self.calls = url_client(env.get("TEST_CALLS_REDIS_URL") or url)
         """Where the test tools record their calls (``tests.integration.tools``)."""
         self.store = JobStore(self.redis, self.settings.prefix)
         self.groups: list[WorkerGroup] = []
@@ -180,14 +201,30 @@ class Cluster:
         assert not gone, f"workers exited by themselves during the test: {gone}"
 
 
-def _make_cluster(redis_base: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
+HostScript = Any
+"""What an ``OpenAIServer`` answers with (``tests.openai_server``: a reply, a list, a callable)."""
+
+
+def _make_cluster(
+    redis_base: str, *, thinker_script: HostScript = None, actor_script: HostScript = None, **env: str
+) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
+    """A cluster on a database of its own (see ``_cluster_on``)."""
     with _exclusive_db() as db:
-        yield from _cluster_on(f"{redis_base}/{db}", **env)
+        yield from _cluster_on(
+            f"{redis_base}/{db}", thinker_script=thinker_script, actor_script=actor_script, **env
+        )
 
 
-def _cluster_on(url: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
-    Redis.from_url(url).flushdb()
-    with OpenAIServer(plan_model.thinker) as thinker, OpenAIServer(actor_host) as actor:
+def _cluster_on(
+    url: str, *, thinker_script: HostScript = None, actor_script: HostScript = None, **env: str
+) -> Iterator[tuple[Cluster, OpenAIServer, OpenAIServer]]:
+    """A cluster on ``url`` with two local hosts, answering as ``thinker_script`` and
+    ``actor_script`` (by default the plan model's Thinker and ``actor_host``), and ``env`` over the
+    base settings; on the way out its workers are stopped and every tandem key must have had a TTL."""
+    url_client(url).flushdb()
+    thinker_script = plan_model.thinker if thinker_script is None else thinker_script
+    actor_script = actor_host if actor_script is None else actor_script
+    with OpenAIServer(thinker_script) as thinker, OpenAIServer(actor_script) as actor:
         base_env = {
             "TANDEM_BROKER_URL": url,
             "TANDEM_RESULT_BACKEND": url,
@@ -207,7 +244,7 @@ def _cluster_on(url: str, **env: str) -> Iterator[tuple[Cluster, OpenAIServer, O
             yield cluster, thinker, actor
         finally:
             cluster.stop()
-            client = Redis.from_url(url)
+            client = url_client(url)
             prefix = cluster.settings.prefix
             untimed = [k.decode() for k in client.scan_iter(match=f"{prefix}:*") if client.ttl(k) < 0]
             client.flushdb()

@@ -188,7 +188,9 @@ class ConsolePage:
         return None if found is None else dict(found)
 
     def click(self, name: str, nth: int = 0) -> None:
-        """Click the ``nth`` shown button ``name`` with the mouse, where a person would."""
+        """Click the ``nth`` shown button ``name`` with the mouse, where a person would, once the
+        page shows it (a panel may render a moment after the state that opens it)."""
+        self.wait(f"!!P.findButton({json.dumps(name)}, {nth})", 60, f"a {name!r} button")
         where = self.clickable(name, nth)
         assert where is not None, f"no {name!r} button is shown; the buttons are {self.buttons()}"
         assert where["hit"] and not where["disabled"], f"the {name!r} button cannot be clicked: {where}"
@@ -204,6 +206,17 @@ class ConsolePage:
               return inner.length ? P.reach(inner[0]) : null; }})()"""
         )
         assert where is not None, f"no shown element holds {needle!r}: {self.text()[:2000]}"
+        self._mouse(where["x"], where["y"])
+
+    def click_on(self, selector: str) -> None:
+        """Click the first shown element matching the CSS ``selector`` at its centre, once a click
+        there reaches it (nothing drawn over it)."""
+        where = self.wait(
+            f"(() => {{ const e = [...document.querySelectorAll({json.dumps(selector)})].find(P.shown); "
+            "if (!e) return null; const at = P.reach(e); return at.hit ? at : null; })()",
+            60,
+            f"a clickable {selector}",
+        )
         self._mouse(where["x"], where["y"])
 
     def _mouse(self, x: float, y: float) -> None:

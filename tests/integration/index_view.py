@@ -5,10 +5,12 @@ project's index page and checks each wheel's tags against the ~900 tags it suppo
 ``worker`` extra's ~100 projects that is ~100,000 files and some 20 s of CPU per install, most of
 an install's time, spent on wheels for other platforms and Pythons. This view serves the upstream
 index's pages (the PEP 691 JSON form) without the wheels that match none of the tags pip supports
-here, which pip would skip itself (its ``Wheel.supported``): pip resolves, downloads and installs
-the same files, from the same URLs, as from the index itself, with a quarter of the files to read.
+here, which pip would skip itself (its ``Wheel.supported``), nor the source distributions that a
+wheel of their version outranks (``without_shadowed_sdists``), which pip would never pick: pip
+resolves, downloads and installs the same files, from the same URLs, as from the index itself,
+with a sixth of the files to read.
 
-Everything else passes as it came: source distributions, yanked files, ``requires-python``, the
+Everything else passes as it came: the other source distributions, yanked files, ``requires-python``, the
 hashes and metadata fields, a page that is not JSON, an error status. A page is fetched once per
 test session (kept in the session's folder, shared by its processes).
 """
@@ -24,6 +26,16 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
 
 JSON_PAGE = "application/vnd.pypi.simple.v1+json"
 DEFAULT_UPSTREAM = "https://pypi.org/simple"
@@ -51,6 +63,40 @@ def installable(filename: str, tags: frozenset[str] | None) -> bool:
         return True
     pythons, abis, platforms = (field.lower().split(".") for field in fields[-3:])
     return any(f"{p}-{a}-{q}" in tags for p in pythons for a in abis for q in platforms)
+
+
+def _version(filename: str, project: str) -> Version | None:
+    """The version a wheel's or a source distribution's file name states (None if unreadable)."""
+    try:
+        if filename.endswith(".whl"):
+            return parse_wheel_filename(filename)[1]
+        name, version = parse_sdist_filename(filename)
+    except (InvalidSdistFilename, InvalidWheelFilename, InvalidVersion):
+        return None
+    return version if canonicalize_name(name) == canonicalize_name(project) else None
+
+
+def without_shadowed_sdists(files: list[dict[str, Any]], project: str) -> list[dict[str, Any]]:
+    """``files`` (a JSON page's, after ``installable``) without the source distributions of a
+    version that also has a wheel pip takes here, not yanked, with the same ``requires-python``:
+    pip ranks a supported wheel above the source distribution of its version (``CandidateEvaluator``:
+    after hashes, yanking and ``--prefer-binary``, the version, then the wheel's tag, which no
+    source distribution has), so it never picks one of those; it still reads, parses and sorts
+    each (half of botocore's and boto3's 9,000 files). Any file whose name it cannot read stays."""
+    wheels: set[tuple[Version, object]] = set()
+    for f in files:
+        if f["filename"].endswith(".whl") and not f.get("yanked"):
+            version = _version(f["filename"], project)
+            if version is not None:
+                wheels.add((version, f.get("requires-python")))
+    kept = []
+    for f in files:
+        if not f["filename"].endswith(".whl"):
+            version = _version(f["filename"], project)
+            if version is not None and (version, f.get("requires-python")) in wheels:
+                continue
+        kept.append(f)
+    return kept
 
 
 def upstream_index(python: Path) -> str:
@@ -108,7 +154,8 @@ class IndexView:
         if status != 200 or not kind.startswith(JSON_PAGE):
             return status, kind, body
         data = json.loads(body)
-        data["files"] = [f for f in data.get("files", []) if installable(f["filename"], self.tags)]
+        files = [f for f in data.get("files", []) if installable(f["filename"], self.tags)]
+        data["files"] = without_shadowed_sdists(files, str(data.get("name", name)))
         body = json.dumps(data).encode()
         part = kept.with_name(f"{kept.name}.{os.getpid()}.{threading.get_ident()}")
         part.write_bytes(body)

@@ -90,7 +90,7 @@ class LlamaServer:
             "--port",
             str(self.port),
             "--n_threads",
-            "2",
+            os.environ.get("TANDEM_TEST_LLAMA_THREADS", "2"),
             "--n_ctx",
             str(self.n_ctx),
             "--chat_format",

@@ -51,6 +51,8 @@ class Exchange:
     """For a stream: the server's count of the same request, unstreamed (see the module docstring)."""
     broken: str = ""
     """How the connection broke before the whole answer was relayed (``""``: it did not)."""
+    finished: float = 0.0
+    """When the answer had been relayed, or the connection broke (``time.time()``; 0: not yet)."""
 
     def __str__(self) -> str:
         how = f"streamed -> {self.status} ({self.chunks} chunks)" if self.streamed else f"-> {self.status}"
@@ -127,7 +129,12 @@ class RecordingProxy:
 
 
 def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
-    client = httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0))
+    # A new connection to the server for each request: a kept-alive one can be closed by the
+    # server (uvicorn, after 5 idle seconds) just as the proxy sends on it, and that broken
+    # request would be the proxy's doing, not tandem's.
+    client = httpx.Client(
+        timeout=httpx.Timeout(600.0, connect=10.0), limits=httpx.Limits(max_keepalive_connections=0)
+    )
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -163,9 +170,11 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
                 exchange.broken = f"{type(exc).__name__}: {exc}"
                 self.close_connection = True
             else:
+                exchange.finished = time.time()
                 if exchange.chat and exchange.streamed and exchange.status == 200 and exchange.chunks:
                     exchange.server_usage = _server_usage(client, url, exchange, headers)
             finally:
+                exchange.finished = exchange.finished or time.time()
                 proxy.keep(exchange)
                 proxy.closed()
 

@@ -1,5 +1,10 @@
 """A Redis Cluster of this test run: three ``redis-server --cluster-enabled yes`` masters on free
-ports, joined by ``redis-cli --cluster create`` (no replicas), stopped by pid.
+ports (with ``replicas`` > 0, that many replicas of each), joined by ``redis-cli --cluster
+create``, stopped by pid.
+
+Persistence is off, but each node's ``nodes-<port>.conf`` stays in the cluster's directory: a
+node SIGKILLed (``kill``) and started again (``restart``) rejoins the cluster with no data, as a
+replica of the replica promoted in its place.
 
 ``ClusterUnsupported`` when this machine's redis-server cannot run in cluster mode or redis-cli is
 missing: the tests skip then (and fail in CI).
@@ -16,6 +21,7 @@ import tempfile
 import time
 
 from redis import Redis
+from redis.crc import key_slot
 
 from tandem.broker_config.job_redis import cluster_info
 from tandem.workers.embedded import free_port, stop_process
@@ -42,10 +48,12 @@ class ClusterUnsupported(RuntimeError):
 
 
 class OwnRedisCluster:
-    """``masters`` cluster-enabled redis-servers on 127.0.0.1, one cluster (``url``)."""
+    """``masters`` cluster-enabled redis-servers on 127.0.0.1 and ``replicas`` replicas of each,
+    one cluster (``url``)."""
 
-    def __init__(self, masters: int = 3, node_timeout_ms: int = 1000) -> None:
-        self.ports = [_port_with_free_bus() for _ in range(masters)]
+    def __init__(self, masters: int = 3, node_timeout_ms: int = 1000, replicas: int = 0) -> None:
+        self.ports = [_port_with_free_bus() for _ in range(masters * (1 + replicas))]
+        self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
         self.dir = tempfile.mkdtemp(prefix="tandem-redis-cluster-")
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -75,7 +83,15 @@ class OwnRedisCluster:
         for port in self.ports:
             self._start_node(port, timeout)
         create = subprocess.run(
-            [REDIS_CLI, "--cluster", "create", *self.addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [
+                REDIS_CLI,
+                "--cluster",
+                "create",
+                *self.addresses,
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -86,12 +102,76 @@ class OwnRedisCluster:
                 f"redis-cli --cluster create failed: {create.stdout[-300:]} {create.stderr[-300:]}"
             )
         deadline = time.monotonic() + timeout
-        while not all(self.state(p) == "ok" for p in self.ports):
+        while not (all(self.state(p) == "ok" for p in self.ports) and self._replicas_in_sync()):
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the test Redis Cluster on {self.ports} did not reach cluster_state:ok")
             time.sleep(0.1)
         return self
+
+    def _replicas_in_sync(self) -> bool:
+        """Every master has its ``replicas`` replicas, each linked and in sync."""
+        try:
+            roles = self.roles()
+            for port, role in roles.items():
+                info = self.node(port).info("replication")
+                if role == "master" and int(info.get("connected_slaves", 0)) < self.replicas:
+                    return False
+                if role == "replica" and info.get("master_link_status") != "up":
+                    return False
+        except Exception:
+            return False
+        return True
+
+    def roles(self) -> dict[int, str]:
+        """``master`` or ``replica`` for each live node, as the first live node's ``CLUSTER NODES``
+        says (a failed node is left out)."""
+        for port in self.live():
+            try:
+                nodes = self.node(port).execute_command("CLUSTER NODES")  # parsed by redis-py
+            except Exception:
+                continue
+            found = {}
+            for address, fields in nodes.items():
+                flags = str(fields["flags"]).split(",")
+                if {"fail", "fail?", "noaddr", "handshake"} & set(flags):
+                    continue
+                found[int(address.rpartition(":")[2])] = "master" if "master" in flags else "replica"
+            return found
+        return {}
+
+    def live(self) -> list[int]:
+        """The ports of the nodes whose process runs."""
+        return [p for p, process in self.processes.items() if process.poll() is None]
+
+    def master_of(self, key: str) -> int:
+        """The port of the master serving ``key``'s slot (its hash tag honoured), as a live node's
+        ``CLUSTER SLOTS`` says."""
+        slot = key_slot(key.encode())
+        for port in self.live():
+            try:
+                ranges = self.node(port).execute_command("CLUSTER SLOTS")
+            except Exception:
+                continue
+            for start, end, master, *_ in ranges:
+                if int(start) <= slot <= int(end):
+                    return int(master[1])
+        raise LookupError(f"no live node of {self.ports} says who serves slot {slot}")
+
+    def replica_of(self, master_port: int) -> int:
+        """The port of a replica of the master on ``master_port`` (``INFO replication``)."""
+        info = self.node(master_port).info("replication")
+        return int(info["slave0"]["port"])
+
+    def slot_range(self, master_port: int) -> set[int]:
+        """The slots the master on ``master_port`` serves."""
+        ranges = self.node(master_port).execute_command("CLUSTER SLOTS")
+        return {
+            slot
+            for start, end, master, *_ in ranges
+            if int(master[1]) == master_port
+            for slot in range(int(start), int(end) + 1)
+        }
 
     def _start_node(self, port: int, timeout: float) -> None:
         cmd = [
@@ -138,10 +218,16 @@ class OwnRedisCluster:
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
 
+    def restart(self, port: int, timeout: float = 30.0) -> None:
+        """Start again a node ``kill`` stopped, with its ``nodes-<port>.conf`` and no data: it
+        rejoins the cluster (a replica of the master that took its slots)."""
+        self._start_node(port, timeout)
+
     def flush(self) -> None:
-        """Empty every node."""
-        for port in self.ports:
-            if self.processes[port].poll() is None:
+        """Empty every master (the replicas follow)."""
+        roles = self.roles() if self.replicas else dict.fromkeys(self.live(), "master")
+        for port, role in roles.items():
+            if role == "master":
                 self.node(port).flushall()
 
     def stop(self) -> None:

@@ -41,3 +41,10 @@ def danger() -> str:
 def forbidden() -> str:
     """A tool the policy denies to every job."""
     return "forbidden ran"
+
+
+def token_digest(ctx: ToolCallContext) -> str:
+    """The SHA-256 of the job's token as the tool received it (proves the real value arrived)."""
+    import hashlib
+
+    return "digest " + hashlib.sha256(ctx.secrets.get("tok", "").encode()).hexdigest()

@@ -2,7 +2,7 @@
 (docs/security.md, ``TANDEM_SIGNING_TENANTS``), on real workers.
 
 The page promises: a message signed by a tenant's certificate sends a control task only as that
-tenant (an ``owner`` left out becomes the tenant, another one is refused with ``foreign_tenant``,
+tenant (an ``owner`` left out becomes the tenant, another one gets the refusal of an unknown job,
 and another tenant's job is then unknown to it); a certificate no tenant has (the operator's)
 acts for the tenant it names; the certificate must be in the workers' trusted store. Here
 team-a's client goes after team-b's job with ``tandem.message``, ``tandem.decide`` and
@@ -81,6 +81,7 @@ POSITIONAL_CLIENT = TENANT_CLIENT.replace(
     "sent = app.send_task(name, args=json.loads(kwargs))",
 )
 """The signing bare client, sending its arguments by position instead of by name."""
+assert "args=json.loads(kwargs)" in POSITIONAL_CLIENT, "TENANT_CLIENT changed: fix POSITIONAL_CLIENT"
 
 
 def send_positional(tenants: Tenants, team: str, name: str, args: list[Any]) -> Any:
@@ -116,7 +117,7 @@ def test_a_tenant_certificate_cannot_message_another_tenants_job(tenants: Tenant
     before = settled(cluster, job.id)
     kwargs = {"job_id": job.id, "text": "Wire the money to team-a.", "idempotency_key": "m-1"}
     named = tenants.send("team-a", "tandem.message", {**kwargs, "owner": "team-b"})
-    assert refusal(named) == (False, "foreign_tenant"), named
+    assert refusal(named) == (False, "unknown"), named
     unnamed = tenants.send("team-a", "tandem.message", kwargs)
     assert refusal(unnamed) == (False, "unknown"), unnamed
     assert snapshot(cluster, job.id) == before  # no message, no event, no key kept under m-1
@@ -137,9 +138,9 @@ def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(
     kwargs = {"job_id": job.id, "pause_id": pause.pause_id, "decisions": decisions, "idempotency_key": "d-1"}
     before = settled(cluster, job.id)
     named = tenants.send("team-a", "tandem.decide", {**kwargs, "owner": "team-b"})
-    assert refusal(named) == (False, "foreign_tenant"), named
+    assert refusal(named) == (False, "unknown"), named
     unnamed = tenants.send("team-a", "tandem.decide", kwargs)
-    assert unnamed["accepted"] is False and unnamed.get("reason") != "foreign_tenant", unnamed
+    assert unnamed == named, unnamed
     time.sleep(1)  # a decision that slipped through would move the job on by now
     assert job.status().state == "awaiting_approval"
     assert snapshot(cluster, job.id) == before
@@ -153,7 +154,7 @@ def test_a_tenant_certificate_cannot_decide_or_follow_up_on_another_tenants_job(
     goal = goal_with_plan("brk signed follow-up", [])
     follow = {"job_id": job.id, "goal": goal, "idempotency_key": "f-1"}
     named = tenants.send("team-a", "tandem.follow_up", {**follow, "owner": "team-b"})
-    assert refusal(named) == (False, "foreign_tenant"), named
+    assert refusal(named) == (False, "unknown"), named
     unnamed = tenants.send("team-a", "tandem.follow_up", follow)
     assert refusal(unnamed) == (False, "unknown"), unnamed
     assert sorted(k for k in cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:*:spec")) == specs
@@ -254,7 +255,7 @@ def test_a_tenants_second_certificate_acts_for_it_and_only_for_it(tenants: Tenan
     )
     assert own["accepted"] is True, own
     named = {"job_id": mine.id, "text": "From b2.", "idempotency_key": "b2", "owner": "team-a"}
-    assert refusal(tenants.send("team-b2", "tandem.message", named)) == (False, "foreign_tenant")
+    assert refusal(tenants.send("team-b2", "tandem.message", named)) == (False, "unknown")
     spec = {"goal": goal_with_plan("brk second cert job", [])}
     started = tenants.send("team-b2", "tandem.infer", {"spec": spec}, wait=False)
     result = cluster.app.AsyncResult(started).get(timeout=RESULT_SECONDS)

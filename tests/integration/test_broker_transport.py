@@ -4,7 +4,6 @@ in Redis, intake messages keep kombu's, and neither is lost when a worker shuts 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,18 +11,8 @@ from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 from redis import Redis
 
 from tandem.broker_config.transport import TRANSPORT
-from tests.integration.conftest import _exclusive_db
 
 STEP, INTAKE = "thinker", "celery"
-
-
-@pytest.fixture
-def url(redis_base: str) -> Iterator[str]:
-    with _exclusive_db() as db:
-        url = f"{redis_base}/{db}"
-        Redis.from_url(url).flushdb()
-        yield url
-        Redis.from_url(url).flushdb()
 
 
 def _connection(url: str) -> Connection:

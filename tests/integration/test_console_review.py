@@ -160,7 +160,8 @@ def test_each_call_is_decided_on_its_own_and_an_ended_job_forks_with_a_new_goal(
         spec = cluster.store.spec(fork_id)
         assert spec is not None and spec.goal == "Say what was notified."
         page.wait_for(f"document.querySelector('#jobs li[data-id=\"{fork_id}\"] .job-goal') !== null", 30)
-        origin = page.evaluate("document.querySelector('#rounds .fork-origin').textContent")
+        # The rounds are drawn from the fork's stream, which may come a moment after its list entry.
+        origin = page.wait_for("document.querySelector('#rounds .fork-origin')?.textContent", 30)
         kept = "it keeps that job's round 1 (shown there) and goes on from round 2."
         assert origin == f"Forked from job {job_id[:8]}: {kept}"
         _shot(page, "console-review-forked.png")

@@ -167,8 +167,10 @@ def test_status_and_cancel_commands(dual_cluster: Hosts) -> None:
     assert json.loads(status_json + "}")["state"] == "completed"
     assert json.loads(result_json)["deliverable"] == "all planned calls ran"
 
-    plan = [[{"name": "sleep_tool", "args": {"seconds": 1}}]] * 5
-    running = cluster.submit(goal=goal_with_plan("long NEVER_DONE", plan), max_rounds=20)
+    # A minute of rounds: the cancel command's own start (seconds on a loaded machine) must not
+    # outlast the job it cancels; cancelled, it costs the test none of that minute.
+    plan = [[{"name": "sleep_tool", "args": {"seconds": 1}}]] * 60
+    running = cluster.submit(goal=goal_with_plan("long NEVER_DONE", plan), max_rounds=80)
     cancelled = tandem("cancel", running.id)
     assert cancelled.returncode == 0 and "cancellation requested" in cancelled.stdout
     assert running.result(timeout=RESULT_SECONDS).status == "cancelled"

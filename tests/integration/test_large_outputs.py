@@ -97,7 +97,12 @@ def test_a_fifty_megabyte_output_lets_every_other_lease_of_its_process_live(fres
     runs = [(c["job"], c["name"], c["attempt"]) for c in cluster.tool_calls()]
     assert sorted(runs) == sorted([(slow.id, "sleep_tool", 1), (heavy.id, "big_output", 1)])
     (output,) = [e.output for e in heavy.events(timeout=10) if isinstance(e, ToolResult)]
-    assert output.endswith(f"\n[output cut: showing the first 8000 of {SIZE} characters]")
+    # Over the job's memory limit (TANDEM_MAX_MEMORY_BYTES), it is not kept as an artifact: cut, saying why.
+    assert f"\n[output cut: showing the first 8000 of {SIZE} characters]\n" in output
+    assert output.endswith(
+        "[the whole output was not kept: it would bring the job's memory over its limit "
+        "of 20000000 bytes (TANDEM_MAX_MEMORY_BYTES)]"
+    )
     assert output.startswith("00000000 GET /v1/items/item-0-a-b-c?page=2 200")
     for group in (tools, spare, *cluster.groups):
         for role, proc in group.processes.items():

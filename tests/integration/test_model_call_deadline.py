@@ -3,8 +3,9 @@ rescheduled through the durable path (``waiting``, sent again, holding no thread
 
 ``TANDEM_ACTOR_TIMEOUT`` bounds one model call, all its attempts included
 (``tandem.reasoner.models.attempts``): the host below never answers the first request, so that
-call is one attempt of 3 s, not five; the step parks and runs again, and its second call is
-answered. The direct path and LiteLLM (``TANDEM_DIRECT_HTTP=false``), each on the model loop.
+call is one attempt of 10 s (ample for an answered call on a loaded machine), not five; the step
+parks and runs again, and its second call is answered. The direct path and LiteLLM
+(``TANDEM_DIRECT_HTTP=false``), each on the model loop.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ HANG = 120.0
 @pytest.fixture(params=["direct", "litellm"])
 def cluster(request: pytest.FixtureRequest, redis_base: str) -> Iterator[tuple[Cluster, OpenAIServer]]:
     direct = "true" if request.param == "direct" else "false"
-    clusters = _make_cluster(redis_base, TANDEM_ACTOR_TIMEOUT="3", TANDEM_DIRECT_HTTP=direct)
+    clusters = _make_cluster(redis_base, TANDEM_ACTOR_TIMEOUT="10", TANDEM_DIRECT_HTTP=direct)
     cluster, _thinker, actor = next(clusters)
     cluster.start("actor", "tools")
     yield cluster, actor
@@ -59,7 +60,7 @@ def test_a_hung_call_ends_at_the_timeout_and_the_step_runs_again(
     assert result.deliverable == "mono plan done"
     waits = [e for e in events if isinstance(e, Waiting)]
     assert [(w.round, w.step, w.reason) for w in waits] == [(0, "actor", "the model host")]
-    assert "The call's time ran out (timeout=3s for all its attempts, 1 attempt made)" in waits[0].error
+    assert "The call's time ran out (timeout=10s for all its attempts, 1 attempt made)" in waits[0].error
     assert "TANDEM_ACTOR_TIMEOUT" in waits[0].error
     # one attempt for the hung call, then the rescheduled step's call, then round 1's
     assert len(mine) == 3, mine

@@ -15,11 +15,13 @@ Redis (AOF ``everysec``: the last second of writes may be lost, so steps may run
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tandem.client.handle import JobHandle
+from tandem.tasks.spec import FINAL_STATES
 from tandem.tasks.steps.tools import INTERRUPTED
 from tests.integration.chaos import CHAOS_ENV, OwnRedis
 from tests.integration.conftest import RESULT_SECONDS, Cluster, _cluster_on
@@ -107,11 +109,24 @@ def _all_complete(cluster: Cluster, handles: list[JobHandle], *, crash: bool = F
         assert reported, f"{h.id}: charge_card neither ran nor was reported interrupted"
 
 
-def _survives(cluster: Cluster, fault: Callable[[], None]) -> None:
-    """Inject ``fault`` while the workers hold steps; no worker may exit."""
+def _states(cluster: Cluster, handles: list[JobHandle]) -> Counter[str]:
+    """How many of ``handles``' jobs are in each state now (``unknown``: no record)."""
+    records = (cluster.store.status(h.id) for h in handles)
+    return Counter("unknown" if r is None else r.state for r in records)
+
+
+def _survives(cluster: Cluster, fault: Callable[[], None], handles: list[JobHandle]) -> None:
+    """Inject ``fault`` while the workers hold steps; no worker may exit.
+
+    On a loaded machine the jobs of ``handles`` may all have ended before the next fault: more are
+    submitted (and added to ``handles``), so that each fault lands mid-run, as the test means."""
     deadline = time.monotonic() + 60
     while _held_messages(cluster) == 0:  # the fault comes while workers hold steps
-        assert time.monotonic() < deadline, "the workers held no step for 60 s"
+        states = _states(cluster, handles)
+        assert time.monotonic() < deadline, f"the workers held no step for 60 s; the jobs' states: {states}"
+        if sum(n for state, n in states.items() if state in FINAL_STATES) == len(handles):
+            more = (goal_with_plan(f"more {i}", PLAN) for i in range(8))
+            handles.extend(cluster.submit(goal=goal, max_rounds=6) for goal in more)
         time.sleep(0.05)
     fault()
     time.sleep(3)  # Celery notices the lost connection and reconnects in this time
@@ -122,7 +137,7 @@ def test_workers_outlive_a_redis_restart_with_aof_down_5_s(persistent: tuple[Hos
     (cluster, _, _), server = persistent
     handles = _mid_run(cluster)
     for _ in range(2):  # a worker died at one restart in two, or more, before the fix
-        _survives(cluster, lambda: server.restart(down_for=5.0))
+        _survives(cluster, lambda: server.restart(down_for=5.0), handles)
     # A start mark whose reply the shutdown cut off leaves the call reported interrupted, as after
     # a crash: the worker cannot know the mark was taken (Redis ran it, then closed the connection).
     _all_complete(cluster, handles, crash=True)
@@ -136,20 +151,19 @@ def test_workers_outlive_a_sigkill_of_redis(persistent: tuple[Hosts, OwnRedis]) 
     (cluster, _, _), server = persistent
     handles = _mid_run(cluster)
     for _ in range(2):
-        _survives(cluster, lambda: server.crash(down_for=2.0))
+        _survives(cluster, lambda: server.crash(down_for=2.0), handles)
     _all_complete(cluster, handles, crash=True)
     assert cluster.exited() == []
 
 
 def test_workers_outlive_a_restart_that_lost_everything(volatile: tuple[Hosts, OwnRedis]) -> None:
     (cluster, _, _), server = volatile
-    _mid_run(cluster)
-    _survives(cluster, lambda: server.restart(down_for=1.0))
+    lost = _mid_run(cluster)
+    _survives(cluster, lambda: server.restart(down_for=1.0), lost)
     assert not list(cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:{{*}}:state"))
     # The same workers take new jobs (nothing was restarted), and outlive a second loss.
-    for i in range(JOBS):
-        cluster.submit(goal=goal_with_plan(f"again {i}", PLAN), max_rounds=6)
-    _survives(cluster, lambda: server.restart(down_for=0.2))
+    again = [cluster.submit(goal=goal_with_plan(f"again {i}", PLAN), max_rounds=6) for i in range(JOBS)]
+    _survives(cluster, lambda: server.restart(down_for=0.2), again)
     fresh = [cluster.submit(goal=goal_with_plan(f"after {i}", PLAN), max_rounds=6) for i in range(4)]
     _all_complete(cluster, fresh)
     assert cluster.exited() == []

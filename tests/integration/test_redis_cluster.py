@@ -55,9 +55,12 @@ def redis_cluster(redis_base: str) -> Iterator[OwnRedisCluster]:
 
 
 def untimed_keys(server: OwnRedisCluster, prefix: str) -> list[str]:
-    """The ``prefix`` keys without a TTL, on every master (one SCAN per node)."""
+    """The ``prefix`` keys without a TTL, on every master (one SCAN per node; a replica holds
+    the same keys and answers their TTL with MOVED)."""
     found = []
-    for port in server.ports:
+    for port, role in server.roles().items():
+        if role != "master":
+            continue
         node = server.node(port)
         found += [f"{port}:{k.decode()}" for k in node.scan_iter(match=f"{prefix}:*") if node.ttl(k) < 0]
     return found
@@ -235,3 +238,16 @@ def test_threads_past_the_pool_wait_their_turn_on_each_node(redis_cluster: OwnRe
     assert waited > 0.5  # it waited its turn rather than opening a second connection
     assert client.get("{pool-test}:other") == b"x"
     client.close()
+
+
+def test_a_jobs_pause_is_read_in_one_transaction_on_a_cluster(redis_cluster: OwnRedisCluster) -> None:
+    """``JobMachine.pause`` reads the approval record and the pause count in a read-only
+    transaction (the job's keys share a slot), not a script: the client Redis user may run it."""
+    settings = Settings.from_env({"TANDEM_REDIS_URL": redis_cluster.url})
+    store = JobStore(job_store_client(settings), ttl=60)
+    job_id = "pause-on-cluster"
+    assert store.machine.pause(job_id) == (None, 0)
+    store.redis.set(store.key(job_id, "approval"), '{"pending": []}', ex=60)
+    store.redis.hset(store.key(job_id, "state"), "pause_seq", "3")
+    store.redis.expire(store.key(job_id, "state"), 60)
+    assert store.machine.pause(job_id) == ('{"pending": []}', 3)

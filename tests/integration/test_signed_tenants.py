@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tandem.tasks.control.owners import unknown_job
 from tests.integration.conftest import EVENT_SECONDS, RESULT_SECONDS, Cluster, _make_cluster
 from tests.integration.plan_model import goal_with_plan
 from tests.integration.test_security import ROOT, _certificate
@@ -27,6 +28,7 @@ import json, sys
 from celery import Celery
 from tandem.tasks.replay import install
 url, key, cert, store, name, kwargs, wait = sys.argv[1:8]
+queue = sys.argv[8] if len(sys.argv) > 8 else ""  # the intake queue unless named
 app = Celery(broker=url, backend=url)
 app.conf.update(
     security_key=key, security_certificate=cert, security_cert_store=store, security_digest="sha256",
@@ -35,6 +37,8 @@ app.conf.update(
 )
 app.setup_security(allowed_serializers=["json"], serializer="json")
 install(600)
+if queue:
+    app.conf.task_default_queue = queue
 sent = app.send_task(name, kwargs=json.loads(kwargs))
 print(json.dumps(sent.get(timeout=60) if wait == "wait" else sent.id))
 """
@@ -58,10 +62,13 @@ def tenants(redis_base: str, tmp_path: Path) -> Iterator[tuple[Cluster, dict[str
     next(gen, None)
 
 
-def _send(cluster: Cluster, team: dict[str, str], name: str, kwargs: dict[str, Any], *, wait: bool) -> Any:
+def _send(
+    cluster: Cluster, team: dict[str, str], name: str, kwargs: dict[str, Any], *, wait: bool, queue: str = ""
+) -> Any:
+    """Send task ``name`` as team-a's client, to ``queue`` (by default the intake queue)."""
     argv = [cluster.url, team["key"], team["cert"], team["store"], name, json.dumps(kwargs)]
     done = subprocess.run(
-        [sys.executable, "-c", TENANT_CLIENT, *argv, "wait" if wait else "send"],
+        [sys.executable, "-c", TENANT_CLIENT, *argv, "wait" if wait else "send", queue],
         capture_output=True,
         text=True,
         timeout=90,
@@ -113,15 +120,24 @@ def test_a_tenant_certificate_acts_only_on_its_tenants_jobs(tenants: Tenants) ->
 
     fork = {"job_id": theirs.id, "round": 0}
     named = _send(cluster, team, "tandem.fork", {**fork, "owner": "team-b"}, wait=True)
-    assert (named["accepted"], named["reason"]) == (False, "foreign_tenant"), named
+    assert named == unknown_job("tandem.fork", theirs.id), named  # the answer of a job that does not exist
     unnamed = _send(cluster, team, "tandem.fork", fork, wait=True)
-    assert unnamed["accepted"] is False and unnamed.get("reason") != "foreign_tenant", unnamed  # as unknown
+    assert unnamed == named, unnamed
     resumed = _send(cluster, team, "tandem.resume", {"job_id": theirs.id, "owner": "team-b"}, wait=True)
-    assert (resumed["accepted"], resumed["reason"]) == (False, "foreign_tenant"), resumed
+    assert resumed == unknown_job("tandem.resume", theirs.id), resumed
     assert len(list(cluster.redis.scan_iter(match=f"{cluster.settings.prefix}:*:spec"))) == sources  # no fork
 
-    step = _send(cluster, team, "tandem.collect_tools", {"job_id": theirs.id, "round_no": 0}, wait=False)
+    # An internal step: on the intake queue the consumer refuses it before any task runs (a
+    # client may write only there); on its role queue (a broker without ACL users lets a client
+    # write there too) the signature's tenant refuses it.
+    step_args = {"job_id": theirs.id, "round_no": 0}
+    on_intake = _send(cluster, team, "tandem.collect_tools", step_args, wait=False)
+    _wait_for(
+        lambda: f"tandem.collect_tools (task id {on_intake}) arrived on the intake queue" in _logs(cluster)
+    )
+    step = _send(cluster, team, "tandem.collect_tools", step_args, wait=False, queue="tools")
     _wait_for(lambda: "tandem.collect_tools: signed with a certificate of tenant 'team-a'" in _logs(cluster))
-    assert cluster.redis.get(f"celery-task-meta-{step}") is None
+    for sent in (on_intake, step):
+        assert cluster.redis.get(f"celery-task-meta-{sent}") is None
     assert theirs.status().state == "completed"
     assert cluster.exited() == []

@@ -116,8 +116,16 @@ def big_output(megabytes: int, ctx: ToolCallContext) -> str:
     started = time.time()
     size = megabytes * 1_000_000
     line = "{:08d} GET /v1/items/item-{}-a-b-c?page=2 200 agent=curl/8 trace=4bf92f3577b34da6 ok\n"
-    text = "".join(line.format(i, i) for i in range(size // 60 + 1))
-    text = text[: size - 14] + "auth token: x\n"
+    # Built a megabyte at a time and joined once, to its exact length: one join of a million
+    # small strings, or a copy of the whole, holds the GIL (and the lease keeper of the process
+    # with it) for seconds on a loaded machine, and the test judges tandem's handling, not this.
+    chunks, kept, i = [], 0, 0
+    while kept < size - 14:
+        chunk = "".join(line.format(n, n) for n in range(i, i + 16_000))
+        chunk, i = chunk[: size - 14 - kept], i + 16_000
+        chunks.append(chunk)
+        kept += len(chunk)
+    text = "".join([*chunks, "auth token: x\n"])
     _record(ctx, "big_output", started, chars=len(text))
     return text
 
@@ -160,3 +168,36 @@ def _with_big_output() -> ToolkitService:
 
 large_output_toolkit = _with_big_output().get_toolkit()
 """The same tools plus ``big_output``, for the large-output tests."""
+
+
+NEEDLE = "the needle is 7351"
+_LINES = "".join(f"line {i:06d} of the report\n" for i in range(8000))
+ARTIFACT_TEXT = _LINES[: 200_000 - len(NEEDLE)] + NEEDLE
+"""200,000 characters (one byte each) whose end holds ``NEEDLE``: ``report``'s output."""
+
+
+def report(ctx: ToolCallContext) -> str:
+    """Return a 200 KB report (over the artifact threshold: kept whole as an artifact)."""
+    _record(ctx, "report", time.time(), chars=len(ARTIFACT_TEXT))
+    return ARTIFACT_TEXT
+
+
+def _with_report() -> ToolkitService:
+    service = _build()
+    service.add_tool(Tool.from_function(report), [(service.get_action("work"), 1.0)])
+    return service
+
+
+artifact_toolkit = _with_report().get_toolkit()
+"""The same tools plus ``report``, for the artifact tests."""
+
+
+def _with_questions_and_report() -> ToolkitService:
+    service = _with_questions()
+    service.add_tool(Tool.from_function(report), [(service.get_action("work"), 1.0)])
+    return service
+
+
+client_surface_toolkit = _with_questions_and_report().get_toolkit()
+"""The same tools plus ``book_trip`` (a question) and ``report`` (an artifact): every pause and
+output a client reads (``tests.integration.test_redis_acl``)."""

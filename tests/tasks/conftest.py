@@ -11,6 +11,9 @@ import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from tandem.broker_config import Settings
+from tandem.tasks import runtime as runtime_module
+from tandem.tasks.runtime import Runtime
 from tandem.tasks.state.machine import JobMachine
 from tandem.tasks.state.store import JobStore
 from tests.tasks.slots import SlotCheckingRedis
@@ -42,3 +45,29 @@ def machine(request: pytest.FixtureRequest) -> Iterator[JobMachine]:
     yield JobStore(redis, prefix=prefix, ttl=600).machine
     for key in redis.scan_iter(match=f"{prefix}:*"):
         redis.delete(key)
+
+
+@pytest.fixture
+def spans() -> Iterator[object]:
+    """tandem's tracing installed on an in-memory exporter (the spans a test reads), uninstalled after."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tandem.reasoner import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    yield exporter
+    tracing.uninstall()
+
+
+@pytest.fixture
+def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    """The process's runtime, with default settings, over fakeredis."""
+    runtime = Runtime(Settings())
+    runtime.__dict__["redis"] = fakeredis.FakeRedis()
+    monkeypatch.setattr(runtime_module, "_runtime", runtime)
+    yield runtime

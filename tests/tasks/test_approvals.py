@@ -46,10 +46,18 @@ PENDING = [
 ]
 
 
-def park(store: JobStore, job_id: str = JOB, *, timeout_s: float = 60, now: float = 1000.0) -> None:
-    """Create a job and commit its round-2 Actor step with a park, as ``tandem.actor_turn`` does."""
+def park(
+    store: JobStore,
+    job_id: str = JOB,
+    *,
+    timeout_s: float = 60,
+    now: float = 1000.0,
+    spec: str = '{"goal": "g"}',
+) -> None:
+    """Create a job (``spec``: its JSON) and commit its round-2 Actor step with a park, as
+    ``tandem.actor_turn`` does."""
     machine = store.machine
-    assert machine.create(job_id, '{"goal": "g"}', "mono", (2, "actor"), [], timeout=3600, ttl_after=600)
+    assert machine.create(job_id, spec, "mono", (2, "actor"), [], timeout=3600, ttl_after=600)
     claim = machine.claim(job_id, 2, "actor", LEASE, 5)
     assert isinstance(claim, Claim)
     record = ApprovalRecord.for_round(job_id, 2, PENDING, TOOLS, timeout_s=timeout_s, now=now)
@@ -335,10 +343,12 @@ def test_the_decide_task_function_answers_in_json(store: JobStore) -> None:
     refused = decide_job(approvals, JOB, [{"index": 9, "approve": True}])
     assert refused["accepted"] is False and "no call 9 is waiting" in refused["error"]
     assert decide_job(approvals, 42, True) == {
-        "job_id": 42,
+        "job_id": None,
         "accepted": False,
-        "error": "job_id must be a job id string, got 42",
-        "reason": "refused",
+        "error": "no job 42 is known (never submitted, or its records expired)",
+        "reason": "unknown",
+        "pause_id": None,
+        "current_pause": None,
     }
     accepted = decide_job(approvals, JOB, [{"index": 1, "approve": True}, {"index": 3, "approve": True}])
     assert accepted == {

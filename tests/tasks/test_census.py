@@ -67,11 +67,13 @@ def test_an_empty_store_and_the_gauges_it_gives(machine: JobMachine) -> None:
             "running",
             "waiting",
             "awaiting_approval",
+            "waiting_for_children",
             "ended",
         }
     )
     assert {s.labels["reason"] for s in families["tandem_jobs_parked"].samples} == {
         "approval",
+        "children",
         "in_flight",
         "rpm",
         "tpm",

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from redis.exceptions import NoPermissionError
 
 from tandem.tasks.spec import JobResult
 from tandem.tasks.state.claims import CeleryWrite, FinalEntry, Reconciled
@@ -174,3 +175,38 @@ def test_a_cluster_store_delivers_through_the_mark_even_with_the_backend_on_a_no
     app = Celery(backend="redis://127.0.0.1:7000/0")
     client = RedisCluster.__new__(RedisCluster)  # no connection: only its type is looked at
     assert ResultDelivery.for_store(app, JobStore(client)).in_script is False  # type: ignore[arg-type]
+
+
+def test_a_client_that_may_not_write_results_leaves_the_mark_to_the_workers(
+    machine: JobMachine, caplog: pytest.LogCaptureFixture
+) -> None:
+    create(machine)
+
+    class Backend:
+        expires = 60
+
+        def get_key_for_task(self, job_id: str) -> str:
+            return f"celery-task-meta-{job_id}"
+
+        def encode(self, meta: dict[str, Any]) -> str:
+            return json.dumps(meta)
+
+        def set(self, key: str, value: str, **_: Any) -> None:  # the client user of docs/security.md
+            raise NoPermissionError(
+                f"Command # 1 (SETEX {key} 60 ...) of pipeline caused error: this user has no "
+                "permissions to access one of the keys used as arguments"
+            )
+
+    delivery = ResultDelivery.for_client(SimpleNamespace(backend=Backend()))  # type: ignore[arg-type]
+    assert delivery.in_script is False  # a client never writes the result in the script
+    result = JobResult(job_id=JOB, status="cancelled", error="cancelled before it started")
+    with caplog.at_level("INFO", logger="tandem.tasks"):
+        first, got = end_job(machine.store, result, 60, delivery=delivery)
+    assert first and got == result and finals(machine)[0]["status"] == "cancelled"
+    assert machine.record(JOB)["deliver"]  # the workers' reconciler stores the Celery result
+    assert machine.redis.zscore(machine.shard_key(machine.shard_of(JOB)), JOB) is not None
+    [said] = [r for r in caplog.records if JOB in r.getMessage()]
+    assert (
+        said.levelname == "INFO"
+        and "this client's Redis user may not write Celery's results" in said.getMessage()
+    )

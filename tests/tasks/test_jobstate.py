@@ -6,7 +6,9 @@ absent locally, required in CI). Keys get a fresh prefix per test.
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -213,7 +215,7 @@ def test_a_call_lost_before_its_tool_started_is_not_reported_started(machine: Jo
     expire_lease(machine, "1:until", "calls")
     again = call(machine, 1)
     assert (again.attempt, again.started) == (2, False)  # an at_most_once tool runs on this attempt
-    assert machine.call_started(again)
+    assert machine.call_started(again)[0]
     assert machine.redis.hget(machine.store.key(JOB, "calls"), "1:started") == b"1"
 
 
@@ -236,11 +238,11 @@ def test_a_call_taken_over_knows_its_attempt_and_the_old_worker_stores_nothing(m
     to_tools(machine, 1)
     paused = call(machine, 1)
     expire_lease(machine, "1:until", "calls")
-    assert machine.call_started(paused)  # its tool ran, or may have
+    assert machine.call_started(paused)[0]  # its tool ran, or may have
     expire_lease(machine, "1:until", "calls")
     again = call(machine, 1)
     assert (again.attempt, again.started) == (2, True)  # an at_most_once tool is not run again
-    assert not machine.call_started(paused)  # the old holder marks nothing
+    assert not machine.call_started(paused)[0]  # the old holder marks nothing
     assert machine.call_done(paused, '{"from": "paused"}', []) == 0
     assert machine.redis.hget(machine.store.key(JOB, "tools"), "0:1") is None
     assert machine.call_done(again, '{"from": "again"}', []) == 2
@@ -263,10 +265,29 @@ def test_a_rescheduled_step_waits_and_is_claimed_after(machine: JobMachine) -> N
     assert machine.record(JOB)["expiries"] == "0"  # waiting is not a lost worker
 
 
-def test_a_wait_past_the_deadline_is_refused(machine: JobMachine) -> None:
+def test_a_wait_past_the_deadline_parks_until_the_deadline(machine: JobMachine) -> None:
     create(machine, timeout=10)
     c = claim(machine, 0, "thinker")
+    deadline = float(machine.record(JOB)["deadline"])
+    until = machine.reschedule(c, 40, "the model host", "429", [])
+    assert until == pytest.approx(deadline, abs=0.001)  # not failed before its deadline
+    assert machine.record(JOB)["last_error"] == "429"  # what the deadline's end reports
+
+
+def test_a_wait_once_the_deadline_passed_is_refused(machine: JobMachine) -> None:
+    create(machine, timeout=10)
+    c = claim(machine, 0, "thinker")
+    machine.redis.hset(machine.store.key(JOB, "state"), "deadline", "1.0")
     assert machine.reschedule(c, 40, "the model host", "429", []) == "deadline"
+
+
+def test_a_renewal_writes_the_calls_last_error_and_keeps_it_otherwise(machine: JobMachine) -> None:
+    create(machine)
+    c = claim(machine, 0, "thinker")
+    assert machine.renew(c, 30, "TransientModelError: HTTP 500")
+    assert machine.record(JOB)["last_error"] == "TransientModelError: HTTP 500"
+    assert machine.renew(c, 30)
+    assert machine.record(JOB)["last_error"] == "TransientModelError: HTTP 500"
 
 
 def test_finish_keeps_the_first_result_and_expires_every_key(machine: JobMachine) -> None:
@@ -404,15 +425,20 @@ def test_a_tool_steps_next_look_is_its_first_call_lease_to_end(machine: JobMachi
     assert reconcile(machine).next_look == pytest.approx(until, abs=0.01)  # before call 2's stall
 
 
-def test_the_reconciler_looks_again_within_one_to_two_intervals(machine: JobMachine) -> None:
-    sweeper = Reconciler(
+def idle_sweeper(machine: JobMachine, lease: float = 240.0, stall: float = 240.0) -> Reconciler:
+    """A reconciler that neither resends nor ends anything (its sweeps are looked at, not acted on)."""
+    return Reconciler(
         machine,
-        lease_seconds=8.0,
-        stall_seconds=60.0,
+        lease_seconds=lease,
+        stall_seconds=stall,
         max_lease_expiries=5,
         resend=lambda job, verdict: None,
         end=lambda job, verdict: None,
     )
+
+
+def test_the_reconciler_looks_again_within_one_to_two_intervals(machine: JobMachine) -> None:
+    sweeper = idle_sweeper(machine, lease=8.0, stall=60.0)
     assert sweeper.interval == 1.0
     assert sweeper.next_look(Reconciled("wait", next_look=101.5), 100.0) == 101.5
     assert sweeper.next_look(Reconciled("wait", next_look=100.2), 100.0) == 101.0
@@ -442,6 +468,46 @@ def test_a_sweep_acts_on_a_lease_that_ran_out_a_moment_ago(machine: JobMachine) 
     assert score is not None and now + 0.25 <= score <= redis_now(machine) + 0.5
 
 
+@pytest.mark.parametrize("verdict", [Reconciled("wait"), Reconciled("parked", until=1e12), Reconciled("children")])
+def test_a_job_that_ends_while_the_sweep_looks_at_it_is_not_put_back_in_the_index(
+    machine: JobMachine, verdict: Reconciled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job ended (and unindexed) by another worker between ``reconcile`` and the sweep's move
+    of its next look stays out: its shard, emptied, must not come back without a TTL (CI saw
+    ``tandem:live:1`` so after a cancelled tree ended)."""
+    create(machine)
+    machine.index(JOB, redis_now(machine) - 1.0, 600)
+    shard = machine.shard_key(machine.shard_of(JOB))
+    machine.redis.set(machine.store.key(JOB, "cancel"), "1", ex=600)  # the cancel's own move, too
+
+    def ends_meanwhile(job_id: str, *args: Any, **kwargs: Any) -> Reconciled:
+        machine.unindex(job_id)
+        return verdict
+
+    monkeypatch.setattr(machine, "reconcile", ends_meanwhile)
+    idle_sweeper(machine).sweep()
+    assert machine.redis.exists(shard) == 0
+    no_key_without_ttl(machine)
+
+
+def test_an_ended_job_whose_result_was_stored_meanwhile_is_not_put_back_in_the_index(
+    machine: JobMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``deliver`` failing after another reconciler stored the result and unindexed the job."""
+    machine.index(JOB, redis_now(machine) - 1.0, 600)
+    shard = machine.shard_key(machine.shard_of(JOB))
+
+    def delivered_elsewhere(job_id: str, mark: str) -> bool:
+        machine.unindex(job_id)
+        return False
+
+    sweeper = idle_sweeper(machine)
+    sweeper.deliver = delivered_elsewhere
+    monkeypatch.setattr(machine, "reconcile", lambda job_id, *a, **k: Reconciled("deliver", mark="m"))
+    sweeper.sweep()
+    assert machine.redis.exists(shard) == 0
+
+
 def test_a_job_queued_past_the_stall_gets_its_intake_message_again(machine: JobMachine) -> None:
     """``submit`` stores the spec beside the ``queued`` marker; no worker created the record."""
     machine.store.mark_queued(JOB, "dual", intake='{"goal": "g"}')
@@ -466,3 +532,41 @@ def test_a_refused_intake_leaves_no_stored_spec(machine: JobMachine) -> None:
     machine.store.mark_queued(JOB, "dual", intake='{"goal": "g"}')
     machine.store.discard_queued(JOB)
     assert machine.intake(JOB) is None and machine.record(JOB) == {}
+
+
+def test_a_cancel_wakes_a_reconciler_waiting_for_its_next_sweep(machine: JobMachine) -> None:
+    sweeper = idle_sweeper(machine)
+    assert sweeper.interval == 30.0
+    create(machine)
+    machine.store.request_cancel(JOB)
+    assert machine.redis.llen(sweeper.wake_key) == 1 and machine.redis.ttl(sweeper.wake_key) > 0
+    stopped: list[bool] = []
+    waiting = threading.Thread(target=lambda: stopped.append(sweeper.pause()), daemon=True)
+    waiting.start()
+    waiting.join(20)  # the push is there: the wait ends at its first look, not after its 30 s
+    assert stopped == [False]  # woken, not stopped
+    assert not machine.redis.exists(sweeper.wake_key)  # one sweep answers every push so far
+    sweeper.stop()
+    assert sweeper.pause() is True
+
+
+def test_a_cancel_that_comes_while_a_sweep_looks_at_the_job_keeps_its_look_now(machine: JobMachine) -> None:
+    """The sweep read the job (its lease runs: ``wait``), then a cancel moved its next look to now:
+    the sweep's own next look does not move it back past the cancel's wake."""
+    sweeper = idle_sweeper(machine)
+    create(machine)
+    claim(machine, 0, "thinker")
+    now = redis_now(machine)
+    machine.index(JOB, now - 0.001, 600)
+    reconcile_first = machine.reconcile
+
+    def then_cancel(*args: Any, **kwargs: Any) -> Reconciled:
+        verdict = reconcile_first(*args, **kwargs)
+        machine.store.request_cancel(JOB)
+        return verdict
+
+    machine.__dict__["reconcile"] = then_cancel
+    sweeper.sweep()
+    score = machine.redis.zscore(machine.shard_key(machine.shard_of(JOB)), JOB)
+    assert score is not None and score <= redis_now(machine)  # due at the sweep the push wakes
+    assert machine.redis.llen(sweeper.wake_key) == 1

@@ -59,15 +59,23 @@ def test_a_forks_secrets_unseal_for_its_owner_only(rt: Runtime, sent: Sent) -> N
         box.unseal(as_b)
 
 
-def test_another_tenants_decision_is_refused_and_changes_nothing(rt: Runtime) -> None:
+def test_another_tenants_decision_is_refused_as_an_unknown_job_and_changes_nothing(rt: Runtime) -> None:
     stored_job(rt, None, one_round(), owner="team-a")
-    answer = decide_job(ApprovalStore(rt.store), JOB, True, owner="team-b")
-    assert not answer["accepted"] and answer["reason"] == "refused"
-    assert "no such job is known" in answer["error"]
-    plain = decide_job(ApprovalStore(rt.store), JOB, True)  # naming no owner: the default tenant
-    assert not plain["accepted"] and "no such job" in plain["error"]
+    unknown = decide_job(ApprovalStore(rt.store), "no-job", True, pause_id="p", owner="team-b")
+    assert unknown == {
+        "job_id": "no-job",
+        "accepted": False,
+        "error": "no job 'no-job' is known (never submitted, or its records expired)",
+        "reason": "unknown",
+        "pause_id": "p",
+        "current_pause": None,
+    }
+    answer = decide_job(ApprovalStore(rt.store), JOB, True, pause_id="p", owner="team-b")
+    assert answer == {**unknown, "job_id": JOB, "error": unknown["error"].replace("no-job", JOB)}
+    plain = decide_job(ApprovalStore(rt.store), JOB, True, pause_id="p")  # naming none: default's
+    assert plain == answer
     own = decide_job(ApprovalStore(rt.store), JOB, True, owner="team-a")
-    assert "no such job" not in str(own.get("error"))  # refused only because it awaits no decision
+    assert own["reason"] == "refused"  # refused only because it awaits no decision
 
 
 class _Reply:

@@ -32,10 +32,10 @@ def store() -> JobStore:
     return JobStore(fakeredis.FakeRedis())
 
 
-def start_round(store: JobStore, job_id: str = JOB) -> None:
-    """Create the job and move it to round 2's tool step (2 calls)."""
+def start_round(store: JobStore, job_id: str = JOB, spec: str = '{"goal": "g"}') -> None:
+    """Create the job (``spec``: its JSON) and move it to round 2's tool step (2 calls)."""
     machine = store.machine
-    assert machine.create(job_id, '{"goal": "g"}', "mono", (2, "actor"), [], timeout=3600, ttl_after=600)
+    assert machine.create(job_id, spec, "mono", (2, "actor"), [], timeout=3600, ttl_after=600)
     claim = machine.claim(job_id, 2, "actor", LEASE, 5)
     assert isinstance(claim, Claim)
     calls = [{"task": "tandem.run_tool", "args": [job_id, 2, i]} for i in (1, 2)]
@@ -173,7 +173,9 @@ def test_the_task_refuses_another_tenants_job_and_bad_input(
 ) -> None:
     store.redis.hset(store.key(JOB, "state"), "owner", "team-a")
     foreign = answer_job(questions, JOB, {"city": "Oslo"}, PAUSE, None, "team-b")
-    assert foreign["accepted"] is False and "no such job" in foreign["error"]
+    unknown = answer_job(questions, "job-b", {"city": "Oslo"}, PAUSE, None, "team-b")
+    assert foreign == {**unknown, "job_id": JOB, "error": unknown["error"].replace("'job-b'", repr(JOB))}
+    assert (foreign["reason"], foreign["pause_id"], foreign["current_pause"]) == ("unknown", PAUSE, None)
     assert answer_job(questions, 7, "x")["accepted"] is False
     assert questions.answer(JOB, "x", key="")["reason"] == "refused"
     assert answer_job(questions, JOB, {"city": "Oslo"}, PAUSE, None, "team-a")["accepted"] is True

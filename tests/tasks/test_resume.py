@@ -65,7 +65,9 @@ def stored_job(
 ) -> None:
     """A job that stored ``messages`` and ended with ``status`` (``None``: still running)."""
     job_spec = JobSpec(goal="the goal", **spec)
-    assert rt.machine.create(job_id, job_spec.model_dump_json(), "dual", (0, "thinker"), [], timeout=60, ttl_after=600)  # noqa: E501
+    assert rt.machine.create(
+        job_id, job_spec.model_dump_json(), "dual", (0, "thinker"), [], timeout=60, ttl_after=600
+    )
     memory = rt.store.memory(job_id)
     for m in messages:
         memory.add_message(m)
@@ -115,15 +117,26 @@ def test_running_and_completed_jobs_are_refused(
 
 
 def test_unknown_and_expired_jobs_are_refused(rt: Runtime, sent: Sent) -> None:
-    with pytest.raises(ResumeRefused, match=r"no job 'nope' is known.*TANDEM_MEMORY_TTL=600 s") as refused:
+    unknown = r"^no job 'nope' is known \(never submitted, or its records expired\)$"
+    with pytest.raises(ResumeRefused, match=unknown) as refused:
         resume_job(rt, "nope")
     assert refused.value.reason == "unknown"
     stored_job(rt, "failed", one_round())
     rt.redis.delete(rt.store.key(JOB, "spec"))  # its keys expire one by one
-    with pytest.raises(ResumeRefused, match="memory expired"):
+    with pytest.raises(ResumeRefused, match=unknown.replace("nope", JOB)) as refused:
         resume_job(rt, JOB)
-    with pytest.raises(ResumeRefused, match="job_id must be a job id string"):
+    assert refused.value.reason == "unknown"
+    with pytest.raises(ResumeRefused, match=r"^no job 7 is known") as refused:
         resume_job(rt, 7)
+    assert refused.value.reason == "unknown"
+
+
+def test_a_job_cancelled_while_queued_has_nothing_to_resume(rt: Runtime, sent: Sent) -> None:
+    rt.store.mark_queued(JOB)
+    rt.machine.finish(JOB, f'{{"job_id": "{JOB}", "status": "cancelled"}}', "cancelled", "", 60)
+    with pytest.raises(ResumeRefused, match="ended \\(cancelled\\) before a worker started it") as refused:
+        resume_job(rt, JOB)
+    assert refused.value.reason == "state" and sent == []
 
 
 def test_a_truncated_job_goes_on_only_with_a_raised_budget(rt: Runtime, sent: Sent) -> None:

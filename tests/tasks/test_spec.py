@@ -36,7 +36,7 @@ def test_defaults() -> None:
         "timeout_s": None,
         "webhooks": [],
         "thread_id": None,
-        "trace_context": None,
+        "trace_context": None,  # parent_id: left out when None (the release before refuses it)
     }
 
 
@@ -63,6 +63,7 @@ def test_every_field_is_read() -> None:
         "timeout_s": 120.0,
         "webhooks": [{"url": "http://127.0.0.1:9000/h", "events": ["final"]}],
         "thread_id": "conversation-42",
+        "parent_id": "parent-job",
         "trace_context": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
     }
     assert validate_spec(raw).model_dump() == raw

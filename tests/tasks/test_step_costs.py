@@ -206,3 +206,18 @@ def test_one_keeper_renews_the_leases_and_reports_a_lost_claim(store: JobStore) 
         store.redis.hset(state, "holder", "someone-else")  # another worker took the step over
         assert beat.lost.wait(2.0)
     assert keeper._held == {}
+
+
+def test_a_noted_error_is_written_as_the_jobs_last_error_at_once(store: JobStore) -> None:
+    machine: JobMachine = store.machine
+    claim = started(store, lease=60.0)  # no renewal due for 20 s
+    state = store.key(JOB, "state")
+    keeper = LeaseKeeper()
+    with Heartbeat(machine, claim, 60.0, keeper) as beat:
+        beat.note("TransientModelError: HTTP 500 from the host")
+        # written when note returns: a reconciler ending the job for its deadline reads it then
+        assert store.redis.hget(state, "last_error") == b"TransientModelError: HTTP 500 from the host"
+        assert float(store.redis.hget(state, "lease_until") or 0) > time.time() + 50  # renewed too
+    beat.note("after the step")  # a dropped heartbeat writes nothing
+    time.sleep(0.1)
+    assert store.redis.hget(state, "last_error") == b"TransientModelError: HTTP 500 from the host"

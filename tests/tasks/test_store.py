@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import fakeredis
 import pytest
@@ -23,7 +24,7 @@ from tandem.tasks.job_events import (
     Waiting,
 )
 from tandem.tasks.spec import JobResult, JobSpec
-from tandem.tasks.state.keys import live_shard_key, live_shard_of
+from tandem.tasks.state.keys import CLIENT_PARTS, JOB_PARTS, live_shard_key, live_shard_of
 from tandem.tasks.state.store import JobStore
 from tests.tasks.slots import SlotCheckingRedis
 
@@ -163,6 +164,28 @@ def test_finish_stores_once_sets_the_status_and_ttls(store: JobStore) -> None:
     for part in ("spec", "state", "result", "events", "cancel", "tools", "memory"):
         ttl = store.redis.ttl(store.key(JOB, part))
         assert 0 < ttl <= 300, part
+
+
+def test_a_clients_end_names_and_expires_only_the_parts_its_redis_user_may_write(store: JobStore) -> None:
+    """A client cancelling a queued job ends it with ``parts`` (docs/security.md: its Redis user
+    writes only ``CLIENT_PARTS``): the other parts keep their TTL and are not even a script key."""
+    populate(store)
+    store.redis.expire(store.key(JOB, "spec"), 5000)
+    named: list[list[str]] = []
+    run = store.machine._run_waited
+
+    def spy(name: str, job_id: str, keys: Any, args: Any, what: str) -> Any:
+        named.append(list(keys))
+        return run(name, job_id, keys, args, what)
+
+    store.machine._run_waited = spy  # type: ignore[method-assign]
+    parts = [p for p in JOB_PARTS if p in CLIENT_PARTS]
+    stored = store.finish(JobResult(job_id=JOB, status="cancelled"), ttl=300, parts=parts)
+    assert stored.status == "cancelled" and store.status(JOB).state == "cancelled"  # type: ignore[union-attr]
+    assert {k.rsplit(":", 1)[1] for k in named[0]} == {"state", "intake", "cancel", "events", "result"}
+    for part in ("state", "result", "events", "cancel"):
+        assert 0 < store.redis.ttl(store.key(JOB, part)) <= 300, part
+    assert store.redis.ttl(store.key(JOB, "spec")) > 300
 
 
 def test_finish_publishes_the_final_event(store: JobStore) -> None:
@@ -315,7 +338,7 @@ def test_a_tenant_lists_its_jobs_however_many_newer_jobs_other_tenants_have(stor
     """Each tenant has its own index: its jobs are listed though the newest ``RECENT_LIMIT`` of all
     tenants are another's, and another tenant's jobs never are."""
     from tandem.tasks.state.keys import tenant_recent_keys
-    from tandem.tasks.state.store import RECENT_LIMIT
+    from tandem.tasks.state.recent import RECENT_LIMIT
 
     start = time.time() - 10_000
     for i in range(3):

@@ -44,16 +44,6 @@ def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     yield runtime
 
 
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    yield exporter
-    tracing.uninstall()
-
-
 Sent = deque[tuple[str, list[Any], dict[str, str] | None]]
 
 

@@ -15,6 +15,7 @@ from tandem.broker_config.webhook_settings import WebhookSettings
 from tandem.tasks.job_events import ApprovalRequested
 from tandem.tasks.runtime import Runtime
 from tandem.tasks.spec import JobResult, JobSpec
+from tandem.tasks.state.versions import SPEC_VERSION
 from tandem.tasks.webhooks import delivery
 from tandem.tasks.webhooks.outbox import Claimed, delivery_id
 from tandem.tasks.webhooks.sweeper import WebhookSweeper
@@ -124,3 +125,23 @@ def test_a_job_without_webhooks_is_never_watched(rt: tuple[Runtime, list[tuple[s
     delivery.arm(runtime, "job-4", spec)
     delivery.notify(runtime, "job-4", spec)
     assert sent == [] and runtime.redis.keys("*webhooks*") == []
+
+
+def test_a_job_of_formats_this_worker_does_not_read_is_left_to_one_that_does(
+    rt: tuple[Runtime, list[tuple[str, str]]],
+) -> None:
+    runtime, sent = rt
+    spec = JobSpec(goal="g", webhooks=HOOKS)  # type: ignore[arg-type]
+    runtime.store.create("job-v", spec)
+    delivery.arm(runtime, "job-v", spec)
+    runtime.store.finish(JobResult(job_id="job-v", status="completed", deliverable="42"), ttl=600)
+    state = runtime.store.key("job-v", "state")
+    runtime.redis.hset(state, "spec_version", SPEC_VERSION + 1)  # a newer release's spec: not read here
+    sweeper = _sweeper(runtime)
+    assert sweeper.look("job-v", _now(runtime)) == 0
+    assert sent == [] and runtime.webhooks.deliveries("job-v") == []
+    next_look = runtime.redis.zscore(runtime.webhooks.shard_key("job-v"), "job-v")
+    assert next_look is not None and next_look >= _now(runtime) + 59  # still watched, looked at later
+
+    runtime.redis.hset(state, "spec_version", SPEC_VERSION)
+    assert sweeper.look("job-v", _now(runtime)) == 2

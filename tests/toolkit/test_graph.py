@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from tandem.toolkit import Action, StaticToolGroup, Tool, Toolkit, ToolkitError, UnknownVertexError
@@ -161,3 +164,38 @@ def test_action_forms() -> None:
     assert Action("y").name == "y"
     with pytest.raises(ToolkitError):
         Action()
+
+
+def test_adjacency_is_read_only_at_both_levels(graph: Toolkit) -> None:
+    adjacency = graph.adjacency
+    assert dict(adjacency["A1"]) == {v: graph.adjacency["A1"][v] for v in adjacency["A1"]}
+    with pytest.raises(TypeError):
+        adjacency["A1"]["A9"] = {"kind": "next", "score": 1.0}  # type: ignore[index]
+    with pytest.raises(TypeError):
+        adjacency["A9"] = {}  # type: ignore[index]
+
+
+def test_removing_a_vertex_removes_its_edges_both_ways(graph: Toolkit) -> None:
+    before = graph.edges()
+    graph.remove_vertex("A2")
+    assert "A2" not in graph
+    assert graph.edges() == [(u, v) for u, v in before if "A2" not in (u, v) and v in graph and u in graph]
+    assert all("A2" not in targets for targets in graph.adjacency.values())
+    assert repr(graph).endswith(f"edges={len(graph.edges())})")
+
+
+def test_loading_a_toolkit_does_not_import_networkx() -> None:
+    """A worker builds its toolkit as it starts; networkx (all its algorithms, ~0.2 s of CPU) is
+    imported only for ``nx_graph`` (drawing)."""
+    code = (
+        "import sys\n"
+        "import tandem.toolkit.loader\n"
+        "from tests.integration.tools import toolkit\n"
+        "assert len(toolkit.vertices()) > 0 and toolkit.adjacency\n"
+        "print('networkx' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -313,6 +313,8 @@ def test_the_openapi_document_names_every_endpoint(api: Fixture) -> None:
         "/v1/jobs/{job_id}",
         "/v1/jobs/{job_id}/events",
         "/v1/jobs/{job_id}/cancel",
+        "/v1/jobs/{job_id}/children",
+        "/v1/jobs/{job_id}/artifacts/{handle}",
         "/v1/jobs/{job_id}/decisions",
         "/v1/jobs/{job_id}/answers",
         "/v1/jobs/{job_id}/resume",

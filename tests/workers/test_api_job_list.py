@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -72,3 +73,31 @@ def test_a_status_whose_spec_expired_has_no_goal(api: Fixture) -> None:
     api.store.create("job-gone", JobSpec(goal="soon gone"))
     api.store.redis.delete(api.store.key("job-gone", "spec"))
     assert api.client.get("/v1/jobs/job-gone").json()["goal"] is None
+
+
+def test_a_tenants_list_shows_its_older_job_past_another_tenants_thousand_newer_ones() -> None:
+    """``GET /v1/jobs`` for a tenant's token reads that tenant's own index: team-b's 1,050 newer
+    jobs fill the newest 1,000 of every tenant, and team-a's job is listed all the same."""
+    from tandem.broker_config.api_settings import ApiSettings
+    from tandem.broker_config.tokens import ApiToken
+    from tandem.tasks.state.recent import RECENT_LIMIT
+
+    scopes = frozenset({"submit", "read"})
+    tokens = (
+        ApiToken("token-a-0123456789", "team-a", scopes),
+        ApiToken("token-o-0123456789", "ops", frozenset({"admin"})),
+    )
+    fixture = Fixture(tokens=("token-a-0123456789",), api=ApiSettings(tokens=tokens))
+    with fixture.client:
+        mine = fixture.client.post("/v1/jobs", json={"goal": "team-a's job"}).json()["id"]
+        store = fixture.store
+        pipe = store.redis.pipeline(transaction=False)
+        for i in range(RECENT_LIMIT + 50):  # newer than team-a's job
+            store.remember(f"theirs-{i}", time.time() + 1 + i, owner="team-b", pipe=pipe)
+            pipe.hset(store.key(f"theirs-{i}", "state"), mapping={"state": "queued", "owner": "team-b"})
+        pipe.execute()
+        listed = fixture.client.get("/v1/jobs?limit=200").json()["jobs"]
+        assert [(j["job_id"], j["goal"]) for j in listed] == [(mine, "team-a's job")]
+        admin = {"Authorization": "Bearer token-o-0123456789"}
+        newest = fixture.client.get("/v1/jobs?limit=200", headers=admin).json()["jobs"]
+        assert len(newest) == 200 and {j["owner"] for j in newest} == {"team-b"}  # crowded out there

@@ -7,6 +7,8 @@ Nothing here needs Redis: workers and Flower are intercepted where they would st
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -187,22 +189,42 @@ def test_the_worker_exits_with_celerys_exit_code(worker_main: Captured) -> None:
 
 
 def test_run_celery_returns_the_code_celery_exits_with(monkeypatch: pytest.MonkeyPatch) -> None:
-    from celery.bin.celery import celery as celery_command
+    from celery.bin.worker import worker as worker_command
     from click.exceptions import Exit
 
     from tandem.tasks.app import app  # builds the app from the environment; nothing connects
 
-    seen: list[object] = []
+    seen: list[tuple[object, list[str]]] = []
 
-    def exits(args: list[str], standalone_mode: bool) -> None:
-        seen.append(celery_command.params[0].default)
+    def exits(args: list[str], prog_name: str, obj: Any, standalone_mode: bool) -> None:
+        seen.append((obj.app, args))
         raise Exit(3)
 
-    monkeypatch.setattr(celery_command, "main", exits)
-    assert cli.run_celery(app, ["worker"]) == 3
-    assert seen == [app] and celery_command.params[0].default is None
-    monkeypatch.setattr(celery_command, "main", lambda args, standalone_mode: 0)
+    monkeypatch.setattr(worker_command, "main", exits)
+    assert cli.run_celery(app, ["worker", "--pool", "threads"]) == 3
+    assert seen == [(app, ["--pool", "threads"])]
+    monkeypatch.setattr(worker_command, "main", lambda **kwargs: 0)
     assert cli.run_celery(app, ["worker"]) == 0
+    with pytest.raises(ValueError, match="flower"):
+        cli.run_celery(app, ["flower"])
+
+
+def test_a_worker_start_imports_no_other_celery_command() -> None:
+    """``tandem worker`` runs Celery's worker command alone: neither the ``celery`` group nor the
+    plugins it loads (Flower) are imported in a worker process."""
+    code = (
+        "import sys\n"
+        "from tandem.workers import cli\n"
+        "from tandem.tasks.app import app\n"
+        "cli.run_celery(app, ['worker', '--help'])\n"
+        "print(sorted(m for m in ('celery.bin.celery', 'flower', 'click_repl') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Start worker instance" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def option(argv: list[str], name: str) -> str:
@@ -219,6 +241,23 @@ def test_a_role_worker_consumes_its_queue_and_the_intake(worker_main: Captured) 
     assert (option(argv, "--pool"), option(argv, "--concurrency")) == ("threads", "4")
     assert option(argv, "--hostname") == "thinker@%h"
     assert "--task-events" not in argv  # Flower turns events on while it runs
+
+
+def test_a_worker_with_intake_lanes_consumes_them_after_the_intake_queue(
+    worker_main: Captured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from tandem.tasks import app as app_module
+
+    monkeypatch.setattr(app_module, "settings", dataclasses.replace(app_module.settings, intake_lanes=3))
+    intake = app_module.settings.intake_queue
+    assert cli.main(["worker", "actor"]) == 0
+    argv = worker_main.argv
+    assert argv is not None
+    assert option(argv, "--queues") == f"actor,{intake},{intake}.lane0,{intake}.lane1,{intake}.lane2"
+    assert cli.main(["worker", "actor", "--no-intake"]) == 0
+    assert option(worker_main.argv or [], "--queues") == "actor"
 
 
 def test_task_events_on_request(worker_main: Captured) -> None:

@@ -75,12 +75,14 @@ ARGV = {
     "watch": ["watch", "J1"],
     "cancel": ["cancel", "J1"],
     "hosts": ["hosts"],
+    "tenants": ["tenants"],
     "approve": ["approve", "J1"],
     "answer": ["answer", "J1", "yes"],
     "resume": ["resume", "J1"],
     "fork": ["fork", "J1", "--round", "1"],
     "message": ["message", "J1", "use the 2025 figures"],
     "follow-up": ["follow-up", "J1", "now for 2024"],
+    "version-check": ["version-check"],
 }
 
 

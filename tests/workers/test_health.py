@@ -11,7 +11,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError
 
+from tandem.workers import health
 from tandem.workers.cli import main
 from tandem.workers.embedded import free_port
 from tandem.workers.health import Answer, summary
@@ -104,3 +107,40 @@ def test_the_probe_imports_neither_celery_nor_litellm() -> None:
     env["TANDEM_BROKER_URL"] = f"amqp://u:p@127.0.0.1:{free_port()}//"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [3, []], done.stderr
+
+
+DENIED = (
+    "Command # 11 (LLEN thinker) of pipeline caused error: this user has no permissions to access one "
+    "of the keys used as arguments"
+)
+
+
+def test_a_broker_that_refuses_the_user_exits_2_naming_what_it_may_not_do(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(settings: object, timeout: float) -> str:
+        raise NoPermissionError(DENIED)
+
+    monkeypatch.setattr(health, "_ping_redis", lambda settings, timeout: "")
+    monkeypatch.setattr(health, "_read_broker", refuse)
+    url = "redis://tandem-client:s3cret-pass@127.0.0.1:6399/0"
+    monkeypatch.setenv("TANDEM_REDIS_URL", url)
+    monkeypatch.setenv("TANDEM_BROKER_URL", url)
+    assert main(["health"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "tandem health: the broker (redis://tandem-client:**@127.0.0.1:6399/0) refused: user 'tandem-client' "
+        "may not read the queue depths (LLEN of the lists of the queues celery, thinker, actor, tools and "
+        f"their priority lists) (NOPERM: {DENIED}); give it the client or the worker line of "
+        "docs/security.md, section 'Redis ACL users'"
+    )
+    assert "; Redis (redis://tandem-client:**@127.0.0.1:6399/0) answered in " in line
+    assert "s3cret-pass" not in line and "failed" not in line
+
+    def down(settings: object, timeout: float) -> str:
+        raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6399. Connection refused.")
+
+    monkeypatch.setattr(health, "_ping_redis", down)  # an outage besides: the outage's status, 3
+    assert main(["health"]) == 3
+    err = capsys.readouterr().err
+    assert " failed: Error 111 " in err and " refused: user 'tandem-client' " in err

@@ -6,6 +6,8 @@ import io
 import time
 
 import pytest
+from kombu.exceptions import OperationalError
+from redis.exceptions import NoPermissionError
 
 from tandem.workers.queue_hint import QueueHint, hint, waiting_queue
 
@@ -65,6 +67,30 @@ def test_the_intake_queue_hint_says_any_worker_will_do() -> None:
     assert "no worker consumes queue 'celery' yet" in printed and "`tandem worker all`" in printed
 
 
+def test_a_job_in_an_intake_lane_no_worker_reads_is_hinted_with_the_lanes_setting() -> None:
+    assert hint("celery.lane5", "celery.lane5", "J1") == (
+        "tandem: no worker consumes queue 'celery.lane5' yet (job J1 waits there): start a worker: "
+        "`tandem worker all` (or any `tandem worker ROLE` without --no-intake), with the same "
+        "TANDEM_INTAKE_LANES as this client"
+    )
+    assert "TANDEM_INTAKE_LANES" not in hint("celery", "celery", "J1")
+
+
+def test_the_cli_watches_the_lane_of_the_jobs_tenant() -> None:
+    from types import SimpleNamespace
+
+    from tandem.broker_config import Settings
+    from tandem.workers.job_commands import intake_of
+
+    lanes = Settings.from_env({"TANDEM_INTAKE_LANES": "8"})
+    record = SimpleNamespace(owner="tenant-b")
+    store = SimpleNamespace(status=lambda job_id: record)
+    mine = SimpleNamespace(owner="tenant-a", id="J1", _store=store)
+    found = SimpleNamespace(owner=None, id="J2", _store=store)  # ``tandem watch``: the record says
+    assert (intake_of(mine, lanes), intake_of(found, lanes)) == ("celery.lane1", "celery.lane2")
+    assert intake_of(found, Settings.from_env({})) == "celery"
+
+
 def test_errors_while_watching_only_skip_a_look() -> None:
     def broken() -> tuple[str, str, int, int]:
         raise ConnectionError("Redis away")
@@ -73,3 +99,24 @@ def test_errors_while_watching_only_skip_a_look() -> None:
     with QueueHint("J1", "celery", broken, set, grace=0.1, poll=0.02, out=out):
         time.sleep(0.3)
     assert out.getvalue() == ""
+
+
+def test_a_user_that_may_not_broadcast_is_asked_once_and_the_hint_stops() -> None:
+    asked: list[int] = []
+
+    def refused() -> set[str]:  # the client user of docs/security.md: kombu re-raises its NOPERM
+        asked.append(1)
+        try:
+            raise NoPermissionError("this user has no permissions to run the 'publish' command")
+        except NoPermissionError as exc:
+            raise OperationalError(str(exc)) from exc
+
+    out = io.StringIO()
+    watcher = QueueHint(
+        "J1", "celery", lambda: ("running", "thinker", 0, 1), refused, grace=0.05, poll=0.01, out=out
+    )
+    with watcher:
+        assert watcher._thread is not None
+        watcher._thread.join(60)  # it ends by itself after the refusal
+        assert not watcher._thread.is_alive()
+    assert asked == [1] and out.getvalue() == ""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from redis.exceptions import NoPermissionError
 
 from tandem.broker_config import Settings
-from tandem.workers import reach
+from tandem.workers import health, reach
 from tandem.workers.embedded import free_port
 from tandem.workers.health import Answer
 
@@ -65,3 +66,42 @@ def test_describe_names_what_does_not_answer_now() -> None:
     settings = Settings.from_env({"TANDEM_REDIS_URL": url, "TANDEM_BROKER_URL": url})
     line = reach.describe(settings, ConnectionError("Error 111"), timeout=1)
     assert line.startswith(f"Redis and the broker at {url} do not answer (")
+
+
+REFUSED_DETAIL = "user 'tandem-client' may not read the queue depths (NOPERM: no permissions); give it ..."
+
+
+def refused(what: str, setting: str, url: str) -> Answer:
+    return Answer(f"{what} ({url})", False, 0.01, REFUSED_DETAIL, setting, url, refused="permission")
+
+
+def test_a_refusal_is_said_as_one_never_as_a_server_to_start() -> None:
+    url = "redis://tandem-client:**@r:6379/0"
+    line = reach.line([refused("the broker", "TANDEM_BROKER_URL", url)])
+    assert line == f"the broker at redis://tandem-client:**@r:6379/0 refuses: {REFUSED_DETAIL}"
+    both = reach.line(
+        [
+            failed("Redis", "TANDEM_REDIS_URL", "redis://s:6379/0"),
+            refused("the broker", "TANDEM_BROKER_URL", url),
+        ]
+    )
+    assert both.startswith(
+        "Redis at redis://s:6379/0 does not answer (Connection refused): start redis-server there"
+    )
+    assert both.endswith(f"; the broker at {url} refuses: {REFUSED_DETAIL}")
+
+
+def test_the_preflight_raises_refused_when_only_refusals_came(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "redis://tandem-client:pw-123@127.0.0.1:6399/0"
+    settings = Settings.from_env({"TANDEM_REDIS_URL": url, "TANDEM_BROKER_URL": url})
+
+    def refuse(settings: object, timeout: float) -> str:
+        raise NoPermissionError("this user has no permissions to run the 'llen' command")
+
+    monkeypatch.setattr(health, "_ping_redis", lambda settings, timeout: "")
+    monkeypatch.setattr(health, "_read_broker", refuse)
+    with pytest.raises(reach.Refused) as caught:
+        reach.preflight(settings, timeout=1)
+    assert str(caught.value).startswith("the broker at redis://tandem-client:**@127.0.0.1:6399/0 refuses: ")
+    assert isinstance(caught.value.__cause__, NoPermissionError) and "pw-123" not in str(caught.value)
+    reach.preflight(settings, broker=False, timeout=1)  # the job store alone answers

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from tandem.tasks.errors import DecisionRefused
 from tandem.workers.api.bodies import pause_fields, read_json
-from tandem.workers.api.callers import caller
+from tandem.workers.api.callers import caller, unknown_job
 from tandem.workers.api.errors import ApiError
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ def answer_response(job_id: str, reply: dict[str, Any]) -> JSONResponse:
     pauses = {"pause_id": reply.get("pause_id"), "current_pause": reply.get("current_pause")}
     error = str(reply.get("error") or "the answer was refused; nothing changed")
     reason = reply.get("reason")
+    if reason == "unknown":  # it expired since the API looked at it
+        raise unknown_job(job_id)
     if reason == "withdrawn":
         raise ApiError(504, "no_worker_answered", error, withdrawn=True, **pauses)
     if reason == "invalid_answer":

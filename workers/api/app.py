@@ -20,6 +20,7 @@
   stored step (body ``{"max_rounds": N}`` optional); 202. ``POST /v1/jobs/{id}/fork``: a new job
   from rounds ``0..round-1`` (body ``{"round": R, "goal"?, "max_rounds"?}``); 202 with its id. Refusals:
   404 (unknown or expired), 409 (not ended), 422 (budget or round), 504 (no worker answered).
+* ``GET /v1/jobs/{id}/children``: the job's parent and its child jobs (``children``).
 * ``GET /v1/me``: the token's tenant and scopes.
 * ``GET /openapi.json``, ``GET /healthz``, and the job console at ``/``.
 
@@ -60,16 +61,24 @@ from starlette.types import ASGIApp
 
 from tandem.broker_config import Settings
 from tandem.broker_config.job_redis import async_job_store_client, is_cluster_url, job_store_client
+from tandem.broker_config.sentinel import is_sentinel_url
 from tandem.broker_config.tokens import ApiToken
 from tandem.client.handle import JobHandle
 from tandem.client.submission import submit
 from tandem.reasoner import tracing
 from tandem.tasks.control.approvals import ApprovalStore
-from tandem.tasks.errors import DecisionRefused, JobSpecError, JobTimeout, ResumeRefused, UnknownJobError
+from tandem.tasks.errors import (
+    DecisionRefused,
+    JobSpecError,
+    JobTimeout,
+    ResumeRefused,
+    UnknownJobError,
+)
 from tandem.tasks.runtime import redis_options
 from tandem.tasks.spec import FINAL_STATES, JobResult
 from tandem.tasks.state.store import JobStore
 from tandem.workers.api.answers import answer_endpoint
+from tandem.workers.api.artifacts import artifact_endpoint
 from tandem.workers.api.bodies import (
     json_object,
     optional_json,
@@ -79,6 +88,7 @@ from tandem.workers.api.bodies import (
     without_secrets,
 )
 from tandem.workers.api.callers import caller, check_owner, may_see, unknown_job, whoami
+from tandem.workers.api.children import Family
 from tandem.workers.api.conversation import Conversation
 from tandem.workers.api.errors import ApiError, error_response
 from tandem.workers.api.guards import BearerAuth, BodyLimit
@@ -157,9 +167,7 @@ class Api:
     def handle(self, job_id: str) -> JobHandle:
         """The handle of a known job (stored, or refused at intake); 404 otherwise."""
         if not _JOB_ID.match(job_id):
-            raise ApiError(
-                404, "unknown_job", f"no job {job_id[:80]!r}: job ids are what POST /v1/jobs returned"
-            )
+            raise unknown_job(job_id[:80])
         handle = JobHandle(job_id, self.store, self.celery)
         # No riding out a Redis outage inside a request: it answers 503 with Retry-After at once.
         handle.reconnect_call = 0.0
@@ -436,6 +444,14 @@ def _pooled(settings: Settings, size: int, options: dict[str, Any]) -> AsyncRedi
     Cluster: ``size`` connections per node, under the cluster client's own retries."""
     if is_cluster_url(settings.redis_url):
         return async_job_store_client(settings, max_connections=size, **options)
+    if is_sentinel_url(settings.redis_url):  # the master the Sentinels name, followed through a failover
+        return async_job_store_client(
+            settings,
+            max_connections=size,
+            pool_timeout=settings.redis_pool_timeout,
+            retry=Retry(NoBackoff(), 1),
+            **options,
+        )
     pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=size,
@@ -468,6 +484,8 @@ def decision_response(job_id: str, answer: dict[str, Any]) -> JSONResponse:
         return JSONResponse(body)
     pauses = {"pause_id": answer.get("pause_id"), "current_pause": answer.get("current_pause")}
     error = str(answer.get("error") or "the decision was refused; nothing changed")
+    if answer.get("reason") == "unknown":  # it expired since the API looked at it
+        raise unknown_job(job_id)
     if answer.get("reason") == "withdrawn":
         raise ApiError(504, "no_worker_answered", error, withdrawn=True, **pauses)
     code = "stale_pause" if answer.get("reason") == "stale_pause" else "decision_refused"
@@ -521,11 +539,14 @@ def create_api(settings: Settings, *, bound_host: str | None = None, **options: 
     when ``TANDEM_API_ALLOWED_HOSTS`` is unset."""
     api = Api(settings, **options)
     talk = Conversation(api)
+    family = Family(api)
     routes = [
         Route("/v1/jobs", api.create_job, methods=["POST"]),
         Route("/v1/jobs", api.list_jobs, methods=["GET"]),
         Route("/v1/jobs/{job_id}", api.get_job, methods=["GET"]),
         Route("/v1/jobs/{job_id}/events", api.job_events, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/children", family.children, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/artifacts/{handle}", artifact_endpoint(api), methods=["GET"]),
         Route("/v1/jobs/{job_id}/cancel", api.cancel_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/decisions", api.decide, methods=["POST"]),
         Route("/v1/jobs/{job_id}/answers", answer_endpoint(api), methods=["POST"]),

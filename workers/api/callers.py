@@ -17,6 +17,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from tandem.broker_config.tokens import DEFAULT_TENANT, SCOPES, ApiToken
+from tandem.tasks.control.owners import no_such_job
 from tandem.workers.api.errors import ApiError
 
 ANONYMOUS = ApiToken("", DEFAULT_TENANT, frozenset(SCOPES))
@@ -54,10 +55,9 @@ def caller(request: Request, scope: str) -> ApiToken:
 
 
 def unknown_job(job_id: str) -> ApiError:
-    """The 404 of a job a token may not see, the same as for a job that does not exist."""
-    return ApiError(
-        404, "unknown_job", f"no job {job_id!r} is known (never submitted, or its records expired)"
-    )
+    """The 404 of a job a token may not see, the same as for a job that does not exist, in the
+    words the control tasks refuse both with (``tandem.tasks.control.owners.no_such_job``)."""
+    return ApiError(404, "unknown_job", no_such_job(job_id))
 
 
 def check_owner(token: ApiToken, job_id: str, owner: str) -> None:

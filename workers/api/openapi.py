@@ -10,6 +10,7 @@ from pydantic.json_schema import models_json_schema
 import tandem
 from tandem.tasks.job_events import EVENT_TYPES
 from tandem.tasks.spec import JobResult, JobSpec, JobStatus
+from tandem.workers.api.children import children_paths
 from tandem.workers.api.conversation import conversation_paths
 
 _REF = "#/components/schemas/{model}"
@@ -191,6 +192,30 @@ def openapi_document() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/jobs/{job_id}/artifacts/{handle}": {
+            "get": {
+                "summary": "The whole text of a tool output the job kept as an artifact",
+                "description": "A tool output over TANDEM_ARTIFACT_BYTES is kept whole; the tool_result "
+                "event's `artifact.handle` names it. The body is the text as UTF-8 (text/plain), the "
+                "headers `Tandem-Artifact-Chars` and `Tandem-Artifact-Bytes` its length.",
+                "operationId": "getArtifact",
+                "parameters": [
+                    _JOB_ID,
+                    {"name": "handle", "in": "path", "required": True, "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The artifact's text.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    "401": unauthorized,
+                    "404": _error(
+                        "No such artifact: an unknown handle, or the job is unknown, expired or another "
+                        "tenant's: the same answer (code unknown_artifact)."
+                    ),
+                },
+            }
+        },
         "/v1/jobs/{job_id}/cancel": {
             "post": {
                 "summary": "Ask the job to stop at its next step",
@@ -354,6 +379,7 @@ def openapi_document() -> dict[str, Any]:
         },
     }
     paths.update(conversation_paths(_json, _error, _JOB_ID))
+    paths.update(children_paths(_json, _error, _JOB_ID))
     scoped = _error(
         "missing_scope: the token lacks the scope this action needs (error.scope names it: submit, "
         "read, control, approve); foreign_owner: a spec naming another tenant than the token's."

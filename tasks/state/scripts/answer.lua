@@ -4,11 +4,12 @@
 -- ARGV: the pause number the answer names, its idempotency key ('' for none), the reply to keep
 -- under that key, the question record as read, the record to store, the calls hash field of the
 -- answer, the answer (JSON), the outbox (the asking call's message), outbox id, round, call index,
--- and the messages of every call of the round by index (JSON), for the calls that asked meanwhile.
+-- and the messages of every call of the round by index (JSON), for the calls that asked meanwhile;
+-- optionally the state and pause kind the job must wait in (default ``awaiting_approval``/``question``).
 -- The pause check, the key check and the write are one atomic step: an answer for a pause that
 -- ended, or whose key was answered (or withdrawn) already, changes nothing.
 --! with prelude.lua
-local D = KEYS[12]
+local D = KEYS[13]
 if ARGV[2] ~= '' then
   local prior = redis.call('HGET', D, ARGV[2])
   if prior then return {'repeat', prior} end
@@ -19,11 +20,11 @@ if not s[1] then return {'gone'} end
 if FINAL[s[1]] then return {'ended', s[1]} end
 local seq = s[6] or '0'
 if seq ~= ARGV[1] then return {'stale', seq, s[1], s[7] or ''} end
-if s[1] ~= 'awaiting_approval' or s[7] ~= 'question' or s[2] ~= ARGV[10] then
+if s[1] ~= (ARGV[13] or 'awaiting_approval') or s[7] ~= (ARGV[14] or 'question') or s[2] ~= ARGV[10] then
   return {'not-waiting', s[1], s[2]}
 end
-if redis.call('HGET', KEYS[11], 'record') ~= ARGV[4] then return {'changed'} end
-redis.call('HSET', KEYS[11], 'record', ARGV[5])
+if redis.call('HGET', KEYS[12], 'record') ~= ARGV[4] then return {'changed'} end
+redis.call('HSET', KEYS[12], 'record', ARGV[5])
 redis.call('HSET', KEYS[5], ARGV[6], ARGV[7])
 if ARGV[2] ~= '' then
   redis.call('HSET', D, ARGV[2], ARGV[3])

@@ -1,7 +1,9 @@
 -- A tool call asks a person a question: park the job on it (``tandem.tasks.control.questions``).
 -- KEYS: the job's keys in JOB_PARTS order, then its question key (a hash: record, seq).
 -- ARGV: round, call index, the call's claim token, the question record (JSON), the longest wait (s),
--- when it ends (epoch s).
+-- when it ends (epoch s), and optionally the state and pause kind to park in (default
+-- ``awaiting_approval``/``question``; child jobs park in ``waiting_for_children``/``children`` with a
+-- wait of 0: their wait counts towards the deadline, ``tandem.tasks.control.children``).
 -- Only the call's holder may ask. A running job parks (state ``awaiting_approval``, ``pause_kind``
 -- ``question``): the call is held (never claimed or sent again until answered), the pause is
 -- counted (``pause_seq``: the record gets its number), and the deadline moves back by the wait.
@@ -32,9 +34,9 @@ if held == '' then held = ',' end
 held = held .. ARGV[2] .. ','
 local seq = redis.call('HINCRBY', KEYS[1], 'pause_seq', 1)
 -- The record as sent (never re-encoded here: Lua's JSON would turn an empty list into an object).
-redis.call('DEL', KEYS[11])
-redis.call('HSET', KEYS[11], 'record', ARGV[4], 'seq', seq)
-redis.call('HSET', KEYS[1], 'state', 'awaiting_approval', 'pause_kind', 'question', 'held', held,
+redis.call('DEL', KEYS[12])
+redis.call('HSET', KEYS[12], 'record', ARGV[4], 'seq', seq)
+redis.call('HSET', KEYS[1], 'state', ARGV[7] or 'awaiting_approval', 'pause_kind', ARGV[8] or 'question', 'held', held,
   'parked_at', fmt(t), 'park_bound', ARGV[5], 'approval_until', ARGV[6],
   'deadline', fmt(tonumber(s[4]) + tonumber(ARGV[5])), 'progress_at', fmt(t), 'updated_at', fmt(t))
 -- Parking moves the deadline back: every key of the job must live as long.

@@ -1,7 +1,10 @@
--- ARGV: round, index, token, lease seconds, max expiries, then the call's view to read (optional:
--- see ``view_of``), returned after the attempt and the started mark.
+-- ARGV: round, index, token, lease seconds, max expiries, the four versions the worker reads (see
+-- ``readable``), then the call's view to read (optional: see ``view_of``), returned after the
+-- attempt and the started mark. A job whose versions the worker does not read is refused before
+-- anything is written, as in claim.lua.
 --! with prelude.lua
-local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls', 'ttl_after')
+local s = redis.call('HMGET', KEYS[1], 'state', 'round', 'kind', 'deadline', 'calls', 'ttl_after',
+  'spec_version', 'memory_version')
 if not s[1] then return {'gone'} end
 if FINAL[s[1]] then return {'ended'} end
 if s[2] ~= ARGV[1] or s[3] ~= 'tools' then return {'other'} end
@@ -15,6 +18,8 @@ local i = ARGV[2]
 local h = redis.call('HMGET', KEYS[5], i .. ':holder', i .. ':until')
 local t = now()
 if h[1] and h[1] ~= '' and tonumber(h[2]) > t then return {'busy'} end
+local unread = readable(6, true, s[7], s[8])
+if unread then return unread end
 if h[1] and h[1] ~= '' then
   local e = redis.call('HINCRBY', KEYS[5], i .. ':expiries', 1)
   redis.call('HSET', KEYS[5], i .. ':holder', '')
@@ -26,6 +31,6 @@ redis.call('HSET', KEYS[5], i .. ':holder', ARGV[3], i .. ':until', fmt(t + tonu
 redis.call('HSET', KEYS[1], 'progress_at', fmt(t), 'updated_at', fmt(t))
 if attempt == 1 then expire_key(KEYS[5], t, s[4], s[6]) end
 local started = redis.call('HGET', KEYS[5], i .. ':started') or ''
-local view = view_of(6, ARGV[1])
+local view = view_of(10, ARGV[1])
 if view then return {'ok', tostring(attempt), started, view} end
 return {'ok', tostring(attempt), started}

@@ -5,7 +5,8 @@
 -- 'actor' otherwise), the text (redacted), the job id, the most messages a job may get, the
 -- event stream's length cap.
 -- The message goes to the next round whose leading model call has not started: round 0 for a job
--- not started yet, the current one when its opening step is queued and unclaimed, else the next. It is written into the memory as
+-- not started yet, the current one when its opening step is queued and unclaimed or summarizing
+-- its older rounds first (``compact_<kind>``), else the next. It is written into the memory as
 -- that round's ``person`` message (the model step reads the whole memory after its claim, which
 -- this script cannot interleave with), with a ``message_received`` event; the answer is kept under
 -- the key, so a repeated key gets the first answer and adds nothing. An ended or unknown job
@@ -22,6 +23,8 @@ if FINAL[s[1]] then return {'ended', s[1]} end
 local r = tonumber(s[2]) or 0
 if s[1] == 'queued' then
   r = 0  -- not started yet: its first model call reads it
+elseif s[3] == 'compact_' .. ARGV[2] and s[1] ~= 'awaiting_approval' then
+  -- the opening model call has not started: its compaction reads no person's message, the call does
 elseif s[1] == 'awaiting_approval' or s[3] ~= ARGV[2] or (s[4] or '') ~= '' then
   r = r + 1
 end

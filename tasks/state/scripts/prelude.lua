@@ -57,3 +57,23 @@ local function view_of(first, round)
   end
   return {redis.call('GET', KEYS[2]), redis.call('EXISTS', KEYS[8]), record, messages, results}
 end
+-- The version check of a job's formats (``tandem.tasks.state.versions``): its record's
+-- ``spec_version`` and ``memory_version``, as the caller's HMGET of KEYS[1] read them (0 when
+-- missing: a record from before they were kept) against what the worker reads, ARGV[at] to ARGV[at + 3] (the oldest and newest spec version, the
+-- oldest and newest memory version). nil when the worker reads them; else {'newer' or 'older',
+-- spec version, memory version}, and nothing is written. With ``raise``, a job the worker reads
+-- has its memory version raised to the worker's newest: the worker writes in its own format from
+-- now on, so a worker that cannot read that format hands the job back from then on.
+local function readable(at, raise, spec_field, memory_field)
+  local spec, memory = tonumber(spec_field) or 0, tonumber(memory_field) or 0
+  local newest_memory = tonumber(ARGV[at + 3])
+  local fit = nil
+  if spec > tonumber(ARGV[at + 1]) or memory > newest_memory then
+    fit = 'newer'
+  elseif spec < tonumber(ARGV[at]) or memory < tonumber(ARGV[at + 2]) then
+    fit = 'older'
+  end
+  if fit then return {fit, tostring(spec), tostring(memory)} end
+  if raise and memory < newest_memory then redis.call('HSET', KEYS[1], 'memory_version', newest_memory) end
+  return nil
+end

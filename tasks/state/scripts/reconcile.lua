@@ -2,11 +2,18 @@
 -- next needs a look: when a lease runs out, a stall or an outbox grace ends, a back-off is over, or
 -- the deadline comes, whichever is first. A job still ``queued`` (no worker created its record) for
 -- longer than the stall gets 'intake': its intake message is sent again from the stored spec.
+-- ARGV[4] to ARGV[7]: the versions the worker reads (see ``readable``). A live job whose formats it
+-- does not read gets {'newer' or 'older', spec version, memory version} and is left as it is: a
+-- worker that reads them looks after it (an ended job's Celery result is delivered whatever its
+-- formats: it is copied, not read).
 --! with prelude.lua
 local s = redis.call('HMGET', KEYS[1], 'state', 'kind', 'holder', 'lease_until', 'progress_at', 'deadline',
-  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at', 'deliver')
+  'wait_until', 'outbox', 'round', 'calls', 'held', 'approval_until', 'updated_at', 'deliver',
+  'spec_version', 'memory_version')
 if s[1] and FINAL[s[1]] and s[14] and s[14] ~= '' then return {'deliver', s[14]} end
 if not s[1] or FINAL[s[1]] then return {'gone'} end
+local unread = readable(4, false, s[15], s[16])
+if unread then return unread end
 local t = now()
 local stall = tonumber(ARGV[1])
 if s[1] == 'queued' then
@@ -61,6 +68,7 @@ if s[2] == 'tools' then
     return out
   end
   if s[1] == 'awaiting_approval' then return {'parked', s[12]} end
+  if s[1] == 'waiting_for_children' then return {'children', fmt(math.min(nxt, deadline))} end
   return wait(nxt)
 end
 if live then return wait(tonumber(s[4])) end

@@ -1,10 +1,13 @@
 -- KEYS: the job's keys in JOB_PARTS order. ARGV: mode, expected updated_at, spec, reasoner, round,
 -- kind, calls, status, pending, outbox, outbox id, timeout, ttl_after, memory writes, call-result
 -- writes (JSON [[field, value], ...]), call indices to forget (JSON list), the pause count a fork
--- starts from (its origin's ``pause_seq``; a resume keeps the job's own).
+-- starts from (its origin's ``pause_seq``; a resume keeps the job's own), the spec and memory
+-- versions of the worker (``tandem.tasks.state.versions``): the spec is stored in its format, and
+-- so is a fork's copied memory; a resumed job's memory version only ever goes up (its stored
+-- memory stays as it was, and the worker writes in its own format from now on).
 --! with prelude.lua
 local RESUMABLE = {failed=true, cancelled=true, truncated=true}
-local s = redis.call('HMGET', KEYS[1], 'state', 'updated_at')
+local s = redis.call('HMGET', KEYS[1], 'state', 'updated_at', 'memory_version')
 if ARGV[1] == 'resume' then
   if not s[1] or redis.call('EXISTS', KEYS[2]) == 0 then return {'gone', ''} end
   if not RESUMABLE[s[1]] then return {'state', s[1]} end
@@ -36,6 +39,9 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'reasoner', ARGV[4], 'round', AR
   'deadline', fmt(t + tonumber(ARGV[12])), 'ttl_after', ARGV[13], 'wait_for', '', 'wait_until', 0,
   'last_error', '', 'error', '', 'tx', '', 'held', '', 'approval_until', 0, 'deliver', '',
   'owner', owner_of(ARGV[3]))
+local memory_version = tonumber(ARGV[19])
+if ARGV[1] == 'resume' then memory_version = math.max(memory_version, tonumber(s[3]) or 0) end
+redis.call('HSET', KEYS[1], 'spec_version', ARGV[18], 'memory_version', memory_version)
 if ARGV[1] ~= 'resume' and tonumber(ARGV[17] or '0') > 0 then
   redis.call('HSET', KEYS[1], 'pause_seq', ARGV[17])
 end

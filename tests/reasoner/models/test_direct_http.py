@@ -10,6 +10,7 @@ the proxy variables.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from tandem.reasoner.errors import ModelCallError, TransientModelError
+from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
 from tandem.reasoner.messages import ModelMessage
 from tandem.reasoner.models import direct_http, litellm_setup
 from tandem.reasoner.models.litellm_service import LiteLlmModelService
@@ -137,6 +138,28 @@ def test_hosted_vllm_without_a_key_goes_direct_without_authorization(
         (request,) = server.requests
     assert litellm_calls == []
     assert request["model"] == "test-model" and "authorization" not in request.headers
+
+
+def test_a_url_with_credentials_goes_direct_as_http_basic(
+    litellm_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HOSTED_VLLM_API_KEY", raising=False)
+    with OpenAIServer("4") as server:
+        base = server.url.replace("http://", "http://ops:s3cret@")
+        service, _ = make(base, model="hosted_vllm/test-model", api_key=None)
+        assert direct_call(service).content == "4"
+        (request,) = server.requests
+    assert litellm_calls == []
+    assert request.headers["authorization"] == "Basic " + base64.b64encode(b"ops:s3cret").decode()
+
+
+def test_a_url_with_credentials_and_a_key_too_is_refused_when_the_service_is_made() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        make("http://ops:s3cret@gpu-1:8000/v1", model="hosted_vllm/test-model", api_key=KEY)
+    assert str(refused.value).startswith(
+        "api_base='http://ops:***@gpu-1:8000/v1' holds a user and password, and api_key is set too: "
+    )
+    assert "s3cret" not in str(refused.value) and KEY not in str(refused.value)
 
 
 # -- when calls keep going through LiteLLM -----------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tandem.reasoner.errors import ConfigurationError, ModelCallError, TransientModelError
+from tandem.reasoner.models import attempt_notes
 from tandem.reasoner.models.litellm_service import LiteLlmModelService, parse_retry_after
 from tandem.reasoner.models.model_service import ModelService
 from tandem.toolkit.tool import Tool
@@ -194,6 +195,16 @@ def test_500_is_retried_with_jittered_backoff() -> None:
         assert server.request_count == 3
     assert len(sleeps) == 2
     assert 0.0 <= sleeps[0] <= 0.5 and 0.0 <= sleeps[1] <= 1.0
+
+
+def test_each_retried_attempt_is_heard_by_the_calls_listener_as_it_fails() -> None:
+    heard: list[str] = []
+    with OpenAIServer([Reply(status=500, error="boom"), Reply(status=502), Reply("4")]) as server:
+        service, _ = make(server, backoff_base=0.01)
+        with attempt_notes.noting(heard.append):
+            assert service.generate("", USER).content == "4"
+        assert service.generate("", USER).content == "4"  # no listener: nothing heard, nothing fails
+    assert len(heard) == 2 and "500" in heard[0] and "502" in heard[1], heard
 
 
 def test_exhausted_retries_raise_transient_error_naming_model_and_host() -> None:

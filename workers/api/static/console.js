@@ -236,7 +236,7 @@ async function refreshJobs() {
 // panel and button from it, so a question, an approval or Cancel shows only while the job is in that
 // state, and none of them on an ended job.
 
-const LIVE = ["queued", "running", "waiting", "awaiting_approval"]; // what POST .../cancel accepts
+const LIVE = ["queued", "running", "waiting", "awaiting_approval", "waiting_for_children"]; // what POST .../cancel accepts
 const ENDED = ["completed", "truncated", "failed", "cancelled"];
 const RESUMABLE = ["truncated", "failed", "cancelled"];
 
@@ -246,7 +246,7 @@ const RESUMABLE = ["truncated", "failed", "cancelled"];
 // (a job cancelled before it started, or refused at intake, has none).
 const view = { state: "", pause: null, outcome: false, started: false };
 
-function stateLabel(name) { return name.startsWith("awaiting_") ? "awaiting a person" : name; }
+function stateLabel(name) { return name.startsWith("awaiting_") ? "awaiting a person" : name.replace(/_/g, " "); }
 
 function stateClass(name) { return name.startsWith("awaiting_") ? "awaiting" : name; }
 
@@ -289,9 +289,9 @@ function moveTo(name) {
   if (!ENDED.includes(view.state)) setState(name);
 }
 
-// Work under way: a step that waited (state "waiting") runs again.
+// Work under way: a step that waited (state "waiting", or for its children) runs again.
 function working() {
-  if (view.state !== "waiting") return;
+  if (view.state !== "waiting" && view.state !== "waiting_for_children") return;
   if ($("#notice").textContent.startsWith("waiting: ")) notice("");
   setState("running");
 }
@@ -613,6 +613,18 @@ function onMessage(ev) {
   if (state.sending && ev.text === state.sending) messageSent(ev.round);
 }
 
+function compactionLine(ev) {
+  // "memory compacted: rounds a–b, N → M tokens", in the round whose request it fitted.
+  const span = (ev.summary_of_rounds && ev.summary_of_rounds.length ? ev.summary_of_rounds : ev.rounds_dropped) || [0, 0];
+  const first = (span[0] || 0) + 1, last = (span[1] || 0) + 1;
+  const rounds = first === last ? `round ${first}` : `rounds ${first}–${last}`;
+  const fmt = (n) => Number(n || 0).toLocaleString("en");
+  const how = ev.how === "summarized" ? "summarized" : "left out";
+  const line = el("div", "turn compaction",
+    `memory compacted: ${rounds}, ${fmt(ev.tokens_before)} → ${fmt(ev.tokens_after)} tokens (${how} for the ${ev.role}; the originals are kept)`);
+  roundBox(ev.round).append(line);
+}
+
 function messageSent(round) {
   if ($("#message-text").value.trim() === state.sending) $("#message-text").value = "";
   state.sending = null;
@@ -658,6 +670,75 @@ async function loadThread() {
     item.addEventListener("click", () => openJob(job.job_id));
     return item;
   }));
+}
+
+// -- child jobs: the job's parent, and the jobs it started (GET /v1/jobs/{id}/children) ------------
+// Read when the job opens, when it starts children (children_spawned), every few seconds while it
+// waits for them, and when it ends; each child_ended moves its child's line. A child's own children are on its view (click it).
+
+const family = { busy: false, again: false };
+
+async function loadFamily() {
+  if (family.busy) { family.again = true; return; } // one read at a time; the last ask is read again
+  family.busy = true;
+  try {
+    do {
+      family.again = false;
+      const jobId = state.jobId;
+      if (!jobId) break;
+      const response = await api(`/v1/jobs/${encodeURIComponent(jobId)}/children`);
+      const body = response.ok ? await jsonOf(response) : null;
+      if (body && jobId === state.jobId) showFamily(body);
+    } while (family.again);
+  } finally {
+    family.busy = false;
+  }
+}
+
+function jobLink(node, jobId) {
+  node.textContent = jobId.slice(0, 8);
+  node.title = jobId;
+  node.href = `?job=${encodeURIComponent(jobId)}`;
+  node.onclick = (event) => { event.preventDefault(); event.stopPropagation(); openJob(jobId); };
+  return node;
+}
+
+function showFamily(body) {
+  const parent = body.parent_id, children = body.children || [];
+  $("#parent-line").hidden = !parent;
+  if (parent) jobLink($("#parent-link"), parent);
+  $("#children").hidden = !children.length;
+  const ended = children.filter((c) => ENDED.includes(c.state)).length;
+  $("#children-count").textContent = `${children.length} started, ${ended} ended`;
+  $("#children-list").replaceChildren(...children.map((child) => {
+    const item = el("li");
+    item.dataset.id = child.job_id;
+    const line = el("div", "child-line");
+    line.append(el("span", "state"), jobLink(el("a"), child.job_id),
+      el("span", "goal" + (child.goal ? "" : " muted"), child.goal || "(goal no longer stored)"));
+    line.lastChild.title = child.goal || "";
+    item.append(line, el("p", "error"));
+    item.addEventListener("click", () => openJob(child.job_id));
+    childState(item, child.state, child.error);
+    return item;
+  }));
+}
+
+function childState(item, name, error) {
+  const badge = item.querySelector(".state");
+  badge.textContent = stateLabel(name);
+  badge.className = `state ${stateClass(name)}`;
+  item.querySelector(".error").textContent = error || "";
+  item.querySelector(".error").hidden = !error;
+}
+
+function childEnded(ev) {
+  const item = document.querySelector(`#children-list li[data-id="${CSS.escape(ev.child_id)}"]`);
+  if (!item) { loadFamily(); return; } // a child the page has not listed yet
+  childState(item, ev.status, ev.error);
+  const shown = Array.from(document.querySelectorAll("#children-list li"));
+  const ended = shown.filter((li) => ENDED.includes(li.querySelector(".state").textContent)).length;
+  $("#children-count").textContent = `${shown.length} started, ${ended} ended`;
 }
 
 async function followUp(event) {
@@ -759,7 +840,10 @@ function handle(ev) {
       moveTo("running");
       break;
     case "message_received": onMessage(ev); break;
-    case "final": onFinal(ev); loadThread(); break;
+    case "memory_compacted": compactionLine(ev); break;
+    case "children_spawned": loadFamily(); moveTo("waiting_for_children"); break;
+    case "child_ended": childEnded(ev); break;
+    case "final": onFinal(ev); loadThread(); loadFamily(); break;
     default: break; // kinds this console does not know yet
   }
 }
@@ -866,6 +950,7 @@ function closeJob() {
   $("#rounds").replaceChildren();
   $("#thread").hidden = true;
   $("#thread-jobs").replaceChildren();
+  showFamily({ parent_id: null, children: [] });
   $("#deliverable").textContent = "";
   $("#outcome-error").textContent = "";
   $("#usage").textContent = "";
@@ -937,6 +1022,7 @@ async function openJob(jobId) {
   if (jobId !== state.jobId) return;
   showStatus(job);
   refreshJobs();
+  loadFamily();
   follow(jobId);
 }
 
@@ -1062,4 +1148,7 @@ const wanted = new URLSearchParams(location.search).get("job");
 showWho();
 refreshJobs();
 setInterval(refreshJobs, 4000);
+// While a job waits for its children, their lines follow them from queued to running too (no
+// event on the parent says a child started; each end comes at once as child_ended).
+setInterval(() => { if (view.state === "waiting_for_children") loadFamily(); }, 4000);
 if (wanted) openJob(wanted);
