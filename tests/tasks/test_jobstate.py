@@ -468,7 +468,9 @@ def test_a_sweep_acts_on_a_lease_that_ran_out_a_moment_ago(machine: JobMachine) 
     assert score is not None and now + 0.25 <= score <= redis_now(machine) + 0.5
 
 
-@pytest.mark.parametrize("verdict", [Reconciled("wait"), Reconciled("parked", until=1e12), Reconciled("children")])
+@pytest.mark.parametrize(
+    "verdict", [Reconciled("wait"), Reconciled("parked", until=1e12), Reconciled("children")]
+)
 def test_a_job_that_ends_while_the_sweep_looks_at_it_is_not_put_back_in_the_index(
     machine: JobMachine, verdict: Reconciled, monkeypatch: pytest.MonkeyPatch
 ) -> None:
