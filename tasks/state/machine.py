@@ -170,6 +170,13 @@ class JobMachine:
         and only for a job in the index (``XX``: an ended job is not indexed again)."""
         pipe.zadd(self.shard_key(self.shard_of(job_id)), {job_id: time.time()}, xx=True, lt=True)
 
+    def look_at(self, job_id: str, at: float, pipe: Any = None) -> None:
+        """Move a live job's next look to ``at`` (Unix time), only while it is in the index
+        (``XX``): a job that ended since it was read is not put back, and its shard, emptied, is
+        not made again without a TTL (only ``index`` sets one). Queued on ``pipe`` when given."""
+        key = self.shard_key(self.shard_of(job_id))
+        (self.redis if pipe is None else pipe).zadd(key, {job_id: at}, xx=True)
+
     def wake(self) -> None:
         """Wake one reconciler of the fleet to sweep now (``Reconciler.pause``); the wake list
         lives a minute, should none take it."""

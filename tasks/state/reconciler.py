@@ -137,7 +137,7 @@ class Reconciler(Sweeping):
             try:
                 for raw in redis.zrangebyscore(key, "-inf", now, start=0, num=self.batch):
                     job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-                    acted += self._look(key, job_id, now)
+                    acted += self._look(job_id, now)
             finally:
                 if redis.get(lock) in (self.token, self.token.encode()):
                     redis.delete(lock)
@@ -149,32 +149,31 @@ class Reconciler(Sweeping):
         wanted = verdict.next_look or now + 2 * self.interval
         return min(max(wanted, now + self.interval), now + 2 * self.interval)
 
-    def _schedule(self, key: str, job_id: str, verdict: Reconciled, now: float) -> None:
+    def _schedule(self, job_id: str, verdict: Reconciled, now: float) -> None:
         """Set the job's next look (``next_look``). A cancel that came after ``reconcile`` read
         the job moved its look to now, and this would move it back: when the job's cancel flag is
         there (read in the same round trip) and the verdict did not end it, it is looked at now,
-        at the sweep the cancel's push wakes (``JobStore.request_cancel``). Every move is ``XX``:
-        a job that ended since ``reconcile`` read it left the index, and is not put back (its
-        shard, emptied, would come back without a TTL)."""
+        at the sweep the cancel's push wakes (``JobStore.request_cancel``). A job that ended since
+        ``reconcile`` read it is not put back (``JobMachine.look_at``)."""
         redis = self.machine.redis
         pipe = redis.pipeline(transaction=False)
-        pipe.zadd(key, {job_id: self.next_look(verdict, now)}, xx=True)
+        self.machine.look_at(job_id, self.next_look(verdict, now), pipe)
         pipe.exists(job_key(self.machine.prefix, job_id, "cancel"))
         if pipe.execute()[1] and verdict.action in ("wait", "parked", "children"):
-            redis.zadd(key, {job_id: now}, xx=True)
+            self.machine.look_at(job_id, now)
 
-    def _look(self, key: str, job_id: str, now: float) -> int:
+    def _look(self, job_id: str, now: float) -> int:
         verdict = self.machine.reconcile(
             job_id, self.stall_seconds, self.max_lease_expiries, outbox_grace=self.lease_seconds
         )
         if verdict.action == "gone":
-            self.machine.redis.zrem(key, job_id)
+            self.machine.unindex(job_id)
             return 0
         if verdict.action not in ("wait", "parked", "newer", "older", "children"):
             metrics.RECONCILER_ACTIONS.labels(verdict.action).inc()
         if verdict.action == "deliver":
-            return self._deliver(key, job_id, verdict.mark, now)
-        self._schedule(key, job_id, verdict, now)
+            return self._deliver(job_id, verdict.mark, now)
+        self._schedule(job_id, verdict, now)
         if verdict.action == "wait":
             return 0
         if verdict.action == "children":  # a child's end that was not heard: checked here too
@@ -212,10 +211,9 @@ class Reconciler(Sweeping):
             self.end(job_id, verdict)
         return 1
 
-    def _deliver(self, key: str, job_id: str, mark: str, now: float) -> int:
-        redis = self.machine.redis
+    def _deliver(self, job_id: str, mark: str, now: float) -> int:
         if self.deliver is None or self._backend_down:
-            redis.zadd(key, {job_id: now + DELIVERY_RETRY}, xx=True)
+            self.machine.look_at(job_id, now + DELIVERY_RETRY)
             return 0
         try:
             done = self.deliver(job_id, mark)
@@ -223,8 +221,8 @@ class Reconciler(Sweeping):
             log.warning("job %s: storing its Celery result failed", job_id, exc_info=True)
             done = False
         if done:
-            redis.zrem(key, job_id)
+            self.machine.unindex(job_id)
         else:
             self._backend_down = True
-            redis.zadd(key, {job_id: now + DELIVERY_RETRY}, xx=True)
+            self.machine.look_at(job_id, now + DELIVERY_RETRY)
         return 1
