@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from tandem.reasoner.loop.step import StepKind
+from tandem.tasks.state.record import text
 from tandem.tasks.state.versions import JobVersions
 from tandem.tasks.state.views import StepView
 
@@ -62,6 +63,14 @@ class ClaimRefused:
     reason: str
     versions: JobVersions | None = None
     """The job's versions, for a ``newer`` or ``older`` refusal."""
+
+    @classmethod
+    def of_reply(cls, reply: Any) -> ClaimRefused:
+        """A claim script's refusal (its reply); a version refusal carries the job's versions."""
+        reason = text(reply[0])
+        if reason in ("newer", "older"):
+            return cls(reason, JobVersions(int(text(reply[1])), int(text(reply[2]))))
+        return cls(reason)
 
 
 @dataclass(frozen=True)

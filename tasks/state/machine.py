@@ -106,14 +106,6 @@ def _pushes(wire: Sequence[tuple[str, str]]) -> list[Any]:
     return [len(wire), *(payload for _, payload in wire)]
 
 
-def _refusal(reply: Sequence[Any]) -> ClaimRefused:
-    """A claim script's refusal; a version refusal carries the job's versions."""
-    reason = _text(reply[0])
-    if reason in ("newer", "older"):
-        return ClaimRefused(reason, JobVersions(int(_text(reply[1])), int(_text(reply[2]))))
-    return ClaimRefused(reason)
-
-
 class JobMachine:
     """The atomic transitions of the jobs in one store (see the module docstring), for a worker
     that reads the formats ``versions`` (this code's, ``SUPPORTED``; a test may make a machine of
@@ -180,10 +172,8 @@ class JobMachine:
     def wake(self) -> None:
         """Wake one reconciler of the fleet to sweep now (``Reconciler.pause``); the wake list
         lives a minute, should none take it."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.lpush(WAKE_KEY.format(prefix=self.prefix), "1")
-        pipe.expire(WAKE_KEY.format(prefix=self.prefix), 60)
-        pipe.execute()
+        key = WAKE_KEY.format(prefix=self.prefix)
+        self.redis.pipeline(transaction=False).lpush(key, "1").expire(key, 60).execute()
 
     def unindex(self, job_id: str, pipe: Any = None) -> None:
         """Take the job out of the live index; queued on ``pipe`` (not run) when one is given."""
@@ -254,7 +244,7 @@ class JobMachine:
             "claim", job_id, round_no, kind, token, f"{lease:.3f}", max_expiries, *versions, *extra
         )
         if _text(reply[0]) != "ok":
-            return _refusal(reply)
+            return ClaimRefused.of_reply(reply)
         seen = view.view(reply[2]) if view is not None and len(reply) > 2 else None
         return Claim(job_id, round_no, kind, token, epoch=int(_text(reply[1])), view=seen)
 
@@ -276,7 +266,7 @@ class JobMachine:
             "claim_call", job_id, round_no, index, token, f"{lease:.3f}", max_expiries, *versions, *extra
         )
         if _text(reply[0]) != "ok":
-            return _refusal(reply)
+            return ClaimRefused.of_reply(reply)
         started = len(reply) > 2 and _text(reply[2]) != ""
         seen = view.view(reply[3]) if view is not None and len(reply) > 3 else None
         attempt = int(_text(reply[1]))
