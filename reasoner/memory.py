@@ -103,11 +103,10 @@ class RedisReasonerMemory:
 
     def add_message(self, message: ModelMessage) -> bool:
         """Store ``message`` unless its key is already stored; ``True`` if it was stored."""
-        pipe = self.redis.pipeline()  # one transaction: the hash never lives without its TTL
-        pipe.hsetnx(self.key, message.key, message.model_dump_json())
-        if self.ttl is not None:
-            pipe.expire(self.key, self.ttl, nx=True)
-        return bool(pipe.execute()[0])
+        stored = bool(self.redis.hsetnx(self.key, message.key, message.model_dump_json()))
+        if self.ttl is not None and self.redis.ttl(self.key) < 0:
+            self.redis.expire(self.key, self.ttl)
+        return stored
 
     def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
         """The message stored for ``(round_no, role)``, if any."""

@@ -370,12 +370,11 @@ def create_children(
     if ids:
         now = time.time()  # apart by 10 us: oldest first is spawn order (``children_of``)
         pipe.zadd(key, {cid: now + n * 1e-5 for n, cid in enumerate(ids)}, nx=True)
-        pipe.expire(key, int(rt.settings.memory_ttl), nx=True)  # never without a TTL; the parent's below
     for cid in ids:
         pipe.exists(rt.store.key(cid, "state"), rt.store.key(cid, "result"))
     ttl, *replies = pipe.execute()
     rt.redis.expire(key, ttl if ttl and ttl > 0 else int(rt.settings.memory_ttl))
-    known = replies[2:] if ids else []
+    known = replies[1:] if ids else []
     fresh = [n for n, found in enumerate(known) if not found]
     fresh = [
         n for n, ended in zip(fresh, _celery_results(rt, [ids[n] for n in fresh]), strict=True) if not ended
@@ -420,11 +419,16 @@ def _mark_queued(
         for field, value in (("reasoner", wire["reasoner"]), ("owner", owner), ("updated_at", f"{now:.6f}")):
             pipe.hsetnx(state, field, value)
         pipe.hsetnx(state, SPEC_VERSION_FIELD, SPEC_VERSION)
-        pipe.expire(state, store.ttl, nx=True)  # in the transaction: never a moment without a TTL
         pipe.set(store.key(cid, "intake"), json.dumps(wire), ex=store.ttl, nx=True)
         store.remember(cid, owner=owner, pipe=pipe)
     replies = pipe.execute()
-    return [child for child, first in zip(children, firsts, strict=True) if replies[first]]
+    created, expiring = [], rt.redis.pipeline(transaction=False)
+    for (cid, wire), first in zip(children, firsts, strict=True):
+        if replies[first]:  # this call wrote the record
+            created.append((cid, wire))
+            expiring.expire(store.key(cid, "state"), store.ttl)
+    expiring.execute()
+    return created
 
 
 def _child_wire(

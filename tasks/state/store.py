@@ -230,10 +230,12 @@ class JobStore:
         pipe.hsetnx(key, "owner", owner)
         pipe.hsetnx(key, "updated_at", f"{time.time():.6f}")
         pipe.hsetnx(key, SPEC_VERSION_FIELD, SPEC_VERSION)
-        pipe.expire(key, self.ttl, nx=True)  # in the transaction: never a moment without a TTL
+        pipe.ttl(key)
         if intake is not None:
             pipe.set(self.key(job_id, "intake"), intake, ex=self.ttl, nx=True)
-        written = pipe.execute()[0]
+        written, _, _, _, _, ttl = pipe.execute()[:6]
+        if ttl is not None and ttl < 0:
+            self.redis.expire(key, self.ttl)
         if self.wait.replicas and not isinstance(self.redis, RedisCluster):
             # The submission is acknowledged once its replicas have it: WAIT on the connection of
             # its last write, which follows the record's (replication is one ordered stream). A
@@ -455,10 +457,13 @@ class JobStore:
         """
         typed = make_event(event, data or {}) if isinstance(event, str) else checked(event)
         key = self.key(job_id, "events")
-        pipe = self.redis.pipeline()  # one transaction: a new stream never lives without a TTL
+        pipe = self.redis.pipeline(transaction=False)
         pipe.xadd(key, self.entry(typed), maxlen=self.stream.maxlen, approximate=True)
-        pipe.expire(key, ttl or self.ttl, nx=True)
-        return _text(pipe.execute()[0])
+        pipe.ttl(key)
+        entry_id, left = pipe.execute()
+        if left is not None and left < 0:
+            self.redis.expire(key, ttl or self.ttl)
+        return _text(entry_id)
 
     def append(self, job_id: str, event: JobEvent) -> str:
         """``publish`` for a running job's steps, written once (``append_all``). A ``model_delta``
