@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tandem.reasoner.messages import ModelMessage, Role
+from tandem.reasoner.ttl_writes import write_with_ttl
 from tandem.toolkit.artifacts import InMemoryArtifactStore
 
 if TYPE_CHECKING:
@@ -91,8 +92,9 @@ class RedisReasonerMemory:
     """A job's messages in one Redis hash, ``{prefix}:{<job_id>}:memory``, as JSON.
 
     Field names are the message keys; ``HSETNX`` makes writes idempotent. With ``ttl`` the hash
-    expires ``ttl`` seconds after a write that finds it without one; ``expire`` sets one when the
-    job ends. (The key carries the job's hash tag, like every key of a job.)
+    expires ``ttl`` seconds after the write that made it (the same step: ``write_with_ttl``);
+    ``expire`` sets its TTL again when the job ends. (The key carries the job's hash tag, like
+    every key of a job.)
     """
 
     def __init__(self, redis: Redis, job_id: str, *, prefix: str = "tandem", ttl: int | None = None) -> None:
@@ -103,10 +105,11 @@ class RedisReasonerMemory:
 
     def add_message(self, message: ModelMessage) -> bool:
         """Store ``message`` unless its key is already stored; ``True`` if it was stored."""
-        stored = bool(self.redis.hsetnx(self.key, message.key, message.model_dump_json()))
-        if self.ttl is not None and self.redis.ttl(self.key) < 0:
-            self.redis.expire(self.key, self.ttl)
-        return stored
+        if self.ttl is None:
+            return bool(self.redis.hsetnx(self.key, message.key, message.model_dump_json()))
+        return bool(
+            write_with_ttl(self.redis, self.key, self.ttl, "HSETNX", message.key, message.model_dump_json())
+        )
 
     def get_message(self, round_no: int, role: Role) -> ModelMessage | None:
         """The message stored for ``(round_no, role)``, if any."""

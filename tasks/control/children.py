@@ -50,13 +50,13 @@ from redis.cluster import RedisCluster
 
 from tandem.broker_config.tokens import DEFAULT_TENANT
 from tandem.reasoner import tracing
+from tandem.reasoner.ttl_writes import zadd_with_ttl
 from tandem.tasks.control.once import Repeated
 from tandem.tasks.control.questions import QuestionPending, QuestionRecord, QuestionStore
 from tandem.tasks.control.spend import budget_left, outcome_of
 from tandem.tasks.errors import DecisionRefused
 from tandem.tasks.job_events import ChildEnded, ChildrenSpawned
 from tandem.tasks.spec import FINAL_STATES, JobResult, JobSpec
-from tandem.tasks.state.versions import SPEC_VERSION, SPEC_VERSION_FIELD
 from tandem.tasks.tenants.queue import mark_spawned
 from tandem.tasks.tracing import job_span
 from tandem.toolkit.children import ChildOutcome, ChildSpec, Wait
@@ -323,12 +323,7 @@ def create_child(
         attrs = {"tandem.reasoner": job_spec.reasoner, "tandem.parent_id": parent_id}
         job_spec = job_spec.model_copy(update={"trace_context": job_span(cid, attrs)})
     wire = job_spec.model_dump(mode="json")
-    key = children_key(rt, parent_id)
-    ttl = rt.redis.ttl(rt.store.key(parent_id, "state"))
-    pipe = rt.redis.pipeline(transaction=False)
-    pipe.zadd(key, {cid: time.time()}, nx=True)
-    pipe.expire(key, ttl if ttl and ttl > 0 else int(rt.settings.memory_ttl))
-    pipe.execute()
+    _list_children(rt, parent_id, {cid: time.time()})
     if rt.machine.record(cid) or rt.store.result(cid) is not None or _celery_result(rt, cid) is not None:
         _refuse_if_foreign(rt, cid, parent_id, parent.owner)
         return False
@@ -364,17 +359,12 @@ def create_children(
         _child_wire(parent_id, parent, cid, spec, len(specs), left)
         for cid, spec in zip(ids, specs, strict=True)
     ]
-    key = children_key(rt, parent_id)
+    now = time.time()  # apart by 10 us: oldest first is spawn order (``children_of``)
+    _list_children(rt, parent_id, {cid: now + n * 1e-5 for n, cid in enumerate(ids)})
     pipe = rt.redis.pipeline(transaction=False)
-    pipe.ttl(rt.store.key(parent_id, "state"))
-    if ids:
-        now = time.time()  # apart by 10 us: oldest first is spawn order (``children_of``)
-        pipe.zadd(key, {cid: now + n * 1e-5 for n, cid in enumerate(ids)}, nx=True)
     for cid in ids:
         pipe.exists(rt.store.key(cid, "state"), rt.store.key(cid, "result"))
-    ttl, *replies = pipe.execute()
-    rt.redis.expire(key, ttl if ttl and ttl > 0 else int(rt.settings.memory_ttl))
-    known = replies[1:] if ids else []
+    known = pipe.execute() if ids else []
     fresh = [n for n, found in enumerate(known) if not found]
     fresh = [
         n for n, ended in zip(fresh, _celery_results(rt, [ids[n] for n in fresh]), strict=True) if not ended
@@ -413,22 +403,18 @@ def _mark_queued(
     for cid, wire in children:
         timeout = float(wire["timeout_s"] or rt.settings.job_timeout)
         rt.machine.index(cid, now + rt.settings.stall_seconds, int(timeout + store.ttl), pipe=pipe)
-        state = store.key(cid, "state")
         firsts.append(len(pipe.command_stack))  # the reply that says whether this call wrote it
-        pipe.hsetnx(state, "state", "queued")
-        for field, value in (("reasoner", wire["reasoner"]), ("owner", owner), ("updated_at", f"{now:.6f}")):
-            pipe.hsetnx(state, field, value)
-        pipe.hsetnx(state, SPEC_VERSION_FIELD, SPEC_VERSION)
-        pipe.set(store.key(cid, "intake"), json.dumps(wire), ex=store.ttl, nx=True)
+        store.write_queued(cid, wire["reasoner"], owner, json.dumps(wire), client=pipe)
         store.remember(cid, owner=owner, pipe=pipe)
     replies = pipe.execute()
-    created, expiring = [], rt.redis.pipeline(transaction=False)
-    for (cid, wire), first in zip(children, firsts, strict=True):
-        if replies[first]:  # this call wrote the record
-            created.append((cid, wire))
-            expiring.expire(store.key(cid, "state"), store.ttl)
-    expiring.execute()
-    return created
+    return [child for child, first in zip(children, firsts, strict=True) if replies[first]]
+
+
+def _list_children(rt: Runtime, parent_id: str, scores: dict[str, float]) -> None:
+    """Add children to the parent's index (``NX``: a listed child keeps its place), which lives as
+    long as the parent's record (or ``memory_ttl``), set in the same step as the write."""
+    key, parent = children_key(rt, parent_id), rt.store.key(parent_id, "state")
+    zadd_with_ttl(rt.redis, key, rt.settings.memory_ttl, scores, "NX", mode="set", like=parent)
 
 
 def _child_wire(

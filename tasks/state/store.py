@@ -28,6 +28,7 @@ from tandem.broker_config import Settings
 from tandem.reasoner.approval import PendingCall
 from tandem.reasoner.memory import RedisReasonerMemory
 from tandem.reasoner.messages import FunctionCallResult
+from tandem.reasoner.ttl_writes import write_with_ttl
 from tandem.tasks.job_events import (
     JobEvent,
     ModelDelta,
@@ -223,19 +224,7 @@ class JobStore:
         reconciler can send a lost intake message again. ``owner``: the tenant owning the job. The
         record holds the version of the spec sent (``SPEC_VERSION``: a worker that does not read
         it leaves the job to one that does); the intake's record says the worker's own."""
-        key = self.key(job_id, "state")
-        pipe = self.redis.pipeline()
-        pipe.hsetnx(key, "state", "queued")
-        pipe.hsetnx(key, "reasoner", reasoner)
-        pipe.hsetnx(key, "owner", owner)
-        pipe.hsetnx(key, "updated_at", f"{time.time():.6f}")
-        pipe.hsetnx(key, SPEC_VERSION_FIELD, SPEC_VERSION)
-        pipe.ttl(key)
-        if intake is not None:
-            pipe.set(self.key(job_id, "intake"), intake, ex=self.ttl, nx=True)
-        written, _, _, _, _, ttl = pipe.execute()[:6]
-        if ttl is not None and ttl < 0:
-            self.redis.expire(key, self.ttl)
+        written = self.write_queued(job_id, reasoner, owner, intake)
         if self.wait.replicas and not isinstance(self.redis, RedisCluster):
             # The submission is acknowledged once its replicas have it: WAIT on the connection of
             # its last write, which follows the record's (replication is one ordered stream). A
@@ -248,6 +237,21 @@ class JobStore:
         else:
             self.remember(job_id, owner=owner)
         return bool(written)
+
+    def write_queued(
+        self, job_id: str, reasoner: str, owner: str, intake: str | None, client: Any = None
+    ) -> Any:
+        """``mark_queued``'s write (``queue.lua``): the ``queued`` record with its TTL in the same
+        step, and the intake's spec; on ``client`` when given (a pipeline: the reply comes with its
+        own), else now. The reply: 1 when this call wrote the record."""
+        keys = [self.key(job_id, "state"), self.key(job_id, "intake")]
+        now, version = f"{time.time():.6f}", [SPEC_VERSION_FIELD, SPEC_VERSION]
+        args = [self.ttl, reasoner, owner, now, *version, intake or ""]
+        return self._queue(keys=keys, args=args, client=client)
+
+    @cached_property
+    def _queue(self) -> Any:
+        return self.redis.register_script(lua("queue"))
 
     def discard_queued(self, job_id: str) -> None:
         """Undo ``mark_queued`` for a job the intake refused (a refused spec stores nothing): its
@@ -456,14 +460,9 @@ class JobStore:
         lifetime), and the job's end sets it again.
         """
         typed = make_event(event, data or {}) if isinstance(event, str) else checked(event)
-        key = self.key(job_id, "events")
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(key, self.entry(typed), maxlen=self.stream.maxlen, approximate=True)
-        pipe.ttl(key)
-        entry_id, left = pipe.execute()
-        if left is not None and left < 0:
-            self.redis.expire(key, ttl or self.ttl)
-        return _text(entry_id)
+        fields = [part for item in self.entry(typed).items() for part in item]
+        key, cap = self.key(job_id, "events"), ["MAXLEN", "~", self.stream.maxlen, "*"]
+        return _text(write_with_ttl(self.redis, key, ttl or self.ttl, "XADD", *cap, *fields))
 
     def append(self, job_id: str, event: JobEvent) -> str:
         """``publish`` for a running job's steps, written once (``append_all``). A ``model_delta``

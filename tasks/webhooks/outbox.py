@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel
 from redis import Redis
 
+from tandem.reasoner.ttl_writes import zadd_with_ttl
 from tandem.tasks.state.keys import LIVE_SHARDS, job_key, webhook_shard_key
 from tandem.tasks.state.scripts import lua
 
@@ -118,12 +119,7 @@ class WebhookOutbox:
 
     def watch(self, job_id: str, at: float, ttl: int) -> None:
         """Have the sweeper look at ``job_id`` by ``at`` (an earlier look it has stays)."""
-        shard = self.shard_key(job_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(shard, {job_id: at}, lt=True)
-        pipe.expire(shard, max(ttl, 1), gt=True)
-        pipe.expire(shard, max(ttl, 1), nx=True)
-        pipe.execute()
+        zadd_with_ttl(self.redis, self.shard_key(job_id), ttl, {job_id: at}, "LT", mode="max")
 
     def look_again(self, job_id: str, at: float) -> None:
         """Set when the sweeper next looks at ``job_id`` (``at``, Unix time)."""

@@ -62,16 +62,10 @@ class TtlWatcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             for key in self.redis.scan_iter(match=f"{self.prefix}:*", count=500):
-                if self.redis.ttl(key) == -1 and not self.queued_record(key):
+                if self.redis.ttl(key) == -1:
                     # -1: the key exists without a TTL (-2 would be a key gone since the SCAN)
                     self.untimed.setdefault(key.decode(), self.evidence(key))
             self.scans += 1
-
-    def queued_record(self, key: bytes) -> bool:
-        """A submitted job's ``queued`` record, seen between submit's MULTI/EXEC and the EXPIRE it
-        sends after it: a known gap of one round trip, open at stop 45 (a portable fix needs a
-        script: the demo's embedded Redis 6.2 has no EXPIRE NX). Every other key is checked."""
-        return key.endswith(b":state") and self.redis.hget(key, "state") == b"queued"
 
     def evidence(self, key: bytes) -> str:
         """What the key held when seen without a TTL, and its TTL 0.2 s later."""
