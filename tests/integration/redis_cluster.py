@@ -12,6 +12,7 @@ missing: the tests skip then (and fail in CI).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -47,6 +48,15 @@ class ClusterUnsupported(RuntimeError):
     """No Redis Cluster can be started here (what is missing is in the message)."""
 
 
+class PortTaken(RuntimeError):
+    """A node's port (or its bus port) was bound by another process between its pick and the node's
+    start (tests on other xdist workers pick free ports too)."""
+
+
+PORT_ATTEMPTS = 5
+"""Ports tried for one node before giving up."""
+
+
 class OwnRedisCluster:
     """``masters`` cluster-enabled redis-servers on 127.0.0.1 and ``replicas`` replicas of each,
     one cluster (``url``)."""
@@ -80,8 +90,16 @@ class OwnRedisCluster:
         """Start the nodes, join them, wait until every node says ``cluster_state:ok``."""
         if not os.path.exists(REDIS_SERVER) or not os.path.exists(REDIS_CLI):
             raise ClusterUnsupported(f"redis-server or redis-cli missing ({REDIS_SERVER}, {REDIS_CLI})")
-        for port in self.ports:
-            self._start_node(port, timeout)
+        for n, port in enumerate(self.ports):
+            for _attempt in range(PORT_ATTEMPTS):
+                try:
+                    self._start_node(port, timeout)
+                    break
+                except PortTaken:  # another process bound it since it was picked: take another
+                    port = self.ports[n] = _port_with_free_bus()
+            else:
+                self.stop()
+                raise RuntimeError(f"no free port for a cluster node after {PORT_ATTEMPTS} tries")
         create = subprocess.run(
             [
                 REDIS_CLI,
@@ -174,6 +192,7 @@ class OwnRedisCluster:
         }
 
     def _start_node(self, port: int, timeout: float) -> None:
+        log = os.path.join(self.dir, f"node-{port}.log")
         cmd = [
             REDIS_SERVER,
             "--port", str(port),
@@ -185,6 +204,7 @@ class OwnRedisCluster:
             "--appendonly", "no",
             "--dir", self.dir,
             "--loglevel", "warning",
+            "--logfile", log,
         ]  # fmt: skip
         process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.processes[port] = process
@@ -192,16 +212,21 @@ class OwnRedisCluster:
         while True:
             if process.poll() is not None:
                 error = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+                with contextlib.suppress(OSError), open(log, errors="replace") as said:
+                    error += said.read()
+                del self.processes[port]
+                if "Address already in use" in error:
+                    raise PortTaken(port)
                 self.stop()
                 raise ClusterUnsupported(f"redis-server --cluster-enabled yes did not start: {error[-300:]}")
-            try:
-                if self.node(port).ping():
-                    return
-            except Exception:
-                pass
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"redis-server did not start on port {port}")
+            try:  # this node, not a server another test started on the port meanwhile
+                if int(self.node(port).info("server")["process_id"]) == process.pid:
+                    return
+            except Exception:
+                pass
             time.sleep(0.05)
 
     def state(self, port: int) -> str:
