@@ -1,10 +1,11 @@
-"""``python -m bench.submit [--submits 3000] [--port 6399]``: what one submit costs the client and
-Redis, and that it leaves no key without a TTL.
+"""``python -m bench.submit [--submits 3000]``: what one submit costs the client and Redis, and
+that it leaves no key without a TTL.
 
-A throwaway ``redis-server`` on loopback (no persistence, its own port), a ``JobStore`` on it;
-200 submits warm up (the scripts loaded), then ``--submits`` submits (``JobStore.mark_queued``
-with an intake spec: the job's record, its intake and the recent-jobs index, what ``submit`` writes
-before the intake message). Figures, per submit (``name: value`` lines):
+A throwaway Redis on loopback (the embedded one, ``tandem.workers.embedded.EmbeddedRedis``: Redis
+6.2, no persistence, a free port), a ``JobStore`` on it; 200 submits warm up (the scripts loaded),
+then ``--submits`` submits (``JobStore.mark_queued`` with an intake spec: the job's record, its
+intake and the recent-jobs index, what ``submit`` writes before the intake message). Figures, per
+submit (``name: value`` lines):
 
 * ``submit_wall_us`` and ``submit_client_cpu_us`` (this process's CPU time);
 * ``submit_commands`` and ``submit_redis_command_us``: the commands Redis ran and their time
@@ -13,21 +14,20 @@ before the intake message). Figures, per submit (``name: value`` lines):
   (``INFO cpu``, ``used_cpu_user + used_cpu_sys``), which also counts reading and answering;
 * ``submit_keys_without_ttl``: keys of the store left without a TTL (0 is the promise).
 
-To compare two trees in one sitting, run it from each: ``PYTHONPATH=<tree> python -m bench.submit
---port <another port>``.
+To compare two trees in one sitting, run this file from each: ``PYTHONPATH=<tree> python
+bench/submit.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import tempfile
 import time
 import uuid
 
 from redis import Redis
 
 from tandem.tasks.state.store import JobStore
+from tandem.workers.embedded import EmbeddedRedis
 
 WARM_UP = 200
 INTAKE = '{"goal": "a goal"}'
@@ -38,42 +38,26 @@ def _redis_cpu(redis: Redis) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-def measure(port: int, submits: int) -> dict[str, float]:
-    """The figures of ``submits`` submits against a fresh ``redis-server`` on ``port``."""
-    with tempfile.TemporaryDirectory(prefix="bench-submit-") as folder:
-        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-        server = subprocess.Popen(
-            [*cmd, "--appendonly", "no", "--dir", folder],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            redis = Redis(port=port)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    redis.ping()
-                    break
-                except Exception:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"redis-server did not start on port {port}") from None
-                    time.sleep(0.05)
-            store = JobStore(redis, prefix="bench", ttl=600)
-            for _ in range(WARM_UP):
-                store.mark_queued(uuid.uuid4().hex, "dual", intake=INTAKE)
-            redis.config_resetstat()
-            redis_cpu = _redis_cpu(redis)
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(submits):
-                store.mark_queued(uuid.uuid4().hex, "dual", intake=INTAKE)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            redis_cpu = _redis_cpu(redis) - redis_cpu
-            stats = {k: v for k, v in redis.info("commandstats").items() if k != "cmdstat_info"}
-            untimed = sum(1 for key in redis.scan_iter("bench:*", count=1000) if redis.ttl(key) == -1)
-            redis.close()
-        finally:
-            server.terminate()
-            server.wait(10)
+def measure(submits: int) -> dict[str, float]:
+    """The figures of ``submits`` submits against a fresh embedded Redis."""
+    server = EmbeddedRedis().start()
+    try:
+        redis = Redis.from_url(server.url)
+        store = JobStore(redis, prefix="bench", ttl=600)
+        for _ in range(WARM_UP):
+            store.mark_queued(uuid.uuid4().hex, "dual", intake=INTAKE)
+        redis.config_resetstat()
+        redis_cpu = _redis_cpu(redis)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(submits):
+            store.mark_queued(uuid.uuid4().hex, "dual", intake=INTAKE)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        redis_cpu = _redis_cpu(redis) - redis_cpu
+        stats = {k: v for k, v in redis.info("commandstats").items() if k != "cmdstat_info"}
+        untimed = sum(1 for key in redis.scan_iter("bench:*", count=1000) if redis.ttl(key) == -1)
+        redis.close()
+    finally:
+        server.stop()
     return {
         "submit_wall_us": wall / submits * 1e6,
         "submit_client_cpu_us": cpu / submits * 1e6,
@@ -87,9 +71,8 @@ def measure(port: int, submits: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.submit", description=__doc__.split("\n")[0])
     parser.add_argument("--submits", type=int, default=3000)
-    parser.add_argument("--port", type=int, default=6399)
     args = parser.parse_args()
-    for name, value in measure(args.port, args.submits).items():
+    for name, value in measure(args.submits).items():
         print(f"{name}: {value:.2f}")
 
 

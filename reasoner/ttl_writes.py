@@ -24,9 +24,8 @@ WRITES = ("HSETNX", "XADD", "ZADD")
 KEEP_TTL = b"""
 -- KEYS[1]: the key written; KEYS[2], when given: a key whose TTL it takes when that one has one.
 -- ARGV[1]: the TTL (seconds); ARGV[2]: the mode (new, max, set); ARGV[3]: the command; ARGV[4..]:
--- its arguments after the key. Returns the command's reply.
-local allowed = {HSETNX = true, XADD = true, ZADD = true}
-if not allowed[ARGV[3]] then return redis.error_reply('write_with_ttl: not a write it runs: ' .. ARGV[3]) end
+-- its arguments after the key (``write_with_ttl`` checks it is one of ``WRITES``). Returns the
+-- command's reply.
 local reply = redis.call(ARGV[3], KEYS[1], unpack(ARGV, 4))
 local ttl = tonumber(ARGV[1])
 if KEYS[2] then

@@ -50,26 +50,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def redis_answers(url: str, timeout: float = 1.0) -> bool:
-    """True when a Redis server answers PING at ``url``."""
+def redis_answers(url: str, timeout: float = 1.0, pid: int | None = None) -> bool:
+    """True when a Redis server answers at ``url``; with ``pid``, only when it is that process
+    (not another server that took the port)."""
     from redis import Redis
 
     try:
-        return bool(Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).ping())
-    except Exception:
-        return False
-
-
-def _is_server(url: str, pid: int) -> bool:
-    """True when the Redis server at ``url`` answers and is process ``pid`` (not another server
-    that took the port)."""
-    from redis import Redis
-
-    try:
-        with Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.2) as client:
+        with Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout) as client:
+            if pid is None:
+                return bool(client.ping())
             return int(client.info("server")["process_id"]) == pid
     except Exception:
         return False
+
+
+def port_taken(log: str) -> bool:
+    """Whether a redis-server's ``log`` (``--logfile``) says its port was bound by another process."""
+    with contextlib.suppress(OSError), open(log, errors="replace") as said:
+        return "Address already in use" in said.read()
+    return False
 
 
 PORT_ATTEMPTS = 5
@@ -114,11 +113,9 @@ class EmbeddedRedis:
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
         deadline = time.monotonic() + timeout
-        while not _is_server(self.url, self.process.pid):
-            if self.process.poll() is not None:
-                with contextlib.suppress(OSError), open(log, errors="replace") as said:
-                    if "Address already in use" in said.read():
-                        return False
+        while not redis_answers(self.url, 0.2, pid=self.process.pid):
+            if self.process.poll() is not None and port_taken(log):
+                return False
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeStartError(f"the embedded Redis server did not start on port {self.port}")

@@ -25,7 +25,7 @@ from redis import Redis
 from redis.crc import key_slot
 
 from tandem.broker_config.job_redis import cluster_info
-from tandem.workers.embedded import free_port, stop_process
+from tandem.workers.embedded import free_port, port_taken, redis_answers, stop_process
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -211,22 +211,19 @@ class OwnRedisCluster:
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
+                del self.processes[port]
+                if port_taken(log):
+                    raise PortTaken(port)
                 error = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
                 with contextlib.suppress(OSError), open(log, errors="replace") as said:
                     error += said.read()
-                del self.processes[port]
-                if "Address already in use" in error:
-                    raise PortTaken(port)
                 self.stop()
                 raise ClusterUnsupported(f"redis-server --cluster-enabled yes did not start: {error[-300:]}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"redis-server did not start on port {port}")
-            try:  # this node, not a server another test started on the port meanwhile
-                if int(self.node(port).info("server")["process_id"]) == process.pid:
-                    return
-            except Exception:
-                pass
+            if redis_answers(f"redis://127.0.0.1:{port}/0", 1.0, pid=process.pid):  # not another's
+                return
             time.sleep(0.05)
 
     def state(self, port: int) -> str:
